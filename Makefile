@@ -1,0 +1,25 @@
+# edgetwin: the two commands are `make demo` and `make test`; both set up .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test venv clean
+
+venv: $(STAMP)
+
+# Refresh the venv whenever the project's declared dependencies change.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/edgetwin demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf build vboards .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Board profiles: one JSON file per board, validated by shared/profile.py."""

@@ -1,0 +1,1 @@
+# edgetwin node firmware (MicroPython / CircuitPython).

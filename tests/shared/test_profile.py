@@ -1,0 +1,69 @@
+# test_profile.py: board profiles load, and every bad field is named in the error.
+import json
+
+import testkit
+from shared import profile
+
+BOARDS = ("rp2040_pico", "rp2040_pico_cp", "esp32s3_devkitc", "esp32s3_n8r8")
+
+
+def _good():
+    with open("boards/rp2040_pico.json") as f:
+        return json.loads(f.read())
+
+
+def test_all_shipped_profiles_load():
+    for b in BOARDS:
+        p = profile.load("boards/%s.json" % b)
+        assert p["name"] == b
+        assert p["kv"]["staged"] >= p["draft_k"]
+
+
+def test_missing_field_is_named():
+    for name, _t, _lo, _hi in profile.FIELDS:
+        doc = _good()
+        parts = name.split(".")
+        node = doc
+        for p in parts[:-1]:
+            node = node[p]
+        del node[parts[-1]]
+        e = testkit.raises(profile.ProfileError, profile.validate, doc, "x.json")
+        assert "x.json" in str(e) and ("'%s'" % name) in str(e), str(e)
+
+
+def test_wrong_types_and_ranges_are_named():
+    cases = (
+        ("heap_bytes", "190K"), ("heap_bytes", 190), ("heap_bytes", True), ("flavour", "zephyr"),
+        ("mpy_arch", "armv7m"), ("native", 1), ("draft_k", 0), ("name", ""),
+    )
+    for field, bad in cases:
+        doc = _good()
+        doc[field] = bad
+        e = testkit.raises(profile.ProfileError, profile.validate, doc, "b.json")
+        assert ("'%s'" % field) in str(e), str(e)
+    doc = _good()
+    doc["uart"]["baud"] = 300
+    e = testkit.raises(profile.ProfileError, profile.validate, doc, "b.json")
+    assert "'uart.baud'" in str(e)
+
+
+def test_cross_field_rules():
+    doc = _good()
+    doc["kv"]["staged"] = 2
+    e = testkit.raises(profile.ProfileError, profile.validate, doc, "b.json")
+    assert "kv.staged" in str(e)
+    doc = _good()
+    doc["flavour"] = "circuitpython"
+    e = testkit.raises(profile.ProfileError, profile.validate, doc, "b.json")
+    assert "CircuitPython" in str(e)
+    doc = _good()
+    doc["extra"] = 1
+    e = testkit.raises(profile.ProfileError, profile.validate, doc, "b.json")
+    assert "'extra'" in str(e)
+
+
+def test_unreadable_and_malformed_files():
+    e = testkit.raises(profile.ProfileError, profile.load, "boards/no_such_board.json")
+    assert "no_such_board.json" in str(e)
+    e = testkit.raises(profile.ProfileError, profile.validate, [1, 2], "list.json")
+    assert "list.json" in str(e)

@@ -1,0 +1,1 @@
+"""edgetwin tools: build, deploy, virtual board."""
