@@ -1,0 +1,111 @@
+"""The `edgetwin` command: build, deploy, virtual boards, and the demo. User mistakes exit 2 with one line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class UserError(Exception):
+    """A mistake the user can fix (unknown board, missing port...): printed as one line, exit code 2."""
+
+
+def known_boards() -> list[str]:
+    return sorted(p.stem for p in (ROOT / "boards").glob("*.json"))
+
+
+def _board(name: str) -> str:
+    if name not in known_boards():
+        raise UserError(f"unknown board '{name}' (known: {', '.join(known_boards())})")
+    return name
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from tools import build
+
+    try:
+        out = build.build(_board(args.board), arch=args.arch)
+    except build.BuildError as e:
+        raise UserError(str(e)) from e
+    manifest = json.loads((out / "MANIFEST.json").read_text())
+    native = [f["path"] for f in manifest["files"] if f.get("native")]
+    print(f"built {len(manifest['files'])} files, {manifest['total_bytes']} bytes, arch {manifest['arch']} -> {out}")
+    if native:
+        print(f"native code ({manifest['arch']}): {', '.join(native)}")
+    return 0
+
+
+def cmd_vboard(args: argparse.Namespace) -> int:
+    from tools import vboard
+
+    _board(args.board)
+    argv = ["--board", args.board] + (["--root", args.root] if args.root else [])
+    return vboard.main(argv)
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from tools import build, deploy
+
+    board = _board(args.board)
+    try:
+        out = build.build(board, arch=args.arch)
+        report = deploy.deploy(out, args.port, tool=args.tool)
+    except (build.BuildError, deploy.DeployError) as e:
+        raise UserError(str(e)) from e
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from tools import selftest_demo
+
+    return selftest_demo.main(board=_board(args.board), as_json=args.json)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="edgetwin", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    b = sub.add_parser("build", help="compile shared/ and firmware/ with mpy-cross for a board into build/BOARD/")
+    b.add_argument("--board", required=True, help="board profile name (see boards/)")
+    b.add_argument("--arch", help="override the profile's mpy-cross arch (x64 for a virtual board)")
+    b.set_defaults(func=cmd_build)
+
+    v = sub.add_parser("vboard", help="run a virtual board: MicroPython unix port on a pty, plus a UART pty")
+    v.add_argument("--board", required=True, help="board profile whose heap the virtual board gets")
+    v.add_argument("--root", help="directory that is the board's filesystem (default vboards/BOARD)")
+    v.set_defaults(func=cmd_vboard)
+
+    d = sub.add_parser("deploy", help="build for a board and copy the build onto it (mpremote, or ampy)")
+    d.add_argument("--board", required=True, help="board profile name")
+    d.add_argument("--port", required=True, help="serial port of the board's REPL (/dev/ttyACM0, or a vboard pty)")
+    d.add_argument("--tool", choices=("mpremote", "ampy"), default="mpremote")
+    d.add_argument("--arch", help="override the build arch (x64 when deploying to a virtual board)")
+    d.set_defaults(func=cmd_deploy)
+
+    m = sub.add_parser("demo", help="start a virtual board, deploy the core with mpremote and run its self-test")
+    m.add_argument("--board", default="rp2040_pico")
+    m.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+    m.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except UserError as e:
+        print(f"edgetwin {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

