@@ -62,9 +62,12 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from tools import selftest_demo
+    from tools import deploy, selftest_demo, vboard
 
-    return selftest_demo.main(board=_board(args.board), as_json=args.json)
+    try:
+        return selftest_demo.main(board=_board(args.board), as_json=args.json)
+    except (deploy.DeployError, vboard.VBoardError) as e:
+        raise UserError(str(e)) from e
 
 
 def parser() -> argparse.ArgumentParser:
