@@ -1,0 +1,77 @@
+# q4_ulab.py: CircuitPython backend: ulab (float32) for the INT4 x INT8 group dot products, plain ints elsewhere.
+"""ulab has uint8/int8/uint16/int16/float and nothing wider: no int32 and no float16. So:
+- the O(rows * cols) part, the group dot products, runs in ulab float arrays. It is exact: the
+  nibbles (0..15) and int8 activations are small integers, every product is <= 15 * 127 and every
+  partial sum of a group (16 bytes, 32 products) is an integer <= 60960 < 2**24, which float32
+  holds exactly, in any summation order;
+- the per-group scaling (O(rows * cols / 32)) needs 31-bit products, so it runs in Python ints;
+- the O(n) fixed-point kernels (quantise, RMSNorm, RoPE, softmax, SiLU, mul) work on Q16 int32
+  vectors that ulab cannot even view: they are the plain kernels.
+ulab allocates its result arrays, so this backend is not allocation-free (CircuitPython has no
+viper either). The tests run it on CPython with numpy standing in for ulab.numpy, restricted to
+ulab's dtypes and functions (tests/shared/kernels_ref.py).
+"""
+from shared import fixedmath, q4
+from shared.q4 import I_EH, I_HDR, shift_sat
+
+try:
+    from ulab import numpy as np
+except ImportError:
+    np = None
+
+_BLOCK = 4096  # nibble bytes per block of rows (bounds ulab's temporary arrays)
+
+quantize_act = q4.quantize_act
+rmsnorm = fixedmath.rmsnorm
+rope = fixedmath.rope
+softmax = fixedmath.softmax
+silu = fixedmath.silu
+mul = fixedmath.mul
+
+
+def bind(module):
+    """Use module as ulab.numpy (tests bind a restricted numpy stand-in)."""
+    global np
+    np = module
+
+
+def _sums(mat, act, r0, nr):
+    """sum(nibble * q_a) per (row, group) for nr rows from r0, as float32 integers (exact)."""
+    half = mat.cols // 2
+    b = np.array(np.frombuffer(mat.buf, dtype=np.uint8, count=nr * half, offset=r0 * half), dtype=np.float)
+    hi = np.floor(b / 16)
+    lo = b - hi * 16
+    qa = np.array(np.frombuffer(act.q, dtype=np.uint8, count=act.n), dtype=np.float) - 128  # q + 128 stored
+    p = lo.reshape((nr, half)) * qa[0::2] + hi.reshape((nr, half)) * qa[1::2]
+    return np.sum(p.reshape((nr * mat.ng, 16)), axis=1)
+
+
+def matvec(out, mat, act, r0, r1):
+    info = act.info
+    ng = mat.ng
+    sc = mat.scales
+    sh = info[I_EH] - mat.wshift
+    step = max(1, _BLOCK // (mat.cols // 2))
+    r = r0
+    while r < r1:
+        nr = min(step, r1 - r)
+        s = _sums(mat, act, r, nr)
+        for i in range(nr):
+            so = 2 * (r + i) * ng
+            t = 0
+            for g in range(ng):
+                acc = int(s[i * ng + g]) - (info[I_HDR + ng + g] << 3)
+                sg = info[I_HDR + g]
+                if sg <= 30:
+                    t += (acc * (sc[so] | (sc[so + 1] << 8)) + ((1 << sg) >> 1)) >> sg
+                so += 2
+            out[r + i - r0] = shift_sat(t, sh)
+        r += nr
+
+
+def group_dots(out, mat, act, row):
+    s = _sums(mat, act, row, 1)
+    info = act.info
+    ng = mat.ng
+    for g in range(ng):
+        out[g] = int(s[g]) - (info[I_HDR + ng + g] << 3)
