@@ -48,12 +48,24 @@ def cmd_vboard(args: argparse.Namespace) -> int:
     return vboard.main(argv)
 
 
+def board_platform(port: str, tool: str) -> str:
+    """sys.platform of the board at port ('rp2', 'esp32', 'linux' for a virtual board)."""
+    from tools import deploy
+
+    return deploy.run_on_board(port, "import sys; print(sys.platform)", tool=tool, timeout=15).strip()
+
+
 def cmd_deploy(args: argparse.Namespace) -> int:
     from tools import build, deploy
 
     board = _board(args.board)
     try:
-        out = build.build(board, arch=args.arch)
+        arch = args.arch
+        if arch is None and board_platform(args.port, args.tool) == "linux":
+            # A virtual board (the unix port) cannot run armv6m/xtensawin native code: give it x64.
+            arch = "x64"
+            print(f"{args.port} is a virtual board (unix port): deploying the x64 build")
+        out = build.build(board, arch=arch)
         report = deploy.deploy(out, args.port, tool=args.tool)
     except (build.BuildError, deploy.DeployError) as e:
         raise UserError(str(e)) from e
@@ -88,7 +100,7 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--board", required=True, help="board profile name")
     d.add_argument("--port", required=True, help="serial port of the board's REPL (/dev/ttyACM0, or a vboard pty)")
     d.add_argument("--tool", choices=("mpremote", "ampy"), default="mpremote")
-    d.add_argument("--arch", help="override the build arch (x64 when deploying to a virtual board)")
+    d.add_argument("--arch", help="override the build arch (default: the profile's; x64 when the port is a virtual board)")
     d.set_defaults(func=cmd_deploy)
 
     m = sub.add_parser("demo", help="start a virtual board, deploy the core with mpremote and run its self-test")

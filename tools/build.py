@@ -24,6 +24,11 @@ ARCH_CODES = {
     8: "armv7emdp", 9: "xtensa", 10: "xtensawin", 11: "rv32imc", 12: "rv64imc",
 }
 NATIVE_MARKERS = ("@micropython.viper", "@micropython.native", "@micropython.asm_")
+# Backends a flavour can never import (kernels.load() skips them there): leaving them out saves flash.
+EXCLUDED = {
+    "micropython": {"shared/q4_numpy.py", "shared/q4_ulab.py"},
+    "circuitpython": {"shared/q4_numpy.py", "shared/q4_viper.py", "shared/ringkv_viper.py"},
+}
 
 
 class BuildError(RuntimeError):
@@ -68,10 +73,13 @@ def board_profile(board: str) -> dict:
     return profile.load(str(path))
 
 
-def sources() -> list[Path]:
+def sources(flavour: str | None = None) -> list[Path]:
+    """The .py files a board of `flavour` gets (all of them for None)."""
+    skip = EXCLUDED.get(flavour or "", set())
     out: list[Path] = []
     for pkg in PACKAGES:
-        out += sorted(p for p in (ROOT / pkg).rglob("*.py") if "__pycache__" not in p.parts)
+        out += sorted(p for p in (ROOT / pkg).rglob("*.py")
+                      if "__pycache__" not in p.parts and str(p.relative_to(ROOT)) not in skip)
     return out
 
 
@@ -86,7 +94,7 @@ def build(board: str, arch: str | None = None, out_dir: Path | None = None) -> P
     compile_mpy = prof["flavour"] == "micropython"
     manifest: dict = {"board": board, "arch": arch if compile_mpy else "source", "flavour": prof["flavour"], "files": []}
     exe = mpy_cross_exe() if compile_mpy else None
-    for src in sources():
+    for src in sources(prof["flavour"]):
         rel = src.relative_to(ROOT)
         if compile_mpy:
             dest = out / "lib" / rel.with_suffix(".mpy")

@@ -16,7 +16,8 @@ def test_build_names_board_architecture(tmp_path: Path, board: str, arch: str) -
     out = build.build(board, out_dir=tmp_path / board)
     manifest = json.loads((out / "MANIFEST.json").read_text())
     assert manifest["arch"] == arch
-    sources = {str(p.relative_to(build.ROOT).with_suffix(".mpy")): p for p in build.sources()}
+    sources = {str(p.relative_to(build.ROOT).with_suffix(".mpy")): p for p in build.sources("micropython")}
+    assert not any("q4_numpy" in name for name in sources), "a host-only backend would waste the board's flash"
     assert len(manifest["files"]) == len(sources)
     native_seen = 0
     for entry in manifest["files"]:
@@ -39,6 +40,9 @@ def test_circuitpython_build_ships_sources(tmp_path: Path) -> None:
     manifest = json.loads((out / "MANIFEST.json").read_text())
     assert manifest["arch"] == "source"
     assert all(f["path"].endswith(".py") for f in manifest["files"])
+    # CircuitPython has no native code: the viper modules stay behind, the ulab backend goes along
+    paths = {f["path"] for f in manifest["files"]}
+    assert "lib/shared/q4_viper.py" not in paths and "lib/shared/q4_ulab.py" in paths
 
 
 def test_header_reader_rejects_non_mpy(tmp_path: Path) -> None:
@@ -51,7 +55,7 @@ def test_header_reader_rejects_non_mpy(tmp_path: Path) -> None:
 def test_mpy_cross_errors_are_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     broken = tmp_path / "broken.py"
     broken.write_text("def f(:\n")
-    monkeypatch.setattr(build, "sources", lambda: [broken])
+    monkeypatch.setattr(build, "sources", lambda flavour=None: [broken])
     monkeypatch.setattr(build, "ROOT", tmp_path)
     (tmp_path / "boards").mkdir()
     (tmp_path / "boards" / "rp2040_pico.json").write_text((Path(cli.ROOT) / "boards" / "rp2040_pico.json").read_text())

@@ -229,3 +229,18 @@ def test_deploy_then_reboot_runs_the_deployed_main(vb: VirtualBoard, x64_build: 
     res = subprocess.run([mpremote, "connect", vb.repl_port, "fs", "ls", ":lib/shared"],
                          capture_output=True, text=True, timeout=30)
     assert "profile.mpy" in res.stdout
+
+
+@pytest.mark.slow
+def test_cli_deploy_detects_a_virtual_board(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from host import cli
+    from tools.vboard import VirtualBoard
+
+    with VirtualBoard("rp2040_pico", root=tmp_path / "fs") as vb:
+        assert cli.main(["deploy", "--board", "rp2040_pico", "--port", vb.repl_port]) == 0
+        out = capsys.readouterr().out
+        assert "virtual board" in out
+        got = deploy.run_on_board(vb.repl_port, "from shared import ringkv_viper; print(ringkv_viper.__name__)")
+        assert got.strip() == "shared.ringkv_viper"  # the x64 native module imports: the right build went on
+    assert cli.main(["deploy", "--board", "rp2040_pico", "--port", str(tmp_path / "nope")]) == 2
+    assert "edgetwin deploy: error:" in capsys.readouterr().err
