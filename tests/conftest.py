@@ -175,6 +175,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     def fmt(c):
         return ", ".join("%d %s" % (c.get(k, 0), k) for k in ("passed", "failed", "skipped") if c.get(k, 0) or k == "passed")
 
-    terminalreporter.write_line(
-        "shared tests: CPython %s: %s | MicroPython (unix port, heap of %s: %d B): %s"
-        % (sys.version.split()[0], fmt(counts["cpython"]), MP_BOARD, mp_heap_bytes(), fmt(counts["micropython"])))
+    # Printed in pytest_unconfigure, so it is the line right after pytest's own summary line.
+    config._edgetwin_shared_line = "shared tests: CPython %s: %s | MicroPython (unix port, heap of %s: %d B): %s" % (
+        sys.version.split()[0], fmt(counts["cpython"]), MP_BOARD, mp_heap_bytes(), fmt(counts["micropython"]))
+
+
+def pytest_unconfigure(config):
+    line = getattr(config, "_edgetwin_shared_line", None)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if line and reporter is not None:
+        reporter.write_line(line)
