@@ -73,6 +73,10 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_convert(args: argparse.Namespace) -> int:  # reached only through main()'s early dispatch
+    raise UserError("usage: edgetwin convert SRC DST [options]; see edgetwin convert --help")
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from tools import deploy, selftest_demo, vboard
 
@@ -103,6 +107,10 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--arch", help="override the build arch (default: the profile's; x64 when the port is a virtual board)")
     d.set_defaults(func=cmd_deploy)
 
+    c = sub.add_parser("convert", add_help=False,
+                       help="convert a GGUF, llama2.c .bin or Hugging Face safetensors model to MBF (see convert --help)")
+    c.set_defaults(func=cmd_convert)
+
     m = sub.add_parser("demo", help="start a virtual board, deploy the core with mpremote and run its self-test")
     m.add_argument("--board", default="rp2040_pico")
     m.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
@@ -111,6 +119,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["convert"]:
+        # The converter owns its arguments (and --help); argparse's REMAINDER would swallow them badly.
+        from tools import convert
+
+        return convert.main(argv[1:])
     args = parser().parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
     try:

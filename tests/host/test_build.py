@@ -69,3 +69,13 @@ def test_cli_build_and_unknown_board(capsys: pytest.CaptureFixture[str]) -> None
     assert cli.main(["build", "--board", "nosuch"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown board 'nosuch'" in err and "rp2040_pico" in err
+
+
+def test_cli_convert_is_wired(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as e:
+        cli.main(["convert", "--help"])
+    assert e.value.code == 0 and "SRC DST" in capsys.readouterr().out
+    assert cli.main(["convert", str(tmp_path / "missing.gguf"), str(tmp_path / "out.mbf")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "missing.gguf" in err
+    assert not (tmp_path / "out.mbf").exists()
