@@ -1,0 +1,152 @@
+# crc32.py: CRC-32 (zlib/PNG) as running checksums that never allocate: binascii-backed or table-free.
+"""The CRC-32 of the link (and of MBF, KV snapshots, the tokenizer blob): polynomial 0xEDB88320
+(reflected), initial register 0xFFFFFFFF, final XOR 0xFFFFFFFF, i.e. `binascii.crc32(data)`;
+`crc32(b"123456789") == 0xCBF43926`.
+
+Two running implementations with one interface, reset() / update(buf, start, end) / put(out, off) /
+matches(buf, off), so a caller can checksum any byte range of a preallocated buffer and write or
+compare the result as 4 little-endian bytes without ever holding the CRC as one Python int:
+
+- Halves: table-free, bitwise, the 32-bit register kept as two 16-bit halves (hi, lo). Every value
+  it computes is below 2**16, so it allocates nothing on any port. On RP2040/ESP32 MicroPython a
+  small int holds 31 bits (objects from 2**30 up are heap longs), so a plain 32-bit register, or
+  binascii.crc32's return value, would allocate on about 3 bytes in 4. Cost on the x64 unix port:
+  ~1.5 us per byte (binascii: ~0.25 us per byte called byte by byte).
+- Binascii: `binascii.crc32` chained over the range. Used where a 32-bit int is a small int (CPython,
+  64-bit MicroPython such as the unix port): fast, and allocation-free on 64-bit MicroPython because
+  the range is fed through a preallocated 1-byte buffer (slicing a memoryview would allocate).
+
+new() returns the right one for the interpreter: Binascii when binascii.crc32 exists and ints up to
+2**32 are small, else Halves. crc32(data, crc=0) is the bitwise reference with binascii's signature.
+"""
+import sys
+
+try:
+    from micropython import const
+except ImportError:  # CPython
+    const = lambda x: x  # noqa: E731
+
+try:
+    from binascii import crc32 as _bcrc
+except ImportError:  # firmware built without binascii.crc32
+    _bcrc = None
+
+_POLY_HI = const(0xEDB8)  # 0xEDB88320, high half
+_POLY_LO = const(0x8320)  # low half
+_IS_MP = sys.implementation.name == "micropython"
+WIDE_INTS = sys.maxsize > 0xFFFFFFFF  # MicroPython: 64-bit port, small ints hold 62 bits
+
+
+class Halves:
+    """Running CRC-32 in two 16-bit halves; no value ever reaches 2**16, so nothing allocates."""
+
+    kind = "halves"
+
+    def __init__(self):
+        self.hi = 0xFFFF
+        self.lo = 0xFFFF
+
+    def reset(self):
+        self.hi = 0xFFFF
+        self.lo = 0xFFFF
+
+    def update(self, buf, start, end):
+        hi = self.hi
+        lo = self.lo
+        for i in range(start, end):
+            lo ^= buf[i]
+            for _ in range(8):
+                # shift the 32-bit register (hi:lo) right by one; XOR the polynomial if a 1 fell out
+                if lo & 1:
+                    lo = ((lo >> 1) | ((hi & 1) << 15)) ^ _POLY_LO
+                    hi = (hi >> 1) ^ _POLY_HI
+                else:
+                    lo = (lo >> 1) | ((hi & 1) << 15)
+                    hi >>= 1
+        self.hi = hi
+        self.lo = lo
+
+    def put(self, out, off):
+        """Write the final CRC (register XOR 0xFFFFFFFF) as 4 little-endian bytes at out[off]."""
+        lo = self.lo ^ 0xFFFF
+        hi = self.hi ^ 0xFFFF
+        out[off] = lo & 0xFF
+        out[off + 1] = lo >> 8
+        out[off + 2] = hi & 0xFF
+        out[off + 3] = hi >> 8
+
+    def matches(self, buf, off):
+        """True if buf[off:off+4] holds the final CRC, little-endian (compared byte by byte)."""
+        lo = self.lo ^ 0xFFFF
+        hi = self.hi ^ 0xFFFF
+        return (buf[off] == lo & 0xFF and buf[off + 1] == lo >> 8
+                and buf[off + 2] == hi & 0xFF and buf[off + 3] == hi >> 8)
+
+    def value(self):
+        """The CRC as an int (a heap long on 31-bit-int boards when >= 2**30: not for hot paths)."""
+        return ((self.hi ^ 0xFFFF) << 16) | (self.lo ^ 0xFFFF)
+
+
+class Binascii:
+    """Running CRC-32 through binascii.crc32; allocation-free only where 32-bit ints are small."""
+
+    kind = "binascii"
+
+    def __init__(self):
+        if _bcrc is None:
+            raise ValueError("binascii.crc32 is not available on this interpreter")
+        self.v = 0
+        self._one = bytearray(1)
+
+    def reset(self):
+        self.v = 0
+
+    def update(self, buf, start, end):
+        if not _IS_MP:
+            self.v = _bcrc(memoryview(buf)[start:end], self.v)
+        elif start == 0 and end == len(buf):
+            self.v = _bcrc(buf, self.v)
+        else:
+            one = self._one
+            v = self.v
+            for i in range(start, end):
+                one[0] = buf[i]
+                v = _bcrc(one, v)
+            self.v = v
+
+    def put(self, out, off):
+        v = self.v
+        out[off] = v & 0xFF
+        out[off + 1] = (v >> 8) & 0xFF
+        out[off + 2] = (v >> 16) & 0xFF
+        out[off + 3] = v >> 24
+
+    def matches(self, buf, off):
+        v = self.v
+        return (buf[off] == v & 0xFF and buf[off + 1] == (v >> 8) & 0xFF
+                and buf[off + 2] == (v >> 16) & 0xFF and buf[off + 3] == v >> 24)
+
+    def value(self):
+        return self.v
+
+
+def new(kind=None):
+    """A running CRC: kind 'halves', 'binascii', or None for the best allocation-free choice here."""
+    if kind is None:
+        kind = "binascii" if (_bcrc is not None and (WIDE_INTS or not _IS_MP)) else "halves"
+    if kind == "halves":
+        return Halves()
+    if kind == "binascii":
+        return Binascii()
+    raise ValueError("unknown CRC kind %r (use 'halves' or 'binascii')" % (kind,))
+
+
+def crc32(data, crc=0):
+    """binascii.crc32(data, crc), computed bitwise without a table (the reference for tests)."""
+    if not isinstance(crc, int) or crc < 0 or crc > 0xFFFFFFFF:
+        raise ValueError("crc must be an int in 0..0xFFFFFFFF, got %r" % (crc,))
+    h = Halves()
+    h.hi = (crc >> 16) ^ 0xFFFF
+    h.lo = (crc & 0xFFFF) ^ 0xFFFF
+    h.update(data, 0, len(data))
+    return h.value()

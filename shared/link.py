@@ -1,0 +1,971 @@
+# link.py: reliable, in-order, flow-controlled frame delivery over any byte transport (no I/O of its own).
+# One end of the node <-> gateway link (docs/PROTOCOL.md sections 4 and 5).
+#
+# The link owns no port and no clock: the caller gives it a transport with
+#
+#     write(buf, n) -> bytes accepted from buf[0:n] (None means all)   e.g. machine.UART.write
+#     readinto(buf) -> bytes read into buf (0 or None if none waiting)  e.g. UART.readinto
+#
+# and calls poll(now) often, now being integer milliseconds modulo 2**30 (MicroPython's
+# time.ticks_ms(); on CPython int(time.monotonic() * 1000) & 0x3FFFFFFF). Every interval is compared
+# with a wrap-safe difference, so the clock may wrap. Received data frames reach on_frame(type, buf,
+# off, n) in order and exactly once (buf is the decoder's buffer: copy what you keep); link events
+# reach on_event(code, value).
+#
+# What poll() does: read what the transport has (bounded), decode and check frames, deliver data,
+# apply acks and credit; then the timers (handshake, heartbeat, dead peer, retransmission); then send:
+# a pending partial write first, then control frames, then data frames from the retransmit window.
+#
+# - Sequenced data (types 0x10..0x7F) go into a bounded retransmit window (`window` frames, a power of
+#   two up to 64, in a ring of `window_bytes`), each stored as a whole frame so a retransmission only
+#   rewrites header fields (ack, credit) and the CRC. send() returns False when the window is full.
+# - Cumulative acks ride in every header; an ACK frame goes out ack_ms after data arrives if no frame
+#   carried it. Lost frames: a receiver that sees a frame after a gap sends an ACK with the GAP flag
+#   and the sender goes back to the first unacked frame at once (go-back-N); otherwise after a
+#   retransmission timeout from an RTT estimate (Jacobson/Karels, integer, with exponential backoff).
+#   Duplicates are dropped by (epoch, seq).
+# - Selective repeat (reorder=N > 0): the receiver keeps up to N frames after a gap in preallocated
+#   slots and lists them in its ACKs (SACK bitmap); the sender then resends only the frames sent
+#   before a held one and not held themselves (bytes on a UART cannot overtake each other), and
+#   skips held frames. Without it (the default, no RAM spent) the peer falls back to go-back-N.
+# - Credit: each header carries `limit`, the highest wire offset of the receiver's stream the sender
+#   may reach with data frames: the end of the last valid frame read, plus the bytes read since,
+#   plus rxbuf - RESERVE. A data frame is sent only if it fits. Control frames (HELLO, HEARTBEAT, ACK,
+#   ERROR) are exempt but rate-limited; RESERVE bytes of the receive buffer are kept for them. When a
+#   sender is out of credit for a timeout it sends a probe (HEARTBEAT with PROBE) for a fresh limit.
+# - Handshake: HELLO carries the sender's parameters and tx_base (its oldest unacked seq). A side is
+#   established once it has the peer's epoch and the peer has addressed a valid frame to its own
+#   epoch. A HELLO from a new epoch is a peer reboot (EV_PEER_REBOOT): receive state restarts at the
+#   peer's tx_base; unacked frames stay in the window and are resent to the new instance.
+# - Optional HMAC-SHA256 signing (key=...): every frame signed and checked, with a 48-bit counter that
+#   must increase (replay protection). Signing allocates (hashlib); everything else in poll() and
+#   send() allocates nothing on MicroPython once constructed (tests/shared/test_link.py proves it).
+from array import array
+
+from shared import crc32, frame
+from shared.frame import (
+    ACK,
+    ACK_GAP,
+    ACK_SACK,
+    DATA_MIN,
+    ERROR,
+    H_EPOCH,
+    H_PEER,
+    HB_PROBE,
+    HDR,
+    HE_FLAGS,
+    HE_MAXFRAME,
+    HE_RXBUF,
+    HE_TXBASE,
+    HEARTBEAT,
+    HELLO,
+    HELLO_SIZE,
+    HELLO_WANT,
+    OVERHEAD,
+    SIG,
+    SIGNED,
+    copy4,
+    put_header,
+    put_u16,
+    same4,
+    u16,
+)
+
+try:
+    from micropython import const
+except ImportError:  # CPython
+    const = lambda x: x  # noqa: E731
+
+TICKS_MASK = const(0x3FFFFFFF)
+TICKS_HALF = const(0x20000000)
+RESERVE = const(128)  # receive-buffer bytes left out of the data credit, for control frames and noise
+HELLO_GAP_MS = const(10)  # least time between two HELLOs (replies included)
+SINCE_CAP = const(0x4000)  # bytes read since the last valid frame saturate here
+MAX_WINDOW = const(64)
+CTRL_RAW = const(128)  # control frames are built in a buffer this big (HELLO signed: 80 bytes)
+# control bodies (docs/PROTOCOL.md 3.2-3.4)
+_HB_FLAGS = const(0)
+_HB_BAD = const(2)
+_HB_DUP = const(4)
+_HEARTBEAT_SIZE = const(6)
+_AK_FLAGS = const(0)
+_AK_SACK = const(1)
+_ACK_SIZE = const(1)
+MAX_REORDER = const(16)  # the SACK bitmap is a u16
+_HELD = const(1)
+_LOST = const(2)
+_ER_CODE = const(0)
+_ER_REF = const(1)
+_ER_DETAIL = const(2)
+_ERROR_MIN = const(4)
+
+EV_ESTABLISHED = const(1)  # value: 1
+EV_PEER_REBOOT = const(2)  # value: peer reboots seen so far
+EV_PEER_LOST = const(3)  # nothing valid from the peer for dead_ms
+EV_VERSION = const(4)  # value: the version byte of a frame dropped for its major version
+EV_PEER_ERROR = const(5)  # value: the code of an ERROR frame from the peer
+EV_BAD_BODY = const(6)  # value: the type of a delivered-in-order frame whose body failed check_body
+EV_REFUSED = const(7)  # value: the code accept_hello returned for the peer's HELLO
+EV_AUTH = const(8)  # value: 1 bad tag or unsigned, 2 replayed counter
+EV_TX_DROPPED = const(9)  # value: queued frames dropped (the peer's new limits cannot take them)
+
+
+class LinkError(ValueError):
+    """A bad argument to Link (constructor values, send() type or size)."""
+
+
+def ticks_diff(a, b):
+    # a - b for millisecond ticks modulo 2**30, in -2**29..2**29-1.
+    return ((a - b + TICKS_HALF) & TICKS_MASK) - TICKS_HALF
+
+
+def new_epoch():
+    # 4 random bytes, not all zero (0 means "no epoch" in the peer field).
+    try:
+        from os import urandom
+    except ImportError:  # pragma: no cover - ports without os.urandom
+        import random
+
+        def urandom(n):
+            return bytes(random.getrandbits(8) for _ in range(n))
+    while True:
+        e = bytes(urandom(4))
+        if e != b"\x00\x00\x00\x00":
+            return e
+
+
+def _int(v, name, lo, hi):
+    if not isinstance(v, int) or isinstance(v, bool) or v < lo or v > hi:
+        raise LinkError("%s must be an int in %d..%d, got %r" % (name, lo, hi, v))
+    return v
+
+
+class Link:
+    # One end of the link. See the module docstring; parameters are in docs/PROTOCOL.md section 5.
+
+    def __init__(self, transport, on_frame=None, on_event=None, epoch=None, role=frame.ROLE_NODE, rxbuf=1024,
+                 max_frame=frame.MAX_FRAME, window=8, window_bytes=2048, board_id=b"", model_hash=0,
+                 tokenizer_hash=0, kv=(0, 0, 0), draft_k=0, topk=0, key=None, counter=0, accept_hello=None,
+                 rto_init=500, rto_min=50, rto_max=3000, ack_ms=5, hb_ms=1000, dead_ms=3500, hello_ms=500,
+                 chunk=128, rx_budget=None, crc=None, now=0, reorder=0, reorder_bytes=0):
+        if not hasattr(transport, "write") or not hasattr(transport, "readinto"):
+            raise LinkError("transport needs write(buf, n) and readinto(buf)")
+        _int(window, "window", 1, MAX_WINDOW)
+        if window & (window - 1):
+            raise LinkError("window must be a power of two, got %d" % window)
+        _int(rxbuf, "rxbuf", frame.MIN_RXBUF, frame.MAX_FRAME_LIMIT)
+        _int(max_frame, "max_frame", frame.MIN_FRAME, frame.MAX_FRAME_LIMIT)
+        _int(window_bytes, "window_bytes", frame.MIN_FRAME, 0xFFFF)
+        _int(rto_min, "rto_min", 1, 60000)
+        _int(rto_max, "rto_max", rto_min, 600000)
+        _int(rto_init, "rto_init", rto_min, rto_max)
+        for name, v in (("ack_ms", ack_ms), ("hb_ms", hb_ms), ("dead_ms", dead_ms), ("hello_ms", hello_ms)):
+            _int(v, name, 0, TICKS_HALF - 1)
+        _int(chunk, "chunk", 1, 4096)
+        _int(reorder, "reorder", 0, MAX_REORDER)
+        if reorder & (reorder - 1):
+            raise LinkError("reorder must be 0 or a power of two, got %d" % reorder)
+        if epoch is None:
+            epoch = new_epoch()
+        if len(epoch) != 4 or bytes(epoch) == b"\x00\x00\x00\x00":
+            raise LinkError("epoch must be 4 bytes, not all zero")
+        self.t = transport
+        self.on_frame = on_frame
+        self.on_event = on_event
+        self._accept = accept_hello
+        self.max_frame = max_frame
+        self.rxbuf = rxbuf
+        self.rto_min = rto_min
+        self.rto_max = rto_max
+        self.ack_ms = ack_ms
+        self.hb_ms = hb_ms
+        self.dead_ms = dead_ms
+        self.hello_ms = hello_ms
+        self.rx_budget = rx_budget if rx_budget is not None else rxbuf
+        self._epoch = bytearray(epoch)
+        self._peer = bytearray(4)
+        self._peer_known = False
+        self._peer_hello_ok = False
+        self.peer_hello = bytearray(HELLO_SIZE)
+        self.established = False
+        crc = crc if crc is not None else crc32.new()
+        self.enc = frame.Encoder(max_frame, raw_bytes=CTRL_RAW, crc=crc)
+        self.dec = frame.Decoder(max_frame, crc=crc)
+        self._chunk = bytearray(chunk)
+        self._cbody = bytearray(16)
+        self._signer = frame.Signer(key) if key is not None else None
+        self._sig = SIG if key is not None else 0
+        self._ctr = bytearray(frame.counter_bytes(counter))
+        self._peer_ctr = bytearray(frame.SIG_COUNTER)
+        if len(kv) != 3:
+            raise LinkError("kv must be (sink, window, staged)")
+        self._hello = bytearray(frame.pack_hello(role=role, flags=1 if key is not None else 0, rxbuf=rxbuf,
+                                                 max_frame=max_frame, window=window, draft_k=draft_k, topk=topk,
+                                                 kv_sink=kv[0], kv_window=kv[1], kv_staged=kv[2],
+                                                 model_hash=model_hash, tokenizer_hash=tokenizer_hash,
+                                                 board_id=board_id))
+        self._init_window(window, window_bytes)
+        self._init_reorder(reorder, reorder_bytes or max_frame - OVERHEAD)
+        self._init_state(now, rto_init)
+        self._zero_counters()
+
+    # __init__ is split in parts: MicroPython compiles each function into one contiguous block, and a
+    # smaller largest block keeps compiling this module from source feasible on a fragmented heap.
+
+    def _init_window(self, window, window_bytes):
+        # retransmit window: whole frames in a byte ring, per-slot bookkeeping indexed by seq & mask
+        self._wn = window
+        self._mask = window - 1
+        self._wbuf = bytearray(window_bytes)
+        self._wcap = window_bytes
+        self._w_off = array("H", bytes(2 * window))
+        self._w_n = array("H", bytes(2 * window))
+        self._w_t = array("i", bytes(4 * window))
+        self._w_tries = bytearray(window)
+        self._w_sack = bytearray(window)  # _HELD: the peer holds it (SACK); _LOST: resend it first
+        self._w_txn = array("H", bytes(2 * window))  # transmission number of each frame's latest sending
+        self._txn = 0
+        self._lost = 0  # frames marked _LOST (a hint: rescanned when nothing is found)
+        self._r_head = 0
+        self._r_tail = 0
+        self._next_seq = 0  # next seq to assign
+        self._base = 0  # oldest unacked
+        self._next_tx = 0  # next to transmit (rewinds to base on loss)
+        self._sent_hi = 0  # one past the highest seq ever transmitted
+        self._rx_next = 0  # next seq expected from the peer
+
+    def _init_reorder(self, n, size):
+        # receive side of selective repeat: up to n frames after a gap, each body up to size bytes
+        self._ro_n = n
+        self._ro_mask = n - 1 if n else 0
+        self._ro_size = size
+        self._ro = bytearray(n * size)
+        self._ro_seq = array("i", [-1] * n)
+        self._ro_t = bytearray(n)
+        self._ro_len = array("H", bytes(2 * n))
+
+    def _init_state(self, now, rto_init):
+        # credit
+        self._tx_off = 0
+        self._limit = 0
+        self._limit_ok = False
+        self._anchor = 0
+        self._anchor_ok = False
+        self._since = 0
+        self._rest = 0
+        # timers and flags
+        now &= TICKS_MASK
+        self.now = now
+        self._last_rx = now
+        self._last_tx = now
+        self._last_hello = (now - 100000) & TICKS_MASK
+        self._last_err = (now - 100000) & TICKS_MASK
+        self._rto = rto_init
+        self._srtt8 = 0
+        self._rttvar4 = 0
+        self._rto_on = False
+        self._rto_at = 0
+        self._ack_due = False
+        self._ack_at = 0
+        self._need_hello = True
+        self._need_probe = False
+        self._need_gap = False
+        self._sack_due = False
+        self._sack_at = 0
+        self._err_code = 0
+        self._err_detail = 0
+        self._gap_for = -1
+        self._gap_at = 0
+        self._rewind_base = -1
+        self._rewind_at = 0
+        self._blocked = False
+        self._blocked_at = 0
+        self._pend = 0
+        self._ver_seen = 0
+
+    def _zero_counters(self):
+        self.tx_frames = 0
+        self.tx_data = 0
+        self.tx_retx = 0
+        self.tx_bytes = 0
+        self.tx_acked = 0
+        self.tx_dropped = 0
+        self.timeouts = 0
+        self.rewinds = 0
+        self.probes = 0
+        self.credit_waits = 0
+        self.rx_bytes = 0
+        self.rx_frames = 0
+        self.rx_delivered = 0
+        self.rx_dup = 0
+        self.rx_gap = 0
+        self.rx_stale = 0
+        self.rx_misaddressed = 0
+        self.rx_bad_body = 0
+        self.rx_bad_ack = 0
+        self.rx_unknown = 0
+        self.rx_auth_fail = 0
+        self.rx_replay = 0
+        self.peer_reboots = 0
+        self.refused = 0
+
+    # ---- application side ----
+
+    def send(self, ftype, body, n=-1):
+        # Queue a data frame (type 0x10..0x7F) with body[0:n] (n = -1: all of body).
+        #
+        # True if queued; False if the window is full or the peer's parameters are not known yet (no
+        # HELLO from it so far). Raises LinkError for a control type or a body over max_body().
+        if n < 0:
+            n = len(body)
+        if ftype < DATA_MIN or ftype > 0x7F:
+            raise LinkError("send() takes data types 0x10..0x7f, got %r" % (ftype,))
+        if n > len(body) or n > self.max_body():
+            raise LinkError("body of %d bytes: at most %d here" % (n, self.max_body()))
+        if not self._peer_hello_ok or ((self._next_seq - self._base) & 0xFFFF) >= self._wn:
+            return False
+        size = HDR + n + self._sig + frame.CRC
+        off = self._ring_alloc(size)
+        if off < 0:
+            return False
+        w = self._wbuf
+        w[off + 1] = ftype | (SIGNED if self._sig else 0)
+        put_u16(w, off + frame.H_LEN, n)
+        if n == len(body):
+            w[off + HDR:off + HDR + n] = body
+        else:
+            for i in range(n):
+                w[off + HDR + i] = body[i]
+        slot = self._next_seq & self._mask
+        self._w_off[slot] = off
+        self._w_n[slot] = n
+        self._w_tries[slot] = 0
+        self._w_sack[slot] = 0
+        self._next_seq = (self._next_seq + 1) & 0xFFFF
+        self._r_tail = off + size
+        return True
+
+    def max_body(self):
+        # Largest body send() takes now: own max_frame, the peer's (once known), its credit span.
+        raw = self.max_frame
+        if self._peer_hello_ok:
+            pm = u16(self.peer_hello, HE_MAXFRAME)
+            if pm < raw:
+                raw = pm
+            span = ((u16(self.peer_hello, HE_RXBUF) - RESERVE - 3) * 254) // 255
+            if span < raw:
+                raw = span
+        if self._wcap < raw:
+            raw = self._wcap
+        return raw - OVERHEAD - self._sig
+
+    def queued(self):
+        # Data frames queued or in flight (not yet acked).
+        return (self._next_seq - self._base) & 0xFFFF
+
+    def free_slots(self):
+        return self._wn - self.queued()
+
+    def restore(self, peer_epoch, last_seq, peer_counter=None):
+        # Before the first poll: resume receiving from peer_epoch after last_seq (persisted by the app
+        # from rx_state()). The first HELLO then acks last_seq to that peer, so it resends only what
+        # came after; peer_counter (signed links) keeps replays of older frames out.
+        if len(peer_epoch) != 4 or bytes(peer_epoch) == b"\x00\x00\x00\x00":
+            raise LinkError("peer_epoch must be 4 bytes, not all zero")
+        _int(last_seq, "last_seq", 0, 0xFFFF)
+        copy4(self._peer, 0, peer_epoch, 0)
+        self._peer_known = True
+        self._rx_next = (last_seq + 1) & 0xFFFF
+        if peer_counter is not None:  # signed links: the highest counter accepted, so no replay gets in
+            if len(peer_counter) != frame.SIG_COUNTER:
+                raise LinkError("peer_counter must be %d bytes" % frame.SIG_COUNTER)
+            for i in range(frame.SIG_COUNTER):
+                self._peer_ctr[i] = peer_counter[i]
+
+    def rx_state(self):
+        # (peer epoch bytes, last seq delivered in order, highest signed-frame counter accepted) for the
+        # application to persist with what it stored, and give back to restore() after a restart.
+        return bytes(self._peer), (self._rx_next - 1) & 0xFFFF, bytes(self._peer_ctr)
+
+    def reset_tx(self):
+        # Drop every queued or unacked frame; the peer learns the new tx_base from a HELLO.
+        dropped = self.queued()
+        self.tx_dropped += dropped
+        self._base = self._next_tx = self._sent_hi = self._next_seq
+        self._r_head = self._r_tail = 0
+        self._rto_on = False
+        self._need_hello = True
+        return dropped
+
+    def stats(self):
+        # Counters and state as a dict (allocates): every public int attribute, the decoder's
+        # rejections, the RTO and smoothed RTT.
+        out = {"established": self.established}
+        for k, v in self.__dict__.items():
+            if (k[:3] in ("tx_", "rx_") and k != "rx_budget") or k in (
+                    "timeouts", "rewinds", "probes", "credit_waits", "peer_reboots", "refused"):
+                out[k] = v
+        d = self.dec
+        for k in ("err_short", "err_crc", "err_version", "err_length"):
+            out[k] = getattr(d, k)
+        out["err_cobs"] = d.cobs.err_cobs
+        out["err_oversize"] = d.cobs.oversize
+        out["rto_ms"] = self._rto
+        out["srtt_ms"] = self._srtt8 >> 3
+        return out
+
+    # ---- the engine ----
+
+    def poll(self, now):
+        self.now = now & TICKS_MASK
+        self._rx()
+        self._timers()
+        self._tx()
+
+    def _event(self, code, value):
+        if self.on_event is not None:
+            self.on_event(code, value)
+
+    def _rx(self):
+        dec = self.dec
+        chunk = self._chunk
+        budget = self.rx_budget
+        while budget > 0:
+            n = self.t.readinto(chunk)
+            if not n:
+                break
+            budget -= n
+            self.rx_bytes += n
+            since = self._since + n
+            self._since = since if since < SINCE_CAP else SINCE_CAP
+            i = 0
+            while i < n:
+                i = dec.feed(chunk, i, n)
+                if dec.ready:
+                    self._rest = n - i
+                    self._frame_in()
+        if dec.err_version != self._ver_seen:
+            self._ver_seen = dec.err_version
+            self._event(EV_VERSION, dec.last_version)
+            self._error_soon(frame.E_VERSION, dec.last_version)
+
+    def _frame_in(self):
+        d = self.dec
+        buf = d.buf
+        ftype = d.ftype
+        t = ftype & 0x7F
+        blen = d.blen
+        self.rx_frames += 1
+        if self._signer is not None:
+            if not ftype & SIGNED or not self._auth_ok(buf, blen):
+                if not ftype & SIGNED:
+                    self.rx_auth_fail += 1
+                self._event(EV_AUTH, 1)
+                return
+        elif ftype & SIGNED:  # signed but we hold no key: cannot trust it
+            self.rx_auth_fail += 1
+            self._event(EV_AUTH, 1)
+            return
+        if not (self._peer_known and same4(buf, H_EPOCH, self._peer, 0)):
+            if t == ERROR and blen >= _ERROR_MIN:
+                self._event(EV_PEER_ERROR, buf[HDR + _ER_CODE])
+                return
+            if t != HELLO:
+                self.rx_stale += 1
+                self._hello_soon()
+                return
+            if not self._hello_in(buf, blen):
+                return
+            reboot = self._peer_known
+            copy4(self._peer, 0, buf, H_EPOCH)
+            self._peer_known = True
+            self._rx_next = u16(buf, HDR + HE_TXBASE)
+            self._gap_for = -1
+            self._limit_ok = False
+            self.established = False
+            self._forget_peer_state()
+            self._adopt_hello(buf, blen)
+            if reboot:
+                self.peer_reboots += 1
+                self._event(EV_PEER_REBOOT, self.peer_reboots)
+        elif t == HELLO:
+            if not self._hello_in(buf, blen):
+                return
+            base = u16(buf, HDR + HE_TXBASE)
+            if 0 < ((base - self._rx_next) & 0xFFFF) < 0x8000:  # the peer no longer holds those frames
+                self._rx_next = base
+                self._forget_rx()
+            self._adopt_hello(buf, blen)
+        self._anchor = (d.txoff + d.wire) & 0xFFFF
+        self._anchor_ok = True
+        self._since = self._rest
+        self._last_rx = self.now
+        to_me = same4(buf, H_PEER, self._epoch, 0)
+        if to_me:
+            self._ack_in(d.ack)
+            lim = d.limit
+            if not self._limit_ok:
+                self._limit = lim
+                self._limit_ok = True
+            elif 0 < ((lim - self._limit) & 0xFFFF) < 0x8000:
+                self._limit = lim
+            if not self.established:
+                self.established = True
+                self._next_tx = self._base  # resend everything unacked to this (possibly new) peer
+                self._event(EV_ESTABLISHED, 1)
+        if t == HELLO:
+            if not to_me or buf[HDR + HE_FLAGS] & HELLO_WANT:
+                self._hello_soon()
+            else:
+                self._ack_due = True
+                self._ack_at = self.now
+        elif t == HEARTBEAT:
+            if blen and buf[HDR] & HB_PROBE:
+                self._ack_due = True
+                self._ack_at = self.now
+        elif t == ACK:
+            held = False
+            if to_me and blen >= 3 and buf[HDR] & ACK_SACK:
+                held = self._sack_in(d.ack, buf[HDR + _AK_SACK] | (buf[HDR + _AK_SACK + 1] << 8))
+            if to_me and blen and buf[HDR] & ACK_GAP and not held:
+                self._gap_in()  # the peer keeps nothing after a gap: go back
+        elif t == ERROR:
+            if blen >= _ERROR_MIN:
+                self._event(EV_PEER_ERROR, buf[HDR + _ER_CODE])
+        elif t >= DATA_MIN:
+            self._data_in(d, buf, t, blen, to_me)
+        else:
+            self.rx_unknown += 1
+
+    def _hello_in(self, buf, blen):
+        code = frame.check_body(HELLO, buf, HDR, blen)
+        if code:
+            self.rx_bad_body += 1
+            self._event(EV_BAD_BODY, HELLO)
+            return False
+        if self._accept is not None:
+            code = self._accept(buf, HDR, blen)
+            if code:
+                self.refused += 1
+                self._event(EV_REFUSED, code)
+                self._error_soon(frame.E_HELLO, code)
+                return False
+        return True
+
+    def _adopt_hello(self, buf, blen):
+        ph = self.peer_hello
+        for i in range(HELLO_SIZE):
+            ph[i] = buf[HDR + i]
+        self._peer_hello_ok = True
+        # frames queued for an earlier peer that this one cannot take are dropped (rare: its limits shrank)
+        mb = self.max_body()
+        s = self._base
+        while s != self._next_seq:
+            if self._w_n[s & self._mask] > mb:
+                self._event(EV_TX_DROPPED, self.reset_tx())
+                return
+            s = (s + 1) & 0xFFFF
+
+    def _data_in(self, d, buf, t, blen, to_me):
+        if not to_me or not self.established:
+            self.rx_misaddressed += 1
+            return
+        diff = (d.seq - self._rx_next) & 0xFFFF
+        if diff == 0:
+            self._rx_next = (self._rx_next + 1) & 0xFFFF
+            self._ack_later()
+            if frame.check_body(t, buf, HDR, blen):
+                self.rx_bad_body += 1
+                self._event(EV_BAD_BODY, t)
+            else:
+                self.rx_delivered += 1
+                if self.on_frame is not None:
+                    self.on_frame(t, buf, HDR, blen)
+            if self._ro_n:
+                self._drain()
+        elif diff < 0x8000:  # a frame after a missing one: keep it if we can, ack, ask for the hole now
+            self.rx_gap += 1
+            self._ack_later()
+            if diff < self._ro_n and blen <= self._ro_size:
+                slot = d.seq & self._ro_mask
+                if self._ro_seq[slot] == d.seq:
+                    self.rx_dup += 1
+                else:
+                    base = slot * self._ro_size
+                    ro = self._ro
+                    for i in range(blen):
+                        ro[base + i] = buf[HDR + i]
+                    self._ro_seq[slot] = d.seq
+                    self._ro_t[slot] = t
+                    self._ro_len[slot] = blen
+                    if not self._sack_due:  # the sender learns it from an ACK frame only: send one soon
+                        self._sack_due = True
+                        self._sack_at = (self.now + self.ack_ms) & TICKS_MASK
+            if self._gap_for != self._rx_next or ticks_diff(self.now, self._gap_at) >= self.rto_min:
+                self._gap_for = self._rx_next
+                self._gap_at = self.now
+                self._need_gap = True
+        else:
+            self.rx_dup += 1
+            self._ack_later()
+
+    def _drain(self):
+        # Deliver frames held after a gap once the gap is filled, in order.
+        while True:
+            nxt = self._rx_next
+            slot = nxt & self._ro_mask
+            if self._ro_seq[slot] != nxt:
+                return
+            self._ro_seq[slot] = -1
+            self._rx_next = (nxt + 1) & 0xFFFF
+            t = self._ro_t[slot]
+            n = self._ro_len[slot]
+            off = slot * self._ro_size
+            if frame.check_body(t, self._ro, off, n):
+                self.rx_bad_body += 1
+                self._event(EV_BAD_BODY, t)
+                continue
+            self.rx_delivered += 1
+            if self.on_frame is not None:
+                self.on_frame(t, self._ro, off, n)
+
+    def _sack_bits(self):
+        bits = 0
+        nxt = self._rx_next
+        for i in range(self._ro_n - 1):
+            s = (nxt + 1 + i) & 0xFFFF
+            if self._ro_seq[s & self._ro_mask] == s:
+                bits |= 1 << i
+        return bits
+
+    def _sack_in(self, ack, bits):
+        # Mark the frames the peer holds; then every frame sent before the latest-sent held one and
+        # not held itself is lost (bytes on a UART cannot overtake each other): resend those first.
+        base = self._base
+        span = (self._sent_hi - base) & 0xFFFF
+        mask = self._mask
+        last = -1
+        i = 0
+        while bits:
+            if bits & 1:
+                s = (ack + 2 + i) & 0xFFFF
+                if ((s - base) & 0xFFFF) < span:
+                    self._w_sack[s & mask] = _HELD
+                    txn = self._w_txn[s & mask]
+                    if last < 0 or 0 < ((txn - last) & 0xFFFF) < 0x8000:
+                        last = txn
+            bits >>= 1
+            i += 1
+        if last < 0:
+            return False
+        s = base
+        while s != self._sent_hi:
+            slot = s & mask
+            if not self._w_sack[slot] and 0 < ((last - self._w_txn[slot]) & 0xFFFF) < 0x8000:
+                self._w_sack[slot] = _LOST
+                self._lost += 1
+            s = (s + 1) & 0xFFFF
+        return True
+
+    def _forget_peer_state(self):
+        # a new peer instance holds nothing of ours, and we hold nothing of its
+        for i in range(self._wn):
+            self._w_sack[i] = 0
+        self._forget_rx()
+
+    def _forget_rx(self):
+        for i in range(self._ro_n):
+            self._ro_seq[i] = -1
+
+    def _auth_ok(self, buf, blen):
+        p = HDR + blen
+        if not frame.counter_newer(buf, p, self._peer_ctr, 0):
+            self.rx_replay += 1
+            self._event(EV_AUTH, 2)
+            return False
+        if not self._signer.verify(buf, 0, blen):
+            self.rx_auth_fail += 1
+            return False
+        for i in range(frame.SIG_COUNTER):
+            self._peer_ctr[i] = buf[p + i]
+        return True
+
+    def _ack_in(self, ack):
+        base = self._base
+        k = (ack + 1 - base) & 0xFFFF
+        if k == 0:
+            return
+        if k > ((self._sent_hi - base) & 0xFFFF):
+            if k < 0x8000:  # acks a frame never sent: a broken or hostile peer
+                self.rx_bad_ack += 1
+            return
+        slot = ack & self._mask
+        if self._w_tries[slot] == 1:  # Karn: time only frames sent once
+            self._rtt(ticks_diff(self.now, self._w_t[slot]))
+        base = (ack + 1) & 0xFFFF
+        self._base = base
+        self.tx_acked += k
+        if base == self._next_seq:
+            self._r_head = self._r_tail = 0
+        else:
+            self._r_head = self._w_off[base & self._mask]
+        if ((self._next_tx - base) & 0xFFFF) >= 0x8000:
+            self._next_tx = base
+        if base == self._sent_hi:
+            self._rto_on = False
+        else:
+            self._rto_on = True
+            self._rto_at = (self.now + self._rto) & TICKS_MASK
+
+    def _rtt(self, r):
+        if r < 0:
+            r = 0
+        if self._srtt8 == 0:
+            self._srtt8 = 8 * r + 1
+            self._rttvar4 = 2 * r
+        else:
+            err = r - (self._srtt8 >> 3)
+            self._srtt8 += err
+            if self._srtt8 < 1:
+                self._srtt8 = 1
+            if err < 0:
+                err = -err
+            self._rttvar4 += err - (self._rttvar4 >> 2)
+        rto = (self._srtt8 >> 3) + self._rttvar4
+        self._rto = self.rto_min if rto < self.rto_min else (self.rto_max if rto > self.rto_max else rto)
+
+    def _gap_in(self):
+        base = self._base
+        if base == self._sent_hi:
+            return
+        guard = self._srtt8 >> 3
+        if guard < self.rto_min:
+            guard = self.rto_min
+        if self._rewind_base == base and ticks_diff(self.now, self._rewind_at) < guard:
+            return  # already going back for this hole
+        self._rewind(base)
+        self.rewinds += 1
+
+    def _rewind(self, base):
+        self._next_tx = base
+        self._rewind_base = base
+        self._rewind_at = self.now
+
+    def _ack_later(self):
+        if not self._ack_due:
+            self._ack_due = True
+            self._ack_at = (self.now + self.ack_ms) & TICKS_MASK
+
+    def _hello_soon(self):
+        self._need_hello = True
+
+    def _error_soon(self, code, detail):
+        self._err_code = code
+        self._err_detail = detail & 0xFFFF
+
+    def _timers(self):
+        now = self.now
+        if self.established and ticks_diff(now, self._last_rx) >= self.dead_ms:
+            self.established = False
+            self._need_hello = True
+            self._event(EV_PEER_LOST, 0)
+        if not self.established and ticks_diff(now, self._last_hello) >= self.hello_ms:
+            self._need_hello = True
+        if self._rto_on and ticks_diff(now, self._rto_at) >= 0:
+            if self._blocked:  # nothing could be sent: ask for fresh credit instead of backing off
+                self._need_probe = True
+            elif self.established:
+                self.timeouts += 1
+                r = self._rto * 2
+                self._rto = r if r < self.rto_max else self.rto_max
+                self._rewind(self._base)
+            self._rto_at = (now + self._rto) & TICKS_MASK
+
+    # ---- sending ----
+
+    def _limit_adv(self):
+        if not self._anchor_ok:
+            return 0
+        return (self._anchor + self._since + self.rxbuf - RESERVE) & 0xFFFF
+
+    def _tx(self):
+        if self._pend and not self._flush():
+            return
+        for _ in range(16):
+            n = self._next_frame()
+            if not n or not self._write(n):
+                return
+
+    def _next_frame(self):
+        now = self.now
+        if self._need_hello and ticks_diff(now, self._last_hello) >= HELLO_GAP_MS:
+            self._need_hello = False
+            self._last_hello = now
+            h = self._hello
+            put_u16(h, HE_TXBASE, self._base)
+            h[HE_FLAGS] = (1 if self._sig else 0) | (0 if self._peer_hello_ok else HELLO_WANT)
+            return self._ctrl(HELLO, h, HELLO_SIZE)
+        if self._err_code and ticks_diff(now, self._last_err) >= self.hello_ms:
+            self._last_err = now
+            b = self._cbody
+            b[_ER_CODE] = self._err_code
+            b[_ER_REF] = 0
+            put_u16(b, _ER_DETAIL, self._err_detail)
+            self._err_code = 0
+            return self._ctrl(ERROR, b, _ERROR_MIN)
+        if self._need_probe:
+            self._need_probe = False
+            self.probes += 1
+            return self._heartbeat(HB_PROBE)
+        if self.established and (self._lost or self._next_tx != self._next_seq):
+            n = self._data()
+            if n:
+                return n
+        if (self._need_gap or (self._ack_due and ticks_diff(now, self._ack_at) >= 0)
+                or (self._sack_due and ticks_diff(now, self._sack_at) >= 0)):
+            b = self._cbody
+            b[_AK_FLAGS] = ACK_GAP if self._need_gap else 0
+            self._need_gap = False
+            self._sack_due = False
+            if self._ro_n:
+                b[_AK_FLAGS] |= ACK_SACK
+                put_u16(b, _AK_SACK, self._sack_bits())
+                return self._ctrl(ACK, b, _ACK_SIZE + 2)
+            return self._ctrl(ACK, b, _ACK_SIZE)
+        if self.established and ticks_diff(now, self._last_tx) >= self.hb_ms:
+            return self._heartbeat(0)
+        return 0
+
+    def _heartbeat(self, flags):
+        b = self._cbody
+        b[_HB_FLAGS] = flags
+        b[1] = 0
+        put_u16(b, _HB_BAD, self.dec.errors() & 0xFFFF)
+        put_u16(b, _HB_DUP, self.rx_dup & 0xFFFF)
+        return self._ctrl(HEARTBEAT, b, _HEARTBEAT_SIZE)
+
+    def _ctrl(self, ftype, body, blen):
+        enc = self.enc
+        raw = enc.raw
+        if self._sig:
+            ftype |= SIGNED
+        put_header(raw, 0, ftype, blen, self._next_seq, (self._rx_next - 1) & 0xFFFF, self._epoch, self._peer,
+                   self._tx_off, self._limit_adv())
+        for i in range(blen):
+            raw[HDR + i] = body[i]
+        if self._sig:
+            frame.counter_inc(self._ctr)
+            self._signer.sign(raw, 0, blen, self._ctr)
+        return enc.wrap(raw, 0, enc.seal(raw, 0, blen))
+
+    def _data(self):
+        mask = self._mask
+        seq = -1
+        if self._lost:  # frames known lost go first
+            s = self._base
+            while s != self._sent_hi:
+                if self._w_sack[s & mask] == _LOST:
+                    seq = s
+                    break
+                s = (s + 1) & 0xFFFF
+            if seq < 0:
+                self._lost = 0
+        if seq < 0:
+            s = self._next_tx
+            while s != self._next_seq and self._w_sack[s & mask] == _HELD:  # the peer has it: skip
+                s = (s + 1) & 0xFFFF
+            self._next_tx = s
+            if s == self._next_seq:
+                return 0
+            seq = s
+        slot = seq & mask
+        off = self._w_off[slot]
+        blen = self._w_n[slot]
+        w = self._wbuf
+        raw = HDR + blen + self._sig + frame.CRC
+        if not self._limit_ok or ((self._limit - self._tx_off - (raw + raw // 254 + 3)) & 0xFFFF) >= 0x8000:
+            if not self._blocked:
+                self._blocked = True
+                self._blocked_at = self.now
+                self.credit_waits += 1
+            return 0
+        self._blocked = False
+        put_header(w, off, w[off + 1], blen, seq, (self._rx_next - 1) & 0xFFFF, self._epoch, self._peer,
+                   self._tx_off, self._limit_adv())
+        if self._sig:
+            frame.counter_inc(self._ctr)
+            self._signer.sign(w, off, blen, self._ctr)
+        enc = self.enc
+        n = enc.wrap(w, off, enc.seal(w, off, blen))
+        tries = self._w_tries[slot]
+        if tries:
+            self.tx_retx += 1
+            if seq == self._base:  # waiting for this resend now: time it from here
+                self._rto_on = True
+                self._rto_at = (self.now + self._rto) & TICKS_MASK
+        else:
+            self.tx_data += 1
+        self._w_tries[slot] = tries + 1 if tries < 255 else 255
+        self._w_t[slot] = self.now
+        self._w_txn[slot] = self._txn
+        self._txn = (self._txn + 1) & 0xFFFF
+        seq = (seq + 1) & 0xFFFF
+        if self._w_sack[slot] == _LOST:
+            self._w_sack[slot] = 0
+            self._lost -= 1
+        else:
+            self._next_tx = seq
+        if 0 < ((seq - self._sent_hi) & 0xFFFF) < 0x8000:
+            self._sent_hi = seq
+        if not self._rto_on:
+            self._rto_on = True
+            self._rto_at = (self.now + self._rto) & TICKS_MASK
+        return n
+
+    def _write(self, n):
+        wire = self.enc.wire
+        w = self.t.write(wire, n)
+        if w is None:
+            w = n
+        self.tx_frames += 1
+        self._sent(w)
+        self._ack_due = False  # every header carries the current ack
+        if w < n:
+            for i in range(n - w):
+                wire[i] = wire[w + i]
+            self._pend = n - w
+            return False
+        return True
+
+    def _flush(self):
+        wire = self.enc.wire
+        n = self._pend
+        w = self.t.write(wire, n)
+        if w is None:
+            w = n
+        self._sent(w)
+        if w < n:
+            for i in range(n - w):
+                wire[i] = wire[w + i]
+            self._pend = n - w
+            return False
+        self._pend = 0
+        return True
+
+    def _sent(self, w):
+        self._tx_off = (self._tx_off + w) & 0xFFFF
+        self.tx_bytes += w
+        self._last_tx = self.now
+
+    def _ring_alloc(self, size):
+        cap = self._wcap
+        if self._base == self._next_seq:
+            self._r_head = 0
+            return 0 if size <= cap else -1
+        head = self._r_head
+        tail = self._r_tail
+        if tail > head:
+            if tail + size <= cap:
+                return tail
+            return 0 if size <= head else -1
+        return tail if tail + size <= head else -1
