@@ -15,6 +15,10 @@ class UserError(Exception):
     """A mistake the user can fix (unknown board, missing port...): printed as one line, exit code 2."""
 
 
+# `edgetwin bench NAME ...` runs tools/bench_NAME.py, each printing one JSON object.
+BENCHES = ("kernels", "link", "lruk", "stream", "fidelity")
+
+
 def known_boards() -> list[str]:
     return sorted(p.stem for p in (ROOT / "boards").glob("*.json"))
 
@@ -111,6 +115,10 @@ def parser() -> argparse.ArgumentParser:
                        help="convert a GGUF, llama2.c .bin or Hugging Face safetensors model to MBF (see convert --help)")
     c.set_defaults(func=cmd_convert)
 
+    bn = sub.add_parser("bench", help="run a benchmark that prints one JSON object: " + ", ".join(BENCHES))
+    bn.add_argument("name", choices=BENCHES)
+    bn.set_defaults(func=lambda a: 0)
+
     m = sub.add_parser("demo", help="start a virtual board, deploy the core with mpremote and run its self-test")
     m.add_argument("--board", default="rp2040_pico")
     m.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
@@ -120,6 +128,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"] and len(argv) > 1 and argv[1] in BENCHES:
+        import importlib
+
+        return importlib.import_module("tools.bench_" + argv[1]).main(argv[2:])
     if argv[:1] == ["convert"]:
         # The converter owns its arguments (and --help); argparse's REMAINDER would swallow them badly.
         from tools import convert

