@@ -1,0 +1,594 @@
+"""Numpy (float32) BERT cross-encoder read from a Hugging Face model directory, run layer by layer.
+
+Semantics are those of transformers' BertForSequenceClassification in eval mode:
+
+    hidden = LayerNorm(word[ids] + position[0..T) + token_type[types])          embed()
+    for l in layers:                                                             layer()
+        a      = LayerNorm(hidden + Wo . MultiHeadSelfAttention(hidden, mask))   (post-LN)
+        hidden = LayerNorm(a + W2 . act(W1 . a))                                  act = config hidden_act
+    logits = classifier(tanh(pooler(hidden[:, 0])))                              head()
+
+The model directory holds config.json, model.safetensors and tokenizer.json or vocab.txt. Tensor names may
+carry the "bert." prefix (BertForSequenceClassification) or none (a bare BertModel backbone). Weights are
+fetched per layer through a WeightSource, so a streaming source (read one layer by file offset) and an
+embedding-row cache can replace ResidentWeights without touching the forward pass.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional, Protocol, Sequence
+
+import numpy as np
+
+from host.prism import wordpiece
+
+F32 = np.float32
+SUPPORTED_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
+
+
+class PrismModelError(ValueError):
+    """The model directory is missing, corrupt, not a BERT model, or disagrees with its config."""
+
+
+class PrismInputError(ValueError):
+    """A query the reranker cannot score (empty question, no candidates, bad token ids)."""
+
+
+# ---------------------------------------------------------------------------------------------- config
+
+
+@dataclass(frozen=True)
+class BertConfig:
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+    max_position: int
+    type_vocab_size: int
+    layer_norm_eps: float
+    hidden_act: str
+    pad_token_id: int
+    initializer_range: float
+    num_labels: Optional[int]  # from id2label / num_labels when config.json states it
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @classmethod
+    def from_dict(cls, d: dict, where: str = "config.json") -> "BertConfig":
+        if d.get("model_type") != "bert":
+            raise PrismModelError(
+                "%s: model_type is %r, not 'bert' (only BERT-family cross-encoders are supported)"
+                % (where, d.get("model_type"))
+            )
+        if d.get("position_embedding_type", "absolute") != "absolute":
+            raise PrismModelError("%s: only absolute position embeddings are supported" % where)
+
+        def need_int(key: str, minimum: int = 1) -> int:
+            v = d.get(key)
+            if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+                raise PrismModelError("%s: %s must be an integer >= %d, got %r" % (where, key, minimum, v))
+            return v
+
+        hidden = need_int("hidden_size")
+        heads = need_int("num_attention_heads")
+        if hidden % heads:
+            raise PrismModelError("%s: hidden_size %d is not divisible by num_attention_heads %d" % (where, hidden, heads))
+        act = d.get("hidden_act", "gelu")
+        if act not in SUPPORTED_ACTS:
+            raise PrismModelError("%s: hidden_act %r is not supported (use one of %s)" % (where, act, ", ".join(SUPPORTED_ACTS)))
+        eps = d.get("layer_norm_eps", 1e-12)
+        if not isinstance(eps, (int, float)) or not eps > 0:
+            raise PrismModelError("%s: layer_norm_eps must be a positive number, got %r" % (where, eps))
+        num_labels: Optional[int] = None
+        if isinstance(d.get("id2label"), dict):
+            num_labels = len(d["id2label"])
+        elif isinstance(d.get("num_labels"), int):
+            num_labels = d["num_labels"]
+        return cls(
+            vocab_size=need_int("vocab_size"),
+            hidden_size=hidden,
+            num_layers=need_int("num_hidden_layers"),
+            num_heads=heads,
+            intermediate_size=need_int("intermediate_size"),
+            max_position=need_int("max_position_embeddings"),
+            type_vocab_size=need_int("type_vocab_size"),
+            layer_norm_eps=float(eps),
+            hidden_act=act,
+            pad_token_id=need_int("pad_token_id", 0) if "pad_token_id" in d else 0,
+            initializer_range=float(d.get("initializer_range", 0.02)),
+            num_labels=num_labels,
+        )
+
+
+# ---------------------------------------------------------------------------------------------- weights
+
+
+class WeightSource(Protocol):
+    """Where tensors come from. shape() must not read tensor data (header only)."""
+
+    def names(self) -> Iterable[str]: ...
+
+    def shape(self, name: str) -> Optional[tuple[int, ...]]: ...
+
+    def get(self, name: str) -> np.ndarray: ...
+
+    def rows(self, name: str, index: np.ndarray) -> np.ndarray: ...
+
+
+class ResidentWeights:
+    """All tensors of one safetensors file read into memory as float32 at construction."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], origin: str = "<arrays>"):
+        self.origin = origin
+        self._arrays = arrays
+
+    @classmethod
+    def from_file(cls, path: str) -> "ResidentWeights":
+        try:
+            from safetensors import safe_open
+        except ImportError:  # pragma: no cover - declared dependency
+            raise PrismModelError("the `safetensors` package is not installed: pip install 'safetensors>=0.4,<1'") from None
+        if not os.path.isfile(path):
+            raise PrismModelError("missing weights file %s" % path)
+        arrays: dict[str, np.ndarray] = {}
+        try:
+            with safe_open(path, framework="np") as fh:
+                for name in fh.keys():
+                    arr = fh.get_tensor(name)
+                    if arr.dtype.kind == "f":
+                        arr = arr.astype(F32, copy=False)
+                    arrays[name] = arr
+        except PrismModelError:
+            raise
+        except Exception as exc:  # SafetensorError, OSError, unsupported dtype (e.g. bf16 in numpy)
+            raise PrismModelError("cannot read %s (corrupt or unsupported safetensors file): %s" % (path, exc)) from None
+        return cls(arrays, origin=path)
+
+    def names(self) -> Iterable[str]:
+        return self._arrays.keys()
+
+    def shape(self, name: str) -> Optional[tuple[int, ...]]:
+        arr = self._arrays.get(name)
+        return None if arr is None else tuple(arr.shape)
+
+    def get(self, name: str) -> np.ndarray:
+        try:
+            return self._arrays[name]
+        except KeyError:
+            raise PrismModelError("missing tensor %s in %s" % (name, self.origin)) from None
+
+    def rows(self, name: str, index: np.ndarray) -> np.ndarray:
+        return self.get(name)[index]
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """One encoder layer; linear weights are [out, in] as stored by PyTorch."""
+
+    wq: np.ndarray
+    bq: np.ndarray
+    wk: np.ndarray
+    bk: np.ndarray
+    wv: np.ndarray
+    bv: np.ndarray
+    wo: np.ndarray
+    bo: np.ndarray
+    ln1_g: np.ndarray
+    ln1_b: np.ndarray
+    wi: np.ndarray
+    bi: np.ndarray
+    wf: np.ndarray
+    bf: np.ndarray
+    ln2_g: np.ndarray
+    ln2_b: np.ndarray
+
+
+# Field of LayerWeights -> tensor name suffix under "<prefix>encoder.layer.<l>."
+_LAYER_TENSORS = {
+    "wq": "attention.self.query.weight",
+    "bq": "attention.self.query.bias",
+    "wk": "attention.self.key.weight",
+    "bk": "attention.self.key.bias",
+    "wv": "attention.self.value.weight",
+    "bv": "attention.self.value.bias",
+    "wo": "attention.output.dense.weight",
+    "bo": "attention.output.dense.bias",
+    "ln1_g": "attention.output.LayerNorm.weight",
+    "ln1_b": "attention.output.LayerNorm.bias",
+    "wi": "intermediate.dense.weight",
+    "bi": "intermediate.dense.bias",
+    "wf": "output.dense.weight",
+    "bf": "output.dense.bias",
+    "ln2_g": "output.LayerNorm.weight",
+    "ln2_b": "output.LayerNorm.bias",
+}
+
+
+def layer_shapes(cfg: BertConfig) -> dict[str, tuple[int, ...]]:
+    """Expected shape of each LayerWeights field."""
+    h, i = cfg.hidden_size, cfg.intermediate_size
+    shapes: dict[str, tuple[int, ...]] = {}
+    for f in ("wq", "wk", "wv", "wo"):
+        shapes[f] = (h, h)
+    for f in ("bq", "bk", "bv", "bo", "ln1_g", "ln1_b", "bf", "ln2_g", "ln2_b"):
+        shapes[f] = (h,)
+    shapes["wi"], shapes["bi"], shapes["wf"] = (i, h), (i,), (h, i)
+    return shapes
+
+
+def embedding_shapes(cfg: BertConfig) -> dict[str, tuple[int, ...]]:
+    h = cfg.hidden_size
+    return {
+        "embeddings.word_embeddings.weight": (cfg.vocab_size, h),
+        "embeddings.position_embeddings.weight": (cfg.max_position, h),
+        "embeddings.token_type_embeddings.weight": (cfg.type_vocab_size, h),
+        "embeddings.LayerNorm.weight": (h,),
+        "embeddings.LayerNorm.bias": (h,),
+    }
+
+
+# ---------------------------------------------------------------------------------------------- kernels
+
+
+def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
+    mean = x.mean(axis=-1, keepdims=True)
+    centred = x - mean
+    var = np.mean(centred * centred, axis=-1, keepdims=True)
+    return centred / np.sqrt(var + F32(eps)) * gamma + beta
+
+
+def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """x [..., in] @ w[out, in]^T + b."""
+    y = x @ w.T
+    y += b
+    return y
+
+
+_ERF_P = F32(0.3275911)
+_ERF_A = tuple(F32(c) for c in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592))
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """Error function in float32 (Abramowitz & Stegun 7.1.26), |error| < 5e-7 including float32 rounding.
+
+    Written with in-place updates: on a [20, 512, 1536] activation every temporary is 63 MB.
+    """
+    a = np.abs(x)
+    t = a * _ERF_P
+    t += F32(1.0)
+    np.reciprocal(t, out=t)
+    poly = t * _ERF_A[0]
+    for c in _ERF_A[1:]:
+        poly += c
+        poly *= t
+    np.square(a, out=a)
+    np.negative(a, out=a)
+    np.exp(a, out=a)
+    poly *= a  # poly = 1 - erf(|x|)
+    np.subtract(F32(1.0), poly, out=poly)
+    return np.copysign(poly, x, out=poly)
+
+
+def gelu_erf(x: np.ndarray) -> np.ndarray:
+    """HF "gelu": x * Phi(x) = x/2 * (1 + erf(x / sqrt 2)), the exact (erf) normal CDF."""
+    y = erf(x * F32(1.0 / math.sqrt(2.0)))
+    y += F32(1.0)
+    y *= x
+    y *= F32(0.5)
+    return y
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """HF "gelu_new" / "gelu_pytorch_tanh": the tanh approximation."""
+    c = F32(math.sqrt(2.0 / math.pi))
+    return F32(0.5) * x * (F32(1.0) + np.tanh(c * (x + F32(0.044715) * x * x * x)))
+
+
+def relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, F32(0.0))
+
+
+ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "gelu": gelu_erf,
+    "gelu_new": gelu_tanh,
+    "gelu_pytorch_tanh": gelu_tanh,
+    "relu": relu,
+}
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis, computed in place (x is overwritten and returned)."""
+    x -= x.max(axis=-1, keepdims=True)
+    np.exp(x, out=x)
+    x /= x.sum(axis=-1, keepdims=True)
+    return x
+
+
+def attention_bias(mask: np.ndarray) -> np.ndarray:
+    """[B, T] 1/0 attention mask -> additive bias [B, 1, 1, T] (0 for real tokens, float32 min for padding)."""
+    return ((1.0 - mask.astype(F32)) * np.finfo(F32).min)[:, None, None, :]
+
+
+def self_attention(x: np.ndarray, lw: LayerWeights, bias: np.ndarray, heads: int) -> np.ndarray:
+    """Multi-head scaled dot-product attention over x [B, T, H]; returns the context [B, T, H]."""
+    b, t, h = x.shape
+    d = h // heads
+
+    def heads_first(y: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+        # contiguous copies: numpy's stacked matmul is ~2x faster on them than on transposed views
+        return np.ascontiguousarray(y.reshape(b, t, heads, d).transpose(axes))
+
+    q = heads_first(linear(x, lw.wq, lw.bq) * F32(1.0 / math.sqrt(d)), (0, 2, 1, 3))  # [B, heads, T, d]
+    k_t = heads_first(linear(x, lw.wk, lw.bk), (0, 2, 3, 1))  # [B, heads, d, T]
+    v = heads_first(linear(x, lw.wv, lw.bv), (0, 2, 1, 3))  # [B, heads, T, d]
+    ctx = np.empty((b, t, heads, d), dtype=F32)
+    for i in range(b):  # one sequence at a time: its [heads, T, T] scores stay cache-sized
+        scores = q[i] @ k_t[i]
+        scores += bias[i]
+        ctx[i] = (softmax(scores) @ v[i]).transpose(1, 0, 2)
+    return ctx.reshape(b, t, h)
+
+
+def encoder_layer(x: np.ndarray, lw: LayerWeights, bias: np.ndarray, cfg: BertConfig) -> np.ndarray:
+    """One post-LN BERT layer."""
+    eps = cfg.layer_norm_eps
+    a = layer_norm(x + linear(self_attention(x, lw, bias, cfg.num_heads), lw.wo, lw.bo), lw.ln1_g, lw.ln1_b, eps)
+    ff = linear(ACTIVATIONS[cfg.hidden_act](linear(a, lw.wi, lw.bi)), lw.wf, lw.bf)
+    return layer_norm(a + ff, lw.ln2_g, lw.ln2_b, eps)
+
+
+# ---------------------------------------------------------------------------------------------- model
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Encoded (question, passage) pairs: int64 [B, T] each, right-padded."""
+
+    input_ids: np.ndarray
+    token_type_ids: np.ndarray
+    attention_mask: np.ndarray
+
+
+def _read_config(model_dir: str) -> BertConfig:
+    path = os.path.join(model_dir, "config.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = json.load(fh)
+    except FileNotFoundError:
+        raise PrismModelError("missing %s (expected a Hugging Face model directory)" % path) from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PrismModelError("cannot read %s: %s" % (path, exc)) from None
+    if not isinstance(raw, dict):
+        raise PrismModelError("%s is not a JSON object" % path)
+    return BertConfig.from_dict(raw, where=path)
+
+
+def _detect_prefix(source: WeightSource) -> str:
+    names = set(source.names())
+    for prefix in ("bert.", ""):
+        if prefix + "embeddings.word_embeddings.weight" in names:
+            return prefix
+    raise PrismModelError(
+        "missing tensor embeddings.word_embeddings.weight (with or without 'bert.' prefix) in %s"
+        % getattr(source, "origin", "weights")
+    )
+
+
+def _check_shape(source: WeightSource, name: str, want: tuple[int, ...]) -> bool:
+    """True if present with the right shape, False if absent; raises on a shape mismatch."""
+    got = source.shape(name)
+    if got is None:
+        return False
+    if tuple(got) != tuple(want):
+        raise PrismModelError(
+            "tensor %s has shape %s but config.json implies %s (config and weights disagree)"
+            % (name, tuple(got), tuple(want))
+        )
+    return True
+
+
+class BertCrossEncoder:
+    """A BERT cross-encoder: embed() -> layer(0..L-1) -> head(), or forward()/score() in one call."""
+
+    def __init__(
+        self,
+        config: BertConfig,
+        weights: WeightSource,
+        tokenizer: object = None,
+        *,
+        init_head: bool = False,
+        num_labels: int = 1,
+        seed: int = 0,
+        max_length: Optional[int] = None,
+    ):
+        self.config = config
+        self.weights = weights
+        self.tokenizer = tokenizer
+        self.max_length = min(max_length or config.max_position, config.max_position)
+        self.prefix = _detect_prefix(weights)
+        self._validate()
+        self.head_initialised = False
+        self._pooler_w, self._pooler_b, self._cls_w, self._cls_b = self._load_head(init_head, num_labels, seed)
+        self.num_labels = int(self._cls_w.shape[0])
+
+    # -- loading
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_dir: str,
+        *,
+        init_head: bool = False,
+        num_labels: int = 1,
+        seed: int = 0,
+        max_length: Optional[int] = None,
+    ) -> "BertCrossEncoder":
+        """Load config.json + model.safetensors + tokenizer from a Hugging Face model directory.
+
+        A backbone without a classifier (e.g. all-MiniLM-L6-v2) raises PrismModelError unless init_head=True,
+        which initialises the missing pooler/classifier deterministically from `seed` (normal(0,
+        initializer_range) weights, zero biases, num_labels outputs): a starting point for fine-tuning, whose
+        scores mean nothing until then.
+        """
+        if not os.path.isdir(model_dir):
+            raise PrismModelError("model directory %s does not exist" % model_dir)
+        config = _read_config(model_dir)
+        weights = ResidentWeights.from_file(os.path.join(model_dir, "model.safetensors"))
+        limit = min(max_length or config.max_position, config.max_position)
+        try:
+            tok = wordpiece.load_tokenizer(model_dir, limit)
+        except wordpiece.TokenizerError as exc:
+            raise PrismModelError(str(exc)) from None
+        return cls(config, weights, tok, init_head=init_head, num_labels=num_labels, seed=seed, max_length=limit)
+
+    def _validate(self) -> None:
+        cfg, p = self.config, self.prefix
+        for name, shape in embedding_shapes(cfg).items():
+            if not _check_shape(self.weights, p + name, shape):
+                raise PrismModelError("missing tensor %s in %s" % (p + name, getattr(self.weights, "origin", "weights")))
+        shapes = layer_shapes(cfg)
+        for l in range(cfg.num_layers):
+            for field, suffix in _LAYER_TENSORS.items():
+                name = "%sencoder.layer.%d.%s" % (p, l, suffix)
+                if not _check_shape(self.weights, name, shapes[field]):
+                    raise PrismModelError("missing tensor %s in %s" % (name, getattr(self.weights, "origin", "weights")))
+
+    def _load_head(self, init_head: bool, num_labels: int, seed: int) -> tuple[np.ndarray, ...]:
+        cfg, p, src = self.config, self.prefix, self.weights
+        h = cfg.hidden_size
+        has_pooler = _check_shape(src, p + "pooler.dense.weight", (h, h)) and _check_shape(src, p + "pooler.dense.bias", (h,))
+        cls_shape = src.shape("classifier.weight")
+        has_cls = cls_shape is not None and src.shape("classifier.bias") is not None
+        if has_cls:
+            assert cls_shape is not None
+            if len(cls_shape) != 2 or cls_shape[1] != h:
+                raise PrismModelError("tensor classifier.weight has shape %s, expected (num_labels, %d)" % (tuple(cls_shape), h))
+            if cfg.num_labels is not None and cfg.num_labels != cls_shape[0]:
+                raise PrismModelError(
+                    "config.json states %d labels but classifier.weight has %d rows" % (cfg.num_labels, cls_shape[0])
+                )
+            _check_shape(src, "classifier.bias", (cls_shape[0],))
+        if has_pooler and has_cls:
+            return src.get(p + "pooler.dense.weight"), src.get(p + "pooler.dense.bias"), src.get("classifier.weight"), src.get("classifier.bias")
+        missing = [n for n, ok in (("pooler", has_pooler), ("classifier", has_cls)) if not ok]
+        if not init_head:
+            raise PrismModelError(
+                "%s has no %s: it is a backbone, not a cross-encoder; pass init_head=True to initialise a head "
+                "for fine-tuning (its scores are meaningless until trained)"
+                % (getattr(src, "origin", "model"), " or ".join(missing))
+            )
+        if not isinstance(num_labels, int) or num_labels < 1:
+            raise PrismModelError("num_labels must be a positive integer, got %r" % (num_labels,))
+        rng = np.random.default_rng(seed)
+        std = cfg.initializer_range
+        if has_pooler:
+            pw, pb = src.get(p + "pooler.dense.weight"), src.get(p + "pooler.dense.bias")
+        else:
+            pw, pb = rng.normal(0.0, std, (h, h)).astype(F32), np.zeros(h, F32)
+        if has_cls:
+            cw, cb = src.get("classifier.weight"), src.get("classifier.bias")
+        else:
+            cw, cb = rng.normal(0.0, std, (num_labels, h)).astype(F32), np.zeros(num_labels, F32)
+        self.head_initialised = True
+        return pw, pb, cw, cb
+
+    def head_tensors(self) -> dict[str, np.ndarray]:
+        """Pooler and classifier under BertForSequenceClassification names (to save an initialised head)."""
+        return {
+            "bert.pooler.dense.weight": self._pooler_w,
+            "bert.pooler.dense.bias": self._pooler_b,
+            "classifier.weight": self._cls_w,
+            "classifier.bias": self._cls_b,
+        }
+
+    def layer_weights(self, l: int) -> LayerWeights:
+        """Fetch layer l from the weight source (the unit a streaming source will load by offset)."""
+        if not 0 <= l < self.config.num_layers:
+            raise PrismInputError("layer %d out of range 0..%d" % (l, self.config.num_layers - 1))
+        base = "%sencoder.layer.%d." % (self.prefix, l)
+        return LayerWeights(**{f: self.weights.get(base + s) for f, s in _LAYER_TENSORS.items()})
+
+    # -- steps
+
+    def encode(self, question: str, passages: Sequence[str]) -> Batch:
+        """Tokenize [CLS] question [SEP] passage [SEP] pairs (longest_first truncation to max_length)."""
+        if not isinstance(question, str) or not question.strip():
+            raise PrismInputError("the question is empty")
+        if isinstance(passages, str) or not isinstance(passages, Sequence):
+            raise PrismInputError("candidates must be a sequence of strings, got %s" % type(passages).__name__)
+        if len(passages) == 0:
+            raise PrismInputError("no candidates to rank")
+        for i, p in enumerate(passages):
+            if not isinstance(p, str):
+                raise PrismInputError("candidate %d is %s, not a string" % (i, type(p).__name__))
+        if self.tokenizer is None:
+            raise PrismInputError("this model was built without a tokenizer; pass token ids to forward()")
+        ids, types, mask = wordpiece.encode_pairs(self.tokenizer, question, passages)  # type: ignore[arg-type]
+        return Batch(ids, types, mask)
+
+    def embed(self, input_ids: np.ndarray, token_type_ids: Optional[np.ndarray] = None) -> np.ndarray:
+        """Token ids [B, T] -> hidden [B, T, H]: LayerNorm(word + position + token_type)."""
+        cfg, p = self.config, self.prefix
+        ids = np.asarray(input_ids)
+        if ids.ndim != 2 or ids.shape[0] == 0 or ids.shape[1] == 0:
+            raise PrismInputError("input_ids must be a non-empty [batch, tokens] array, got shape %s" % (ids.shape,))
+        if ids.dtype.kind not in "iu":
+            raise PrismInputError("input_ids must be integers, got %s" % ids.dtype)
+        if ids.min() < 0 or ids.max() >= cfg.vocab_size:
+            raise PrismInputError("input_ids outside the vocabulary 0..%d" % (cfg.vocab_size - 1))
+        t = ids.shape[1]
+        if t > cfg.max_position:
+            raise PrismInputError("%d tokens exceed max_position_embeddings %d" % (t, cfg.max_position))
+        types = np.zeros_like(ids) if token_type_ids is None else np.asarray(token_type_ids)
+        if types.shape != ids.shape or types.dtype.kind not in "iu":
+            raise PrismInputError("token_type_ids must be an integer array shaped like input_ids %s" % (ids.shape,))
+        if types.min() < 0 or types.max() >= cfg.type_vocab_size:
+            raise PrismInputError("token_type_ids outside 0..%d" % (cfg.type_vocab_size - 1))
+        x = self.weights.rows(p + "embeddings.word_embeddings.weight", ids)
+        x = x + self.weights.get(p + "embeddings.position_embeddings.weight")[:t]
+        x = x + self.weights.rows(p + "embeddings.token_type_embeddings.weight", types)
+        return layer_norm(x, self.weights.get(p + "embeddings.LayerNorm.weight"), self.weights.get(p + "embeddings.LayerNorm.bias"), cfg.layer_norm_eps)
+
+    def layer(self, l: int, hidden: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        """Run encoder layer l on hidden [B, T, H] with attention_mask [B, T] (1 = token, 0 = padding)."""
+        mask = np.asarray(attention_mask)
+        if hidden.ndim != 3 or hidden.shape[2] != self.config.hidden_size:
+            raise PrismInputError("hidden must be [batch, tokens, %d], got %s" % (self.config.hidden_size, hidden.shape))
+        if mask.shape != hidden.shape[:2]:
+            raise PrismInputError("attention_mask shape %s does not match hidden %s" % (mask.shape, hidden.shape[:2]))
+        return encoder_layer(hidden, self.layer_weights(l), attention_bias(mask), self.config)
+
+    def head(self, hidden_cls: np.ndarray) -> np.ndarray:
+        """[CLS] states [B, H] -> logits [B, num_labels] (pooler dense+tanh, then classifier)."""
+        if hidden_cls.ndim != 2 or hidden_cls.shape[1] != self.config.hidden_size:
+            raise PrismInputError("hidden_cls must be [batch, %d], got %s" % (self.config.hidden_size, hidden_cls.shape))
+        pooled = np.tanh(linear(hidden_cls, self._pooler_w, self._pooler_b))
+        return linear(pooled, self._cls_w, self._cls_b)
+
+    # -- whole passes
+
+    def forward(self, batch: Batch) -> np.ndarray:
+        """All layers on the whole batch; returns logits [B, num_labels] float32."""
+        hidden = self.embed(batch.input_ids, batch.token_type_ids)
+        for l in range(self.config.num_layers):
+            hidden = self.layer(l, hidden, batch.attention_mask)
+        return self.head(hidden[:, 0])
+
+    def relevance(self, logits: np.ndarray) -> np.ndarray:
+        """Logits -> one relevance score per candidate (1 label: the logit; 2 labels: logit1 - logit0)."""
+        if self.num_labels == 1:
+            return logits[:, 0]
+        if self.num_labels == 2:
+            return logits[:, 1] - logits[:, 0]
+        raise PrismModelError("a %d-label classifier has no single relevance score" % self.num_labels)
+
+    def score(self, question: str, passages: Sequence[str]) -> np.ndarray:
+        """Relevance of each passage to the question, float32 [len(passages)], higher is more relevant."""
+        return self.relevance(self.forward(self.encode(question, passages)))
