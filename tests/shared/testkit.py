@@ -42,6 +42,9 @@ def run_locked(fn, arg=None):
     except MemoryError:
         micropython.heap_unlock()
         raise AssertionError("hot path allocated on the heap (%s)" % getattr(fn, "__name__", fn))
+    except BaseException:
+        micropython.heap_unlock()  # any other failure must not leave the module's later tests locked
+        raise
     micropython.heap_unlock()
     return result
 

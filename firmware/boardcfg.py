@@ -1,0 +1,103 @@
+# boardcfg.py: read /board.json and open the link port that fits this interpreter and board.
+"""    from firmware import boardcfg
+    link = boardcfg.open_link()          # adapter from firmware.hal, per /board.json
+    link = boardcfg.open_link(port="usb_cdc")   # CircuitPython: the USB data channel instead
+
+Which adapter (see firmware/hal.py):
+- $EDGETWIN_UART set (the virtual board, tools/vboard.py): PtyUART;
+- MicroPython with machine.UART: MachineUART(uart.id, uart.baud, uart.tx, uart.rx, uart.rxbuf);
+- CircuitPython with busio: BusioUART(uart.tx, uart.rx, uart.baud, uart.rxbuf); port="usb_cdc": UsbCdcData.
+A profile written for the other interpreter is refused: its heap and KV sizes would be wrong here.
+"""
+import sys
+
+from firmware import hal
+from shared import profile
+
+PROFILE_PATH = "/board.json"
+PORTS = ("uart", "usb_cdc")
+
+
+class BoardConfigError(ValueError):
+    """The profile does not fit this interpreter/board, or no link port is available; says what to do."""
+
+
+def load(path=PROFILE_PATH):
+    """The validated board profile (shared.profile.ProfileError, a ValueError, names the bad field)."""
+    return profile.load(path)
+
+
+def interpreter():
+    """'micropython', 'circuitpython' or 'cpython'."""
+    return sys.implementation.name
+
+
+def _has_module(name):
+    if name in sys.modules:
+        return sys.modules[name] is not None
+    try:
+        __import__(name)
+    except ImportError:
+        return False
+    return True
+
+
+def _virtual_uart():
+    import os
+
+    return os.getenv("EDGETWIN_UART") or None
+
+
+def choose(prof, port="uart", impl=None, virtual=None):
+    """Name of the hal adapter class for `prof` here: 'PtyUART', 'MachineUART', 'BusioUART' or
+    'UsbCdcData'. `impl` and `virtual` default to this interpreter and $EDGETWIN_UART."""
+    if port not in PORTS:
+        raise BoardConfigError("port %r is not one of %s" % (port, ", ".join(PORTS)))
+    impl = impl or interpreter()
+    if virtual is None:
+        virtual = _virtual_uart()
+    flavour = prof["flavour"]
+    if virtual:
+        if port != "uart":
+            raise BoardConfigError("the virtual board has no %s port; its link is the UART pty" % port)
+        if flavour != "micropython" or impl not in ("micropython", "cpython"):
+            raise BoardConfigError("profile %s says %s but the virtual board runs MicroPython: pick a "
+                                   "MicroPython profile for it" % (prof["name"], flavour))
+        return "PtyUART"
+    if impl == "cpython":
+        raise BoardConfigError("no link port under CPython without EDGETWIN_UART: the gateway side uses "
+                               "pyserial (host/), the node runs on a board or the virtual board")
+    if impl != flavour:
+        raise BoardConfigError("profile %s says %s but this interpreter is %s: copy the matching "
+                               "boards/*.json to /board.json" % (prof["name"], flavour, impl))
+    if flavour == "micropython":
+        if port != "uart":
+            raise BoardConfigError("usb_cdc is CircuitPython's; on MicroPython the link is a machine.UART")
+        return "MachineUART"
+    return "BusioUART" if port == "uart" else "UsbCdcData"
+
+
+def open_link(prof=None, port="uart", path=PROFILE_PATH, timeout_ms=0, impl=None, virtual=None):
+    """Open and return the link adapter for this board (profile read from `path` unless given).
+    `impl`/`virtual` override the detected interpreter and $EDGETWIN_UART (for tests)."""
+    if prof is None:
+        prof = load(path)
+    else:
+        profile.validate(prof, "<profile>")
+    if virtual is None:
+        virtual = _virtual_uart()
+    name = choose(prof, port, impl, virtual)
+    u = prof["uart"]
+    if name == "PtyUART":
+        return hal.PtyUART(virtual)
+    if name == "MachineUART":
+        if not _has_module("machine"):
+            raise BoardConfigError("no machine module: this MicroPython port cannot drive a UART")
+        return hal.MachineUART(u["id"], u["baud"], u["tx"], u["rx"], u["rxbuf"], timeout_ms)
+    if name == "BusioUART":
+        if not _has_module("busio"):
+            raise BoardConfigError("no busio module on this CircuitPython build")
+        if u["tx"] < 0 or u["rx"] < 0:
+            raise BoardConfigError("busio.UART needs explicit pins: set uart.tx and uart.rx in the profile")
+        return hal.BusioUART(u["tx"], u["rx"], u["baud"], u["rxbuf"], timeout_ms)
+    return hal.UsbCdcData(timeout_ms)
