@@ -64,7 +64,7 @@ class Model:
         self.n_out = cfg.n_out
         pool = None if self.stream else model_load.reserve(reader, cfg)  # big blocks first
         self.layers, self.bufs = model_load.load_layers(reader, cfg, self.stream, pool)
-        self.out_norm = model_load.norm(reader, "output_norm", cfg.dim, cfg.norm_eps)
+        self.out_norm = model_load.norm(reader, "output_norm", cfg.dim, model_load.resid_eps(cfg))
         self.emb = model_load.Embeddings(reader, cfg, self.stream, out_rows, pool)
         self.rows = self.emb.rows
         self.vocab_map = self.emb.vocab_map

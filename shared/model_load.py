@@ -36,6 +36,13 @@ class Config:
         self.rope_style = conf.get("rope_style", 0)
         self.attn_bias = conf.get("attn_bias", 0)  # q, k, v biases (Qwen2-style; docs/CONVERT.md)
         self.attn_out_bias = conf.get("attn_out_bias", 0)  # attention output projection bias
+        # The residual stream is held in Q(16 - resid_shift): models with massive activations (SmolLM2's
+        # first token reaches ~29000 in one channel) would saturate Q16's +-16384. Norms are scale-free,
+        # so only the writers into the residual (embedding rows, attention output, FFN down, the
+        # output bias) and the norms' eps change, all at load time (docs/RUNTIME.md).
+        self.resid_shift = conf.get("resid_shift", 0)
+        if self.resid_shift not in (0, 1, 2, 3, 4):
+            raise ModelError("config resid_shift %r: 0..4" % (self.resid_shift,))
         for key in ("attn_bias", "attn_out_bias"):
             if conf.get(key, 0) not in (0, 1):
                 raise ModelError("config %s %r: 0 or 1" % (key, conf[key]))
@@ -139,8 +146,14 @@ def load_layers(reader, cfg, stream, pool=None):
                   bias(reader, pre + "attn_k.bias", cfg.kv_dim) if qkv else None,
                   bias(reader, pre + "attn_v.bias", cfg.kv_dim) if qkv else None,
                   bias(reader, pre + "attn_output.bias", cfg.dim) if cfg.attn_out_bias else None)
-        layers.append(Layer(norm(reader, pre + "attn_norm", cfg.dim, cfg.norm_eps),
-                            norm(reader, pre + "ffn_norm", cfg.dim, cfg.norm_eps), mats, biases))
+        rs = cfg.resid_shift
+        if rs:
+            mats[3].wshift += rs  # attn_output and ffn_down write the residual: scale them by 2**-rs
+            mats[6].wshift += rs
+            if biases[3] is not None:
+                shift_q16(biases[3], rs)
+        layers.append(Layer(norm(reader, pre + "attn_norm", cfg.dim, resid_eps(cfg)),
+                            norm(reader, pre + "ffn_norm", cfg.dim, resid_eps(cfg)), mats, biases))
     bufs = None
     if stream:  # None for the other parts: norms and scales stay resident, never re-read
         bufs = [nibbles.get(p) for p in reader.layer_parts()]
@@ -189,6 +202,7 @@ class Embeddings:
                 self.rows = EmbedRows(reader, name, n_rows, dim, wshift=fp16_scale_shift(reader, name))
             else:
                 self.rows = EmbedRows(reader, name, n_rows, dim, mat=q4_resident(reader, name, n_rows, dim, pool))
+        self.rows.rshift = cfg.resid_shift
 
     def row_of(self, token):
         """Row of token_embd for token id token (ModelError if it is not a valid id)."""
@@ -226,6 +240,7 @@ class EmbedRows:
         self.wshift = mat.wshift if mat is not None else wshift
         self.nib = None if mat is not None else bytearray(dim // 2)
         self.sbuf = None if (mat is not None or scales is not None) else bytearray(2 * self.ng)
+        self.rshift = 0  # rows go into the residual stream, in Q(16 - rshift) (Config.resid_shift)
 
     def fill(self, row, out):
         half = self.dim >> 1
@@ -249,7 +264,7 @@ class EmbedRows:
                 sc = self.sbuf
                 so = 0
                 conv = True
-        sh = 16 - wshift
+        sh = 16 - wshift - self.rshift
         c = 0
         for g in range(ng):
             ws = sc[so] | (sc[so + 1] << 8)
@@ -437,6 +452,18 @@ def f32_to_q16(b):
     else:
         v = (m + (1 << (-k - 1))) >> -k if k > -30 else 0
     return -v if b & 0x80000000 else v
+
+
+def resid_eps(cfg):
+    """RMSNorm's eps for an input in Q(16 - resid_shift): mean(x**2) shrinks by 4**resid_shift."""
+    return cfg.norm_eps / (1 << (2 * cfg.resid_shift))
+
+
+def shift_q16(buf, s):
+    """buf[i] >>= s, rounded half up (load time): a Q16 vector into Q(16 - s)."""
+    half = 1 << (s - 1)
+    for i in range(len(buf)):
+        buf[i] = (buf[i] + half) >> s
 
 
 def bias(reader, name, n):

@@ -43,6 +43,10 @@ FORMATS = ("gguf", "llama2c", "hf")
 DTYPES = ("q4", "f16", "f32")
 MAX_REL_RMS = 0.3  # a tensor dequantised this far from its source signals a layout bug, not INT4 noise
 GROUP = q4.GROUP  # the kernels' q4 group (MBF group_size)
+# The runtime's residual stream in Q(16 - 2): +-65536 of range, 6e-5 of precision. Q16's +-16384
+# saturates on SmolLM2's first-token activations (~29000), which wrecked every later token's view of
+# it (tools/diag_fidelity.py shows where).
+RESID_SHIFT = 2
 ROPE_INTERLEAVED = 0  # MBF `rope_style`: 0 = pairs (2i, 2i+1) (RopeTable style 0); every file written here
 CHUNK_ELEMS = 1 << 21  # rows quantised at a time: bounds the quantiser's float64 temporaries (~100 MB)
 F16_MAX = 65504.0
@@ -97,7 +101,7 @@ class ModelConfig:
             "dim": self.dim, "hidden_dim": self.hidden_dim, "n_layers": self.n_layers, "n_heads": self.n_heads,
             "n_kv_heads": self.n_kv_heads, "head_dim": self.head_dim, "vocab_size": self.vocab_size, "sub_vocab": 0,
             "seq_len": self.seq_len, "rope_theta": float(self.rope_theta), "norm_eps": float(self.norm_eps),
-            "group_size": GROUP, "tied_embed": int(self.tied), "rope_style": ROPE_INTERLEAVED,
+            "group_size": GROUP, "tied_embed": int(self.tied), "rope_style": ROPE_INTERLEAVED, "resid_shift": RESID_SHIFT,
             "attn_bias": int(self.attn_bias), "attn_out_bias": int(self.attn_out_bias),
         }
 

@@ -234,3 +234,39 @@ def test_ringkv_and_model_shapes_agree_for_the_board_profile():
         m.step(t)
         kv.commit(1)
     assert kv.live == 32 and m.nkeys == 33
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_residual_shift_keeps_the_logits_and_widens_the_range(tmp_path: Path, stream: bool) -> None:
+    """resid_shift 2 holds the residual in Q14: same predictions as Q16 on the fixture (whose activations
+    fit either), within a few Q16 steps of logit error, and four times the range before saturation."""
+    kernels.use("numpy")
+    shifted = tmp_path / "shift2.mbf"
+    tl.write_variant(tl.TINY, str(shifted), config={"resid_shift": 2})
+    toks = tl._tokens(40)
+    runs = []
+    for path in (tl.TINY, str(shifted)):
+        m = tl._model(path, stream=stream)
+        rows = []
+        for t in toks:
+            m.step(t)
+            m.kv.commit(1)
+            rows.append(np.frombuffer(m.logits, dtype=np.int32).astype(np.float64) / 65536.0)
+        runs.append(np.array(rows))
+    base, shift = runs
+    span = base.max() - base.min()
+    assert np.mean(base.argmax(1) == shift.argmax(1)) >= 0.95
+    assert np.abs(base - shift).max() < 0.02 * span
+    # The embedding rows that enter the residual are a quarter of their Q16 values.
+    m = tl._model(str(shifted), stream=stream)
+    q14, q16 = array("i", bytearray(4 * m.cfg.dim)), array("i", bytearray(4 * m.cfg.dim))
+    m.rows.fill(3, q14)
+    tl._model(tl.TINY, stream=stream).rows.fill(3, q16)
+    assert all(abs(a - (b + 2) // 4) <= 1 for a, b in zip(q14, q16))
+
+
+def test_residual_shift_out_of_range_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "shift9.mbf"
+    tl.write_variant(tl.TINY, str(bad), config={"resid_shift": 9})
+    with pytest.raises(model_load.ModelError, match="resid_shift"):
+        tl._model(str(bad))
