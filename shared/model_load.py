@@ -7,7 +7,7 @@ from array import array
 
 from shared import kernels, mbf
 from shared.fixedmath import NormWeight
-from shared.q4 import GROUP, Q4Matrix, fp16_exponent, fp16_fixed, fp16_shift, shift_sat
+from shared.q4 import GROUP, Q4Matrix, fp16_exponent, fp16_fixed, fp16_shift, prepare_scales, shift_sat
 from shared.ringkv import RingKV
 
 LAYER_Q4 = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
@@ -368,23 +368,6 @@ def q4_streamed(reader, name, rows, cols, nibbles):
     scales = bytearray(rows * (cols // GROUP) * 2)
     reader.read_into(name + mbf.SCALES_SUFFIX, scales, False)
     return Q4Matrix(rows, cols, nibbles, scales).prepare()
-
-
-def prepare_scales(scales):
-    """What Q4Matrix.prepare() does to its scales (f16 bits -> fixed point, in place); returns wshift.
-    For a matrix whose nibbles are never resident as a whole (a streamed classifier)."""
-    n = len(scales)
-    emax = 0
-    for o in range(0, n, 2):
-        e = fp16_exponent(scales[o] | (scales[o + 1] << 8), False)
-        if e > emax:
-            emax = e
-    shift = fp16_shift(emax)
-    for o in range(0, n, 2):
-        v = fp16_fixed(scales[o] | (scales[o + 1] << 8), shift)
-        scales[o] = v & 255
-        scales[o + 1] = v >> 8
-    return shift
 
 
 def _chunks(reader, name, chunk, fn):

@@ -135,6 +135,24 @@ def fp16_bits(x):
     return sign | n if n else 0
 
 
+def prepare_scales(b):
+    """float16 scale bits in b (little-endian pairs) -> fixed point, in place, with one shift for all
+    (the largest lands in [2**14, 2**15)); returns that wshift. Integers only: board and host agree.
+    Q4Matrix.prepare() uses it, and so does a streamed matrix whose nibbles are never all resident."""
+    n = len(b)
+    emax = 0
+    for o in range(0, n, 2):
+        e = fp16_exponent(b[o] | (b[o + 1] << 8), False)
+        if e > emax:
+            emax = e
+    shift = fp16_shift(emax)
+    for o in range(0, n, 2):
+        v = fp16_fixed(b[o] | (b[o + 1] << 8), shift)
+        b[o] = v & 255
+        b[o + 1] = v >> 8
+    return shift
+
+
 class Q4Matrix:
     """A rows x cols INT4 matrix and its group scales (see the module docstring).
 
@@ -171,19 +189,7 @@ class Q4Matrix:
 
         Call it once after every load of float16 bits into .scales. Integers only, so the board
         and the host get the same scales."""
-        b = self.scales
-        n = len(b)
-        emax = 0
-        for o in range(0, n, 2):
-            e = fp16_exponent(b[o] | (b[o + 1] << 8), False)
-            if e > emax:
-                emax = e
-        shift = fp16_shift(emax)
-        for o in range(0, n, 2):
-            v = fp16_fixed(b[o] | (b[o + 1] << 8), shift)
-            b[o] = v & 255
-            b[o + 1] = v >> 8
-        self.wshift = shift
+        self.wshift = prepare_scales(self.scales)
         return self
 
     def scale(self, r, g):
