@@ -11,12 +11,14 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 
 
-class UserError(Exception):
-    """A mistake the user can fix (unknown board, missing port...): printed as one line, exit code 2."""
-
+from host.errors import UserError
 
 # `edgetwin bench NAME ...` runs tools/bench_NAME.py, each printing one JSON object.
-BENCHES = ("kernels", "link", "lruk", "stream", "fidelity")
+BENCHES = tuple(sorted(p.stem[len("bench_"):] for p in (ROOT / "tools").glob("bench_*.py")))
+
+# Subcommands that live in their own module host/cmd_NAME.py, each with HELP (one line),
+# add_arguments(parser) and run(args) -> exit code (raising host.errors.UserError for user mistakes).
+PLUGINS = ("plan", "gateway", "ask", "doctor")
 
 
 def known_boards() -> list[str]:
@@ -118,6 +120,16 @@ def parser() -> argparse.ArgumentParser:
     bn = sub.add_parser("bench", help="run a benchmark that prints one JSON object: " + ", ".join(BENCHES))
     bn.add_argument("name", choices=BENCHES)
     bn.set_defaults(func=lambda a: 0)
+
+    import importlib
+
+    for name in PLUGINS:
+        if not (ROOT / "host" / f"cmd_{name}.py").exists():
+            continue
+        mod = importlib.import_module(f"host.cmd_{name}")
+        sp = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
+        mod.add_arguments(sp)
+        sp.set_defaults(func=mod.run)
 
     m = sub.add_parser("demo", help="start a virtual board, deploy the core with mpremote and run its self-test")
     m.add_argument("--board", default="rp2040_pico")
