@@ -30,14 +30,17 @@ DEFAULT_BUDGET = const(65536)
 T_INT = const(1)  # config value types: i64, f64
 T_FLOAT = const(2)
 
-# dtype code -> (name, bytes per element; 0 = q4, two elements per byte)
+# dtype code -> (name, bytes per element; 0 = q4 / q4a, two elements per byte)
 DTYPES = {1: ("q4", 0), 2: ("f16", 2), 3: ("f32", 4), 4: ("i8", 1), 5: ("u8", 1),
-          6: ("i16", 2), 7: ("u16", 2), 8: ("i32", 4)}
+          6: ("i16", 2), 7: ("u16", 2), 8: ("i32", 4), 9: ("q4a", 0), 10: ("q8", 1)}
 DTYPE_CODES = {}
 for _c in DTYPES:
     DTYPE_CODES[DTYPES[_c][0]] = _c
 Q4 = const(1)
 F16 = const(2)
+Q4A = const(9)  # asymmetric INT4: with '.scales' and '.mins'
+Q8 = const(10)  # INT8 weights: with '.scales'
+
 
 # Known config keys: (key, type, minimum, maximum, required). A reader keeps unknown keys as they are.
 CONFIG = (
@@ -57,6 +60,7 @@ CONFIG = (
 )
 LAYER_PREFIX = "blk."
 SCALES_SUFFIX = ".scales"
+MINS_SUFFIX = ".mins"
 
 # What the budget charges (bytes), measured on the unix port with margin; 32-bit boards use less.
 COST_FIXED = const(1792)  # the chunk buffer, its views, the reader object
@@ -329,12 +333,12 @@ class Reader:
                 if count > 2 * size:  # stops absurd shapes before their product can grow
                     raise MBFError("%s: shape %r holds more elements than the file could" % (what, dims[:ndim]))
             width = DTYPES[code][1]
-            if code == Q4:
+            if code == Q4 or code == Q4A or code == Q8:
                 last = dims[ndim - 1]
                 if last % group:
-                    raise MBFError("%s: q4 last dimension %d is not a multiple of group_size %d"
-                                   % (what, last, group))
-                nbytes = count // 2
+                    raise MBFError("%s: %s last dimension %d is not a multiple of group_size %d"
+                                   % (what, DTYPES[code][0], last, group))
+                nbytes = count if code == Q8 else count // 2
             else:
                 nbytes = count * width
             if ln != nbytes:
@@ -355,13 +359,23 @@ class Reader:
                 self._check_layer_name(name, n_layers)
         for i in range(ns):
             name = self._name(i)
-            if raw[i * SEG_ENTRY + 32] == Q4:
-                self._check_scales(i, name, group)
+            code = raw[i * SEG_ENTRY + 32]
+            if code == Q4 or code == Q4A or code == Q8:
+                self._check_scales(i, name, group, SCALES_SUFFIX)
+                if code == Q4A:
+                    self._check_scales(i, name, group, MINS_SUFFIX)
             elif name.endswith(SCALES_SUFFIX):
                 owner = name[:-len(SCALES_SUFFIX)]
                 j = self._find(owner)
-                if j < 0 or raw[j * SEG_ENTRY + 32] != Q4:
-                    raise MBFError("segment '%s': a '.scales' segment needs a q4 segment '%s'" % (name, owner))
+                c = raw[j * SEG_ENTRY + 32] if j >= 0 else 0
+                if c != Q4 and c != Q4A and c != Q8:
+                    raise MBFError("segment '%s': a '.scales' segment needs a q4 segment '%s' (or q4a, q8)"
+                                   % (name, owner))
+            elif name.endswith(MINS_SUFFIX):
+                owner = name[:-len(MINS_SUFFIX)]
+                j = self._find(owner)
+                if j < 0 or raw[j * SEG_ENTRY + 32] != Q4A:
+                    raise MBFError("segment '%s': a '.mins' segment needs a q4a segment '%s'" % (name, owner))
 
     def _check_layer_name(self, name, n_layers):
         dot = name.find(".", len(LAYER_PREFIX))
@@ -372,19 +386,20 @@ class Reader:
         if int(num) >= n_layers:
             raise MBFError("segment '%s' names layer %s but config n_layers is %d" % (name, num, n_layers))
 
-    def _check_scales(self, i, name, group):
+    def _check_scales(self, i, name, group, suffix):
         raw = self._raw
-        j = self._find(name + SCALES_SUFFIX)
+        kind = DTYPES[raw[i * SEG_ENTRY + 32]][0]
+        j = self._find(name + suffix)
         if j < 0:
-            raise MBFError("q4 segment '%s' has no '%s%s' segment" % (name, name, SCALES_SUFFIX))
+            raise MBFError("%s segment '%s' has no '%s%s' segment" % (kind, name, name, suffix))
         a, b = i * SEG_ENTRY, j * SEG_ENTRY
         ndim = raw[a + 33]
         want = list(struct.unpack_from("<4I", raw, a + 36))
         want[ndim - 1] //= group
         got = list(struct.unpack_from("<4I", raw, b + 36))
         if raw[b + 32] != F16 or raw[b + 33] != ndim or got != want:
-            raise MBFError("segment '%s%s' must be f16 of shape %r (q4 shape with last dim / group_size %d)"
-                           % (name, SCALES_SUFFIX, tuple(want[:ndim]), group))
+            raise MBFError("segment '%s%s' must be f16 of shape %r (%s shape with last dim / group_size %d)"
+                           % (name, suffix, tuple(want[:ndim]), kind, group))
 
     # ---- lookup (allocation-free: compares the table's bytes in place) --------------------------
     def _cmp(self, i, name):

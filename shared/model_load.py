@@ -7,7 +7,7 @@ from array import array
 
 from shared import kernels, mbf
 from shared.fixedmath import NormWeight
-from shared.q4 import GROUP, Q4Matrix, fp16_exponent, fp16_fixed, fp16_shift, prepare_scales, shift_sat
+from shared.q4 import GROUP, KIND_ASYM, KIND_Q8, Q4Matrix, fp16_exponent, fp16_fixed, fp16_shift, prepare_scales, shift_sat
 from shared.ringkv import RingKV
 
 LAYER_Q4 = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
@@ -122,13 +122,14 @@ def reserve(reader, cfg):
     return pool
 
 
-def load_layers(reader, cfg, stream, pool=None):
+def load_layers(reader, cfg, stream, pool=None, nibbles=None):
     """(layers, bufs): every layer's Layer. Resident matrices come from pool (see reserve) when given.
     With stream, the q4 matrices of all layers share one nibble buffer per part (bufs: the load_layer
-    list that fills them) and keep their own prepared scales."""
+    list that fills them all) and keep their own prepared scales. nibbles: {part: buffer} to use instead
+    of one new bytearray per part (memplan's arenas: parts never live together may share memory)."""
     shapes = layer_shapes(cfg)
-    nibbles = {}
-    if stream:
+    if stream and nibbles is None:
+        nibbles = {}
         for p in LAYER_Q4:
             nibbles[p] = bytearray(shapes[p][0] * shapes[p][1] // 2)
     layers = []
@@ -193,13 +194,14 @@ class Embeddings:
                                  % (n_rows, cfg.n_out, "sub_vocab" if cfg.sub_vocab else "vocab_size"))
             self.head = Head(reader, name, n_rows, dim, stream, out_rows, pool)
             if stream:
-                self.rows = EmbedRows(reader, name, n_rows, dim, scales=self.head.scales, wshift=self.head.wshift)
+                self.rows = EmbedRows(reader, name, n_rows, dim, scales=self.head.scales, wshift=self.head.wshift,
+                                      mins=self.head.mins)
             else:
                 self.rows = EmbedRows(reader, name, n_rows, dim, mat=self.head.mat)
         else:
             self.head = Head(reader, "output", cfg.n_out, dim, stream, out_rows, pool)
             if stream:
-                self.rows = EmbedRows(reader, name, n_rows, dim, wshift=fp16_scale_shift(reader, name))
+                self.rows = EmbedRows(reader, name, n_rows, dim, wshift=weight_shift(reader, name))
             else:
                 self.rows = EmbedRows(reader, name, n_rows, dim, mat=q4_resident(reader, name, n_rows, dim, pool))
         self.rows.rshift = cfg.resid_shift
@@ -224,36 +226,59 @@ class EmbedRows:
 
     Hook: Model.embed_rows may be any object whose fill(row, out) writes the same values without
     allocating (e.g. an LRU-K cache of dequantised rows in front of this one). Values are
-    q * ws * 2**(16 - wshift), rounded, with the matrix's prepared fixed-point scales (the classifier
-    of a tied model uses the same numbers); a streamed table reads the row's nibbles and float16
-    scales with read_range and converts the scales exactly as Q4Matrix.prepare() does."""
+    q * ws * 2**(16 - wshift) (q4: q = nibble - 8; q8: the int8), or ((nibble - 8) * ws + mf) *
+    2**(16 - wshift) for q4a, rounded, with the matrix's prepared fixed-point scales (the classifier of
+    a tied model uses the same numbers); a streamed table reads the row's weights and float16 scales
+    (and mins) with read_range and converts them exactly as prepare() does. wshift: an int, or for q4a
+    the (t, k) pair of q4w.asym_shifts (weight_shift gives either)."""
 
-    def __init__(self, reader, name, rows, dim, mat=None, scales=None, wshift=None):
+    def __init__(self, reader, name, rows, dim, mat=None, scales=None, wshift=None, mins=None):
         self.reader = reader
         self.name = name
         self.sname = name + mbf.SCALES_SUFFIX
+        self.mname = name + mbf.MINS_SUFFIX
         self.rows = rows
         self.dim = dim
         self.ng = dim // GROUP
-        self.mat = mat  # resident: nibbles and prepared scales in memory
-        self.scales = scales  # streamed nibbles, resident prepared scales (tied + streamed)
-        self.wshift = mat.wshift if mat is not None else wshift
-        self.nib = None if mat is not None else bytearray(dim // 2)
-        self.sbuf = None if (mat is not None or scales is not None) else bytearray(2 * self.ng)
+        dtype = reader.seg(name).dtype if mat is None else None
+        self.kind = mat.kind if mat is not None else (KIND_Q8 if dtype == "q8" else KIND_ASYM if dtype == "q4a"
+                                                      else 0)
+        self.rowbytes = dim if self.kind == KIND_Q8 else dim // 2
+        self.mat = mat  # resident: weights and prepared scales in memory
+        self.scales = scales  # streamed weights, resident prepared scales (tied + streamed)
+        self.mins = mins if mat is None else mat.mins
+        self.t = self.k = 0
+        if mat is not None:
+            self.wshift = mat.wshift
+        elif type(wshift) is tuple:  # q4a read from the file: (t, k) of q4w.asym_shifts
+            self.t, self.k = wshift
+            self.wshift = self.t - self.k
+        else:
+            self.wshift = wshift
+        self.nib = None if mat is not None else bytearray(self.rowbytes)
+        conv = mat is None and scales is None
+        self.sbuf = bytearray(2 * self.ng) if conv else None
+        self.mbuf = None
+        if conv and self.kind == KIND_ASYM:
+            from shared import q4w  # the row conversion of prepare_asym, kept as plain function attributes
+            self.mbuf = bytearray(2 * self.ng)
+            self.fix_min = q4w.asym_fixed_min
+            self.round_shift = q4w.round_shift
         self.rshift = 0  # rows go into the residual stream, in Q(16 - rshift) (Config.resid_shift)
 
     def fill(self, row, out):
-        half = self.dim >> 1
+        rb = self.rowbytes
         ng = self.ng
-        wshift = self.wshift
+        kind = self.kind
         conv = False
+        mn = self.mins
         if self.mat is not None:
             nib = self.mat.buf
-            no = row * half
+            no = row * rb
             sc = self.mat.scales
             so = row * ng * 2
         else:
-            self.reader.read_range(self.name, row * half, self.nib)
+            self.reader.read_range(self.name, row * rb, self.nib)
             nib = self.nib
             no = 0
             if self.scales is not None:
@@ -264,51 +289,91 @@ class EmbedRows:
                 sc = self.sbuf
                 so = 0
                 conv = True
-        sh = 16 - wshift - self.rshift
+                if kind == KIND_ASYM:
+                    self.reader.read_range(self.mname, row * ng * 2, self.mbuf)
+                    mn = self.mbuf
+        sh = 16 - self.wshift - self.rshift
         c = 0
         for g in range(ng):
             ws = sc[so] | (sc[so + 1] << 8)
-            if conv:
-                ws = fp16_fixed(ws, wshift)
+            mf = 0
+            if kind == KIND_ASYM:
+                mf = mn[so] | (mn[so + 1] << 8)
+                if conv:
+                    mf = self.fix_min(ws, mf, self.t, self.k)
+                    ws = self.round_shift(fp16_fixed(ws, self.t), self.k)
+                elif mf & 0x8000:
+                    mf -= 0x10000
+            elif conv:
+                ws = fp16_fixed(ws, self.wshift)
             so += 2
+            if kind == KIND_Q8:
+                for j in range(GROUP):
+                    b = nib[no]
+                    no += 1
+                    out[c] = shift_sat((b - 256 if b & 128 else b) * ws, sh)  # |q * ws| < 2**18
+                    c += 1
+                continue
             for j in range(16):
                 b = nib[no]
                 no += 1
-                out[c] = shift_sat(((b & 15) - 8) * ws, sh)  # |q * ws| < 2**18
-                out[c + 1] = shift_sat(((b >> 4) - 8) * ws, sh)
+                out[c] = shift_sat(((b & 15) - 8) * ws + mf, sh)  # |q * ws + mf| < 2**18
+                out[c + 1] = shift_sat(((b >> 4) - 8) * ws + mf, sh)
                 c += 2
 
 
 class Head:
     """The classifier: logits(out, act) = W . act over W's rows (whole vocabulary or sub-vocabulary).
 
-    Resident: one matvec. Streamed: blocks of `block` rows read with read_range into one nibble
-    buffer, with the whole matrix's prepared scales resident (the integers equal the resident ones)."""
+    Resident: one matvec. Streamed: blocks of `block` rows read with read_range into one weight
+    buffer, with the whole matrix's prepared scales (and mins) resident (the integers equal the
+    resident ones). W may be q4, q4a or q8."""
 
     def __init__(self, reader, name, rows, dim, stream, block, pool=None):
         self.name = name
         self.rows = rows
         self.mat = None
+        self.mins = None
         if not stream:
             self.mat = q4_resident(reader, name, rows, dim, pool)
             return
         q4_shape(reader, name, rows, dim)
         if type(block) is not int or block < 1:
             raise ModelError("out_rows (classifier rows per streamed block) must be an int >= 1, got %r" % (block,))
+        dtype = reader.seg(name).dtype
+        if dtype != "q4":
+            from shared import q4w
         b = block if block < rows else rows
         ng = dim // GROUP
         self.reader = reader
-        self.half = dim // 2
+        self.half = dim if dtype == "q8" else dim // 2  # weight bytes per row
         self.scales = bytearray(rows * ng * 2)
         reader.read_into(name + mbf.SCALES_SUFFIX, self.scales, False)
-        self.wshift = prepare_scales(self.scales)
+        if dtype == "q4a":
+            self.mins = bytearray(rows * ng * 2)
+            reader.read_into(name + mbf.MINS_SUFFIX, self.mins, False)
+            self.wshift = q4w.prepare_asym(self.scales, self.mins)
+        elif dtype == "q8":
+            self.wshift = q4w.prepare_scales8(self.scales)
+        else:
+            self.wshift = prepare_scales(self.scales)
         nib = bytearray(b * self.half)
         sv = memoryview(self.scales)
         self.nblocks = (rows + b - 1) // b
         self.views = [sv[i * b * ng * 2:min(rows, (i + 1) * b) * ng * 2] for i in range(self.nblocks)]
-        self.full = Q4Matrix(b, dim, nib, self.views[0])
+        self.mviews = None
+        if self.mins is not None:
+            mv = memoryview(self.mins)
+            self.mviews = [mv[i * b * ng * 2:min(rows, (i + 1) * b) * ng * 2] for i in range(self.nblocks)]
         tail = rows - (self.nblocks - 1) * b
-        self.tail = Q4Matrix(tail, dim, memoryview(nib)[0:tail * self.half], self.views[-1])
+        if dtype == "q8":
+            self.full = q4w.Q8Matrix(b, dim, nib, self.views[0])
+            self.tail = q4w.Q8Matrix(tail, dim, memoryview(nib)[0:tail * self.half], self.views[-1])
+        else:
+            mins = self.mviews
+            self.full = Q4Matrix(b, dim, nib, self.views[0], mins[0] if mins else None)
+            self.tail = Q4Matrix(tail, dim, memoryview(nib)[0:tail * self.half], self.views[-1],
+                                 mins[-1] if mins else None)
         self.full.wshift = self.tail.wshift = self.wshift
         self.tmp = array("i", bytearray(4 * b))
 
@@ -319,11 +384,14 @@ class Head:
         r = 0
         last = self.nblocks - 1
         tmp = self.tmp
+        mviews = self.mviews
         for i in range(self.nblocks):
             mat = self.tail if i == last else self.full
             n = mat.rows
             self.reader.read_range(self.name, r * self.half, mat.buf)
             mat.scales = self.views[i]
+            if mviews is not None:
+                mat.mins = mviews[i]
             kernels.matvec(tmp, mat, act)
             for j in range(n):
                 out[r + j] = tmp[j]
@@ -344,9 +412,13 @@ def seg(reader, name, dtypes, shape):
     return s
 
 
+WEIGHT_DTYPES = ("q4", "q4a", "q8")  # symmetric INT4, asymmetric INT4 (+ .mins), INT8 (docs/MBF.md)
+
+
 def q4_shape(reader, name, rows, cols):
-    """Check a q4 matrix (rows None: any count) and return its row count (the reader checked its scales)."""
-    s = seg(reader, name, ("q4",), None)
+    """Check a weight matrix (q4, q4a or q8; rows None: any count) and return its row count (the reader
+    checked its scales and mins)."""
+    s = seg(reader, name, WEIGHT_DTYPES, None)
     if len(s.shape) != 2 or s.shape[1] != cols or (rows is not None and s.shape[0] != rows):
         raise ModelError("segment '%s' has shape %r; the config implies (%s, %d)"
                          % (name, tuple(s.shape), "rows" if rows is None else rows, cols))
@@ -354,20 +426,39 @@ def q4_shape(reader, name, rows, cols):
 
 
 def q4_resident(reader, name, rows, cols, pool=None):
-    """A prepared Q4Matrix holding segment name's nibbles and scales (pool's, if it has one)."""
+    """A prepared weight matrix holding segment name's weights, scales (and mins): a Q4Matrix (pool's,
+    if it has one) for q4 / q4a, a Q8Matrix for q8."""
     q4_shape(reader, name, rows, cols)
-    mat = pool.pop(name) if pool and name in pool else Q4Matrix(rows, cols)
+    dtype = reader.seg(name).dtype
+    mat = pool.pop(name, None) if pool else None
+    if dtype == "q8":
+        from shared import q4w
+        mat = q4w.Q8Matrix(rows, cols)  # the pool's blocks are sized for INT4
+    elif mat is None:
+        mat = Q4Matrix(rows, cols)
+    if dtype == "q4a":
+        mat.set_mins(bytearray(rows * (cols // GROUP) * 2))
+        reader.read_into(name + mbf.MINS_SUFFIX, mat.mins, False)
     reader.read_into(name, memoryview(mat.buf)[0:mat.nib_bytes], False)
     reader.read_into(name + mbf.SCALES_SUFFIX, mat.scales, False)
     return mat.prepare()
 
 
 def q4_streamed(reader, name, rows, cols, nibbles):
-    """A prepared Q4Matrix over a shared nibble buffer (filled per use) with its own resident scales."""
+    """A prepared Q4Matrix over a shared nibble buffer (filled per use) with its own resident scales
+    (and mins, for q4a)."""
     q4_shape(reader, name, rows, cols)
-    scales = bytearray(rows * (cols // GROUP) * 2)
+    dtype = reader.seg(name).dtype
+    if dtype == "q8":
+        raise ModelError("segment '%s' is q8: streamed layers need q4 or q4a (INT4) matrices" % name)
+    n = rows * (cols // GROUP) * 2
+    scales = bytearray(n)
     reader.read_into(name + mbf.SCALES_SUFFIX, scales, False)
-    return Q4Matrix(rows, cols, nibbles, scales).prepare()
+    mins = None
+    if dtype == "q4a":
+        mins = bytearray(n)
+        reader.read_into(name + mbf.MINS_SUFFIX, mins, False)
+    return Q4Matrix(rows, cols, nibbles, scales, mins).prepare()
 
 
 def _chunks(reader, name, chunk, fn):
@@ -393,6 +484,20 @@ def fp16_scale_shift(reader, name):
                 emax[0] = e
     _chunks(reader, name + mbf.SCALES_SUFFIX, bytearray(_CHUNK), scan)
     return fp16_shift(emax[0])
+
+
+def weight_shift(reader, name):
+    """What a streamed row reader needs to convert segment name's rows as prepare() would: the wshift
+    of a q4 or q8 matrix, or (t, k) of a q4a one (q4w.asym_scan), from its float16 scales (and mins)
+    streamed through small buffers."""
+    dtype = reader.seg(name).dtype
+    sh = fp16_scale_shift(reader, name) if dtype != "q4a" else 0
+    if dtype == "q4":
+        return sh
+    if dtype == "q8":
+        return sh - 4 if sh else 0  # q4w.prepare_scales8: the largest scale in [2**10, 2**11)
+    from shared import q4w
+    return q4w.asym_scan(reader, name + mbf.SCALES_SUFFIX, name + mbf.MINS_SUFFIX, _CHUNK)
 
 
 def f32_to_f16(b):

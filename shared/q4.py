@@ -8,6 +8,12 @@ Q4Matrix: rows x cols INT4 weights, cols a multiple of 32, and one scale per gro
            prepare() (load time) converts them in place, integers only, to fixed point ws < 2**15
            with one shift per matrix: scale = ws * 2**-wshift. By default scales is the tail of buf
            (the MBF segments <name> and <name>.scales back to back); it may be a separate buffer.
+  mins     (asymmetric matrices only, else None) rows*(cols/32) 2-byte values: in the file float16
+           minimums m (Q4_1 style: weight = scale * nibble + m, nibble in 0..15); prepare() turns scales
+           and mins together into ws < 2**14 and the int16 mf = fixed(m + 8 * scale), so that
+           weight = ((nibble - 8) * ws + mf) * 2**-wshift and the kernel adds mf * sum(q_a) per group.
+Q8Matrix (shared/q4w.py): rows x cols int8 weights (two's complement, one byte each) and one float16
+  scale per group, prepared to ws < 2**11 (Q8_0 style; the embedding / tied classifier).
 QAct: an activation vector quantised per group of 32 to int8 q in [-127, 127] with a power-of-two
   scale 2**e_g (in Q16 units), e_g in 0..24; one byte each, offset-binary like the nibbles: q + 128.
 
@@ -39,6 +45,10 @@ I_EH = const(5)       # E + H: largest activation exponent + ceil(log2(groups))
 I_NG = const(6)       # groups
 I_H = const(7)        # ceil(log2(groups))
 I_HDR = const(8)      # sg[g] at I_HDR + g, asum[g] at I_HDR + ng + g
+
+KIND_SYM = const(0)   # Q4Matrix: int4 q in -8..7 times a scale per group
+KIND_ASYM = const(1)  # Q4Matrix with mins: ((nibble - 8) * ws + mf) per group
+KIND_Q8 = const(2)    # Q8Matrix: int8 times a scale per group
 
 
 class Q4Error(ValueError):
@@ -159,9 +169,12 @@ class Q4Matrix:
     Q4Matrix(rows, cols) allocates one buffer; Q4Matrix(rows, cols, buf) uses buf (nibbles then
     scales); Q4Matrix(rows, cols, nibbles, scales) uses two buffers. A runtime that streams layers
     through one matrix may keep each layer's prepared scales and set .scales and .wshift per layer
-    (attribute stores allocate nothing)."""
+    (attribute stores allocate nothing). With `mins` (a buffer of rows*(cols/32)*2 bytes, or True to
+    allocate one) the matrix is asymmetric (KIND_ASYM): prepare() converts scales and mins together."""
 
-    def __init__(self, rows, cols, buf=None, scales=None):
+    kind = KIND_SYM
+
+    def __init__(self, rows, cols, buf=None, scales=None, mins=None):
         if not isinstance(rows, int) or rows < 1:
             raise Q4Error("rows must be a positive int, got %r" % (rows,))
         check_len(cols, "cols")
@@ -181,16 +194,39 @@ class Q4Matrix:
             _check_buffer(scales, rows * self.ng * 2, 2, "Q4Matrix scales")
         self.buf = buf
         self.scales = scales
+        self.mins = None
         self.wshift = None  # set by prepare()
+        if mins is not None:
+            self.set_mins(bytearray(rows * self.ng * 2) if mins is True else mins)
         self.cache = None   # backend-private derived data (numpy), checked against the contents
 
     def prepare(self):
-        """Load time: turn the float16 scale bits in .scales into fixed point, in place.
+        """Load time: turn the float16 scale (and min) bits into fixed point, in place.
 
-        Call it once after every load of float16 bits into .scales. Integers only, so the board
-        and the host get the same scales."""
-        self.wshift = prepare_scales(self.scales)
+        Call it once after every load of float16 bits into .scales (and .mins). Integers only, so the
+        board and the host get the same scales."""
+        if self.mins is not None:
+            from shared import q4w  # load time: the asymmetric form's conversion
+            self.wshift = q4w.prepare_asym(self.scales, self.mins)
+        else:
+            self.wshift = prepare_scales(self.scales)
         return self
+
+    def set_mins(self, mins):
+        """Make this matrix asymmetric with the float16 mins in `mins` (rows*(cols/32)*2 bytes)."""
+        _check_buffer(mins, self.rows * self.ng * 2, 2, "Q4Matrix mins")
+        self.mins = mins
+        self.kind = KIND_ASYM
+        self.wshift = None
+        return self
+
+    def min_fixed(self, r, g):
+        """Prepared mf (int16) of group g of row r of an asymmetric matrix, 0 for a symmetric one."""
+        if self.mins is None:
+            return 0
+        o = 2 * (r * self.ng + g)
+        v = self.mins[o] | (self.mins[o + 1] << 8)
+        return v - 65536 if v & 0x8000 else v
 
     def scale(self, r, g):
         """Fixed-point scale of group g of row r (after prepare)."""
@@ -336,12 +372,16 @@ def mulshift(a, f, s):
 
 def matvec(out, mat, act, r0, r1):
     """out[r - r0] = row r of mat times act, Q16, for r0 <= r < r1."""
+    if mat.kind == KIND_Q8:
+        matvec8(out, mat, act, r0, r1)
+        return
     w = mat.buf
     q = act.q
     info = act.info
     ng = mat.ng
     half = mat.cols >> 1
     sc = mat.scales
+    mn = mat.mins  # asymmetric: + mf * sum(q_a) per group, |asum * mf| < 4064 * 2**14 < 2**26
     sh = info[I_EH] - mat.wshift
     for r in range(r0, r1):
         wi = r * half
@@ -359,16 +399,27 @@ def matvec(out, mat, act, r0, r1):
                 ns += lo + hi
                 qi += 2
             wi += 16
-            acc -= (ns << 7) + (info[I_HDR + ng + g] << 3)  # = sum(q_w * q_a), |acc| <= 32512
+            asum = info[I_HDR + ng + g]
+            acc -= (ns << 7) + (asum << 3)  # = sum(q_w * q_a), |acc| <= 32512
             s = info[I_HDR + g]
             if s <= 30:
-                t += (acc * (sc[so] | (sc[so + 1] << 8)) + ((1 << s) >> 1)) >> s
+                acc = acc * (sc[so] | (sc[so + 1] << 8))
+                if mn is not None:  # ws < 2**14 here: |acc * ws + asum * mf| < 2**29 + 2**26
+                    mf = mn[so] | (mn[so + 1] << 8)
+                    if mf & 0x8000:
+                        mf -= 0x10000
+                    acc += asum * mf
+                t += (acc + ((1 << s) >> 1)) >> s
             so += 2
         out[r - r0] = shift_sat(t, sh)
 
 
 def group_dots(out, mat, act, row):
-    """out[g] = sum over group g of q_w * q_a for one row: the raw integer dot products."""
+    """out[g] = sum over group g of q_w * q_a for one row: the raw integer dot products (q_w = nibble - 8
+    for Q4 matrices, also asymmetric ones; the int8 weight for a Q8Matrix)."""
+    if mat.kind == KIND_Q8:
+        group_dots8(out, mat, act, row)
+        return
     w = mat.buf
     q = act.q
     wi = row * (mat.cols >> 1)
@@ -381,3 +432,9 @@ def group_dots(out, mat, act, row):
             qi += 2
         wi += 16
         out[g] = acc
+
+
+# The INT8 (Q8Matrix) plain kernels live in shared/q4w.py with the load-time code of the asymmetric
+# and INT8 forms (a model without them never imports it); importing q4w sets these two.
+matvec8 = None
+group_dots8 = None

@@ -98,50 +98,63 @@ def quantize_act(act, x):
 
 
 def unpacked(mat):
-    """(w, ws): the weights q in [-8, 7] laid out (groups, rows, 32), as float32 (CACHE_FLOAT32) or
-    int8, and the fixed scales as int64 (rows, groups). Cached on the matrix, keyed by the CRC-32 of
-    its buffers, so streamed or swapped contents are seen."""
-    key = ("numpy", CACHE_FLOAT32, zlib.crc32(mat.buf), zlib.crc32(mat.scales), mat.wshift)
+    """(w, ws, mf): the weights q laid out (groups, rows, 32), as float32 (CACHE_FLOAT32) or int8 (q in
+    [-8, 7]: nibble - 8, also for asymmetric matrices; the int8 weight of a Q8Matrix), the fixed
+    scales as int64 (rows, groups), and the asymmetric matrices' fixed mins mf (rows, groups), else
+    None. Cached on the matrix, keyed by the CRC-32 of its buffers, so streamed or swapped contents
+    are seen."""
+    mn = mat.mins
+    key = ("numpy", CACHE_FLOAT32, zlib.crc32(mat.buf), zlib.crc32(mat.scales), mat.wshift,
+           None if mn is None else zlib.crc32(mn))
     c = mat.cache
     if c is None or c[0] != key:
-        nib = _view(mat.buf, np.uint8, mat.nib_bytes).reshape(mat.rows, mat.cols // 2)
-        w = np.empty((mat.rows, mat.cols), dtype=np.int8)
-        w[:, 0::2] = (nib & 15).astype(np.int8) - 8
-        w[:, 1::2] = (nib >> 4).astype(np.int8) - 8
+        if mat.kind == q4.KIND_Q8:
+            w = _view(mat.buf, np.int8, mat.nib_bytes).reshape(mat.rows, mat.cols)
+        else:
+            nib = _view(mat.buf, np.uint8, mat.nib_bytes).reshape(mat.rows, mat.cols // 2)
+            w = np.empty((mat.rows, mat.cols), dtype=np.int8)
+            w[:, 0::2] = (nib & 15).astype(np.int8) - 8
+            w[:, 1::2] = (nib >> 4).astype(np.int8) - 8
         w = np.ascontiguousarray(w.reshape(mat.rows, mat.ng, GROUP).transpose(1, 0, 2))
         if CACHE_FLOAT32:
             w = w.astype(np.float32)
         ws = np.frombuffer(mat.scales, dtype="<u2", count=mat.rows * mat.ng)
-        c = (key, w, ws.astype(np.int64).reshape(mat.rows, mat.ng))
+        mf = None
+        if mn is not None:
+            mf = np.frombuffer(mn, dtype="<i2", count=mat.rows * mat.ng).astype(np.int64).reshape(mat.rows, mat.ng)
+        c = (key, w, ws.astype(np.int64).reshape(mat.rows, mat.ng), mf)
         mat.cache = c
-    return c[1], c[2]
+    return c[1], c[2], c[3]
 
 
 def _group_acc(w, act):
     """Integer dot products per (row, group) from w (groups, rows, 32). float32 matmul is exact
-    here: every partial sum is an integer of magnitude <= 32 * 8 * 127 < 2**24."""
+    here: every partial sum is an integer of magnitude <= 32 * 128 * 127 < 2**24."""
     qa = (_view(act.q, np.uint8, act.n).astype(np.float32) - 128).reshape(act.ng, GROUP, 1)
     acc = np.matmul(w if w.dtype == np.float32 else w.astype(np.float32), qa)[:, :, 0].T
     return acc.astype(np.int64)
 
 
 def matvec(out, mat, act, r0, r1):
-    w, ws = unpacked(mat)
+    w, ws, mf = unpacked(mat)
     ng = mat.ng
     info = _view(act.info, np.int32, len(act.info)).astype(np.int64)
     acc = _group_acc(w[:, r0:r1], act)
     t = acc * ws[r0:r1]
+    if mf is not None:
+        _chk("matvec asymmetric group products", t, mf[r0:r1] * info[I_HDR + ng:I_HDR + 2 * ng])
+        t = t + mf[r0:r1] * info[I_HDR + ng:I_HDR + 2 * ng]
     sg = info[I_HDR:I_HDR + ng]
     s = np.minimum(sg, 30)
     terms = np.where(sg <= 30, (t + ((np.int64(1) << s) >> 1)) >> s, 0)
     total = terms.sum(axis=1)
-    _chk("matvec group products", t, t + ((np.int64(1) << s) >> 1))
+    _chk("matvec group products", np.where(sg <= 30, t, 0), np.where(sg <= 30, t + ((np.int64(1) << s) >> 1), 0))
     _chk("matvec row sums", np.cumsum(terms, axis=1))
     _view(out, np.int32, r1 - r0)[:] = shift_sat(total, int(info[I_EH]) - mat.wshift)
 
 
 def group_dots(out, mat, act, row):
-    w, _ = unpacked(mat)
+    w = unpacked(mat)[0]
     _view(out, np.int32, mat.ng)[:] = _group_acc(w[:, row:row + 1], act)[0]
 
 
@@ -288,19 +301,84 @@ def quantize_matrix(weights):
     return bytearray(packed.tobytes() + best[2].astype("<f2").view("<u2").tobytes())
 
 
-def dequantize(mat):
-    """Float64 (rows, cols) weights of a Q4Matrix: with its float16 scales before prepare(), with the
-    fixed-point scales after."""
+def quantize_matrix_asym(weights):
+    """float (rows, cols) -> (buf, mins) of an asymmetric Q4Matrix (nibbles then float16 scales; the
+    float16 mins apart), not yet prepared. Per group of 32: m = float16(min), d = float16((max - m) / 15),
+    nibble = clip(round((w - m) / d), 0, 15): value = d * nibble + m (Q4_1's form)."""
+    w = np.asarray(weights, dtype=np.float64)
+    rows, cols = _check_float_matrix(w, "quantize_matrix_asym")
+    g = w.reshape(rows, cols // GROUP, GROUP)
+    lo, hi = g.min(axis=-1), g.max(axis=-1)
+    if max(float(np.abs(lo).max()), float((hi - lo).max()) / 15) > 65504:
+        raise Q4Error("quantize_matrix_asym: a group scale or minimum exceeds the float16 range")
+    m16 = lo.astype(np.float16)
+    d16 = ((hi - m16.astype(np.float64)) / 15).astype(np.float16)
+    d = d16.astype(np.float64)[..., None]
+    q = np.where(d > 0, np.clip(np.rint((g - m16.astype(np.float64)[..., None]) / np.where(d > 0, d, 1)), 0, 15), 0)
+    nib = q.reshape(rows, cols).astype(np.uint8)
+    packed = nib[:, 0::2] | (nib[:, 1::2] << 4)
+    return (bytearray(packed.tobytes() + d16.astype("<f2").view("<u2").tobytes()),
+            bytearray(m16.astype("<f2").view("<u2").tobytes()))
+
+
+def quantize_matrix8(weights):
+    """float (rows, cols) -> Q8Matrix buffer (int8 weights then float16 scales), not yet prepared.
+    Per group of 32: d = float16(amax / 127), q = clip(round(w / d), -127, 127) (Q8_0's form)."""
+    w = np.asarray(weights, dtype=np.float64)
+    rows, cols = _check_float_matrix(w, "quantize_matrix8")
+    g = w.reshape(rows, cols // GROUP, GROUP)
+    amax = np.abs(g).max(axis=-1)
+    if amax.max() / 127 > 65504:
+        raise Q4Error("quantize_matrix8: a group scale exceeds the float16 range")
+    d16 = (amax / 127).astype(np.float16)
+    d = d16.astype(np.float64)[..., None]
+    q = np.where(d > 0, np.clip(np.rint(g / np.where(d > 0, d, 1)), -127, 127), 0)
+    return bytearray(q.reshape(rows, cols).astype(np.int8).tobytes() + d16.astype("<f2").view("<u2").tobytes())
+
+
+def _check_float_matrix(w, what):
+    if w.ndim != 2:
+        raise Q4Error("%s needs a 2-D matrix, got shape %r" % (what, w.shape))
+    rows, cols = w.shape
+    if rows < 1:
+        raise Q4Error("%s needs at least one row" % what)
+    q4.check_len(cols, "cols")
+    if not np.all(np.isfinite(w)):
+        raise Q4Error("%s: weights contain Inf or NaN" % what)
+    return rows, cols
+
+
+def weights_of(mat):
+    """The integer weights (rows, cols) as stored: q in -8..7 (symmetric), the nibble 0..15 (asymmetric),
+    the int8 (Q8Matrix)."""
+    if mat.kind == q4.KIND_Q8:
+        return _view(mat.buf, np.int8, mat.nib_bytes).reshape(mat.rows, mat.cols).astype(np.int64)
     nib = _view(mat.buf, np.uint8, mat.nib_bytes).reshape(mat.rows, mat.cols // 2)
-    q = np.empty((mat.rows, mat.cols), dtype=np.float64)
-    q[:, 0::2] = (nib & 15).astype(np.float64) - 8
-    q[:, 1::2] = (nib >> 4).astype(np.float64) - 8
+    q = np.empty((mat.rows, mat.cols), dtype=np.int64)
+    q[:, 0::2] = nib & 15
+    q[:, 1::2] = nib >> 4
+    return q if mat.kind == q4.KIND_ASYM else q - 8
+
+
+def dequantize(mat, dtype=np.float64):
+    """(rows, cols) weights of a Q4Matrix / Q8Matrix: with its float16 scales (and mins) before prepare(),
+    with the fixed-point ones after. Before prepare, an asymmetric matrix gives d * nibble + m computed
+    in `dtype` (np.float32 reproduces GGUF's Q4_1 dequantisation bit for bit)."""
+    q = weights_of(mat).astype(dtype).reshape(mat.rows, mat.ng, GROUP)
     raw = np.frombuffer(mat.scales, dtype="<u2", count=mat.rows * mat.ng)
     if mat.wshift is None:
-        s = raw.view("<f2").astype(np.float64)
+        s = raw.view("<f2").astype(dtype)
+        m = None if mat.mins is None else np.frombuffer(mat.mins, dtype="<f2", count=mat.rows * mat.ng).astype(dtype)
     else:
         s = raw.astype(np.float64) * 2.0 ** -mat.wshift
-    return (q.reshape(mat.rows, mat.ng, GROUP) * s.reshape(mat.rows, mat.ng, 1)).reshape(mat.rows, mat.cols)
+        m = None
+        if mat.mins is not None:
+            m = np.frombuffer(mat.mins, dtype="<i2", count=mat.rows * mat.ng) * 2.0 ** -mat.wshift
+            q = q - 8  # prepared: ((nibble - 8) * ws + mf) * 2**-wshift
+    out = q * s.reshape(mat.rows, mat.ng, 1)
+    if m is not None:
+        out = out + m.reshape(mat.rows, mat.ng, 1)
+    return out.reshape(mat.rows, mat.cols)
 
 
 def to_q16(values):

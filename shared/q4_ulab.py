@@ -12,7 +12,7 @@ viper either). The tests run it on CPython with numpy standing in for ulab.numpy
 ulab's dtypes and functions (tests/shared/kernels_ref.py).
 """
 from shared import fixedmath, q4
-from shared.q4 import I_EH, I_HDR, shift_sat
+from shared.q4 import GROUP, I_EH, I_HDR, KIND_Q8, shift_sat
 
 try:
     from ulab import numpy as np
@@ -36,12 +36,18 @@ def bind(module):
 
 
 def _sums(mat, act, r0, nr):
-    """sum(nibble * q_a) per (row, group) for nr rows from r0, as float32 integers (exact)."""
+    """sum(nibble * q_a) per (row, group) for nr rows from r0, as float32 integers (exact); for a
+    Q8Matrix sum(q_w * q_a) (|products| <= 128 * 127, |sums| <= 520192 < 2**24: exact too)."""
+    qa = np.array(np.frombuffer(act.q, dtype=np.uint8, count=act.n), dtype=np.float) - 128  # q + 128 stored
+    if mat.kind == KIND_Q8:
+        c = mat.cols
+        b = np.array(np.frombuffer(mat.buf, dtype=np.int8, count=nr * c, offset=r0 * c), dtype=np.float)
+        p = b.reshape((nr, c)) * qa
+        return np.sum(p.reshape((nr * mat.ng, GROUP)), axis=1)
     half = mat.cols // 2
     b = np.array(np.frombuffer(mat.buf, dtype=np.uint8, count=nr * half, offset=r0 * half), dtype=np.float)
     hi = np.floor(b / 16)
     lo = b - hi * 16
-    qa = np.array(np.frombuffer(act.q, dtype=np.uint8, count=act.n), dtype=np.float) - 128  # q + 128 stored
     p = lo.reshape((nr, half)) * qa[0::2] + hi.reshape((nr, half)) * qa[1::2]
     return np.sum(p.reshape((nr * mat.ng, 16)), axis=1)
 
@@ -50,8 +56,11 @@ def matvec(out, mat, act, r0, r1):
     info = act.info
     ng = mat.ng
     sc = mat.scales
+    mn = mat.mins
     sh = info[I_EH] - mat.wshift
-    step = max(1, _BLOCK // (mat.cols // 2))
+    q8 = mat.kind == KIND_Q8
+    # Q4 groups: sum(nibble * q_a) - 8 * sum(q_a) = sum((nibble - 8) * q_a); Q8: the sum itself
+    step = max(1, _BLOCK // (mat.cols if q8 else mat.cols // 2))
     r = r0
     while r < r1:
         nr = min(step, r1 - r)
@@ -60,10 +69,15 @@ def matvec(out, mat, act, r0, r1):
             so = 2 * (r + i) * ng
             t = 0
             for g in range(ng):
-                acc = int(s[i * ng + g]) - (info[I_HDR + ng + g] << 3)
+                asum = info[I_HDR + ng + g]
+                acc = int(s[i * ng + g]) - (0 if q8 else asum << 3)
                 sg = info[I_HDR + g]
                 if sg <= 30:
-                    t += (acc * (sc[so] | (sc[so + 1] << 8)) + ((1 << sg) >> 1)) >> sg
+                    acc = acc * (sc[so] | (sc[so + 1] << 8))
+                    if mn is not None:
+                        mf = mn[so] | (mn[so + 1] << 8)
+                        acc += asum * (mf - 0x10000 if mf & 0x8000 else mf)
+                    t += (acc + ((1 << sg) >> 1)) >> sg
                 so += 2
             out[r + i - r0] = shift_sat(t, sh)
         r += nr
@@ -73,5 +87,6 @@ def group_dots(out, mat, act, row):
     s = _sums(mat, act, row, 1)
     info = act.info
     ng = mat.ng
+    q8 = mat.kind == KIND_Q8
     for g in range(ng):
-        out[g] = int(s[g]) - (info[I_HDR + ng + g] << 3)
+        out[g] = int(s[g]) - (0 if q8 else info[I_HDR + ng + g] << 3)

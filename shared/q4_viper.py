@@ -176,6 +176,182 @@ def v_matvec(out, mat, q, info):
 
 
 @micropython.viper
+def v_matvec_asym(out, mat, q, info):
+    # v_matvec plus the asymmetric term: per group (acc * ws + asum * mf + half) >> s, with ws < 2**14
+    # and |mf| < 2**14 (int16 in mat.mins), so |acc * ws| + |asum * mf| < 2**29 + 2**26.
+    # One group = 16 weight bytes x 32 activation bytes, unrolled. Weights are n = q_w + 8 and
+    # activations u = q_a + 128, both unsigned, so no sign extension in the loop:
+    # sum(q_w * q_a) = sum(n * u) - 128 * sum(n) - 8 * sum(q_a); sum(n) of the group comes from four
+    # 32-bit loads, adding the nibbles of 4 bytes at a time (each byte lane stays <= 4 * 30 = 120).
+    pi = ptr32(info)
+    sx = 31
+    SX = 1 << sx
+    r0 = pi[0]
+    r1 = pi[1]
+    half = pi[2] >> 1
+    sh = pi[5] - ((pi[3] ^ SX) - SX)
+    ng = pi[6]
+    po = ptr32(out)
+    ps = ptr16(mat.scales)
+    pm = ptr16(mat.mins)
+    q0 = uint(ptr8(q))
+    m = 0
+    if sh >= 0 and sh <= 30:
+        m = LIM >> sh
+    wb = uint(ptr8(mat.buf)) + uint(r0 * half)
+    si = r0 * ng
+    r = r0
+    while r < r1:
+        pa = ptr8(q0)
+        t = 0
+        g = 0
+        while g < ng:
+            pb = ptr8(wb)
+            b = pb[0]
+            acc = (b & 15) * pa[0] + (b >> 4) * pa[1]
+            b = pb[1]
+            acc += (b & 15) * pa[2] + (b >> 4) * pa[3]
+            b = pb[2]
+            acc += (b & 15) * pa[4] + (b >> 4) * pa[5]
+            b = pb[3]
+            acc += (b & 15) * pa[6] + (b >> 4) * pa[7]
+            b = pb[4]
+            acc += (b & 15) * pa[8] + (b >> 4) * pa[9]
+            b = pb[5]
+            acc += (b & 15) * pa[10] + (b >> 4) * pa[11]
+            b = pb[6]
+            acc += (b & 15) * pa[12] + (b >> 4) * pa[13]
+            b = pb[7]
+            acc += (b & 15) * pa[14] + (b >> 4) * pa[15]
+            b = pb[8]
+            acc += (b & 15) * pa[16] + (b >> 4) * pa[17]
+            b = pb[9]
+            acc += (b & 15) * pa[18] + (b >> 4) * pa[19]
+            b = pb[10]
+            acc += (b & 15) * pa[20] + (b >> 4) * pa[21]
+            b = pb[11]
+            acc += (b & 15) * pa[22] + (b >> 4) * pa[23]
+            b = pb[12]
+            acc += (b & 15) * pa[24] + (b >> 4) * pa[25]
+            b = pb[13]
+            acc += (b & 15) * pa[26] + (b >> 4) * pa[27]
+            b = pb[14]
+            acc += (b & 15) * pa[28] + (b >> 4) * pa[29]
+            b = pb[15]
+            acc += (b & 15) * pa[30] + (b >> 4) * pa[31]
+            pw = ptr32(wb)
+            v = pw[0]
+            ns = (v & 0x0F0F0F0F) + ((v >> 4) & 0x0F0F0F0F)
+            v = pw[1]
+            ns += (v & 0x0F0F0F0F) + ((v >> 4) & 0x0F0F0F0F)
+            v = pw[2]
+            ns += (v & 0x0F0F0F0F) + ((v >> 4) & 0x0F0F0F0F)
+            v = pw[3]
+            ns += (v & 0x0F0F0F0F) + ((v >> 4) & 0x0F0F0F0F)
+            ns = (ns & 255) + ((ns >> 8) & 255) + ((ns >> 16) & 255) + ((ns >> 24) & 255)
+            asum = (pi[HDR + ng + g] ^ SX) - SX
+            acc -= (ns << 7) + (asum << 3)
+            s = pi[HDR + g]
+            if s <= 30:
+                t += (acc * ps[si] + asum * ((pm[si] ^ 0x8000) - 0x8000) + ((1 << s) >> 1)) >> s
+            si += 1
+            wb += 16
+            pa = ptr8(uint(pa) + 32)
+            g += 1
+        if sh >= 0:
+            if t > m:
+                t = LIM
+            elif t < 0 - m:
+                t = 0 - LIM
+            else:
+                t = t << sh
+        elif sh < -30:
+            t = 0
+        else:
+            t = (t + (1 << (-1 - sh))) >> (0 - sh)
+        po[r - r0] = t
+        r += 1
+
+
+@micropython.viper
+def v_matvec8(out, mat, q, info):
+    # Q8Matrix rows: int8 weights (two's complement bytes) x u = q_a + 128; per group
+    # acc = sum(w * u) - 128 * sum(w) = sum(w * q_a), |acc| <= 520192, ws < 2**11: |acc * ws| < 2**30.
+    pi = ptr32(info)
+    sx = 31
+    SX = 1 << sx
+    r0 = pi[0]
+    r1 = pi[1]
+    cols = pi[2]
+    sh = pi[5] - ((pi[3] ^ SX) - SX)
+    ng = pi[6]
+    po = ptr32(out)
+    ps = ptr16(mat.scales)
+    pq = ptr8(q)
+    pw = ptr8(mat.buf)
+    m = 0
+    if sh >= 0 and sh <= 30:
+        m = LIM >> sh
+    wi = r0 * cols
+    si = r0 * ng
+    r = r0
+    while r < r1:
+        t = 0
+        qi = 0
+        g = 0
+        while g < ng:
+            acc = 0
+            ns = 0
+            end = wi + 32
+            while wi < end:
+                w = (pw[wi] ^ 128) - 128
+                acc += w * pq[qi]
+                ns += w
+                wi += 1
+                qi += 1
+            acc -= ns << 7
+            s = pi[HDR + g]
+            if s <= 30:
+                t += (acc * ps[si] + ((1 << s) >> 1)) >> s
+            si += 1
+            g += 1
+        if sh >= 0:
+            if t > m:
+                t = LIM
+            elif t < 0 - m:
+                t = 0 - LIM
+            else:
+                t = t << sh
+        elif sh < -30:
+            t = 0
+        else:
+            t = (t + (1 << (-1 - sh))) >> (0 - sh)
+        po[r - r0] = t
+        r += 1
+
+
+@micropython.viper
+def v_group_dots8(out, w, q, info):
+    pi = ptr32(info)
+    po = ptr32(out)
+    pq = ptr8(q)
+    pw = ptr8(w)
+    ng = pi[6]
+    wi = pi[0] * pi[2]
+    qi = 0
+    g = 0
+    while g < ng:
+        acc = 0
+        end = wi + 32
+        while wi < end:
+            acc += ((pw[wi] ^ 128) - 128) * (pq[qi] - 128)
+            qi += 1
+            wi += 1
+        po[g] = acc
+        g += 1
+
+
+@micropython.viper
 def v_group_dots(out, w, q, info):
     pi = ptr32(info)
     po = ptr32(out)
@@ -562,11 +738,20 @@ def quantize_act(act, x):
 
 
 def matvec(out, mat, act, r0, r1):
-    v_matvec(out, mat, act.q, act.info)  # kernels.matvec wrote r0, r1 and wshift into info
+    k = mat.kind  # kernels.matvec wrote r0, r1 and wshift into info
+    if k == 0:
+        v_matvec(out, mat, act.q, act.info)
+    elif k == 1:
+        v_matvec_asym(out, mat, act.q, act.info)
+    else:
+        v_matvec8(out, mat, act.q, act.info)
 
 
 def group_dots(out, mat, act, row):
-    v_group_dots(out, mat.buf, act.q, act.info)  # kernels.group_dots wrote row into info
+    if mat.kind == 2:  # kernels.group_dots wrote row into info
+        v_group_dots8(out, mat.buf, act.q, act.info)
+    else:
+        v_group_dots(out, mat.buf, act.q, act.info)
 
 
 def rmsnorm(out, x, nw):

@@ -1,13 +1,16 @@
 """Convert llama2.c `.bin`, GGUF and Hugging Face safetensors models to MBF (docs/CONVERT.md).
 
-    edgetwin convert SRC DST [--from gguf|llama2c|hf] [--dtype q4|f16|f32] [--tokenizer auto|none|PATH]
+    edgetwin convert SRC DST [--from gguf|llama2c|hf] [--dtype q4|f16|f32] [--weights sym|asym|auto]
+                     [--embed sym|asym|auto|q8] [--tokenizer auto|none|PATH]
     python -m tools.convert SRC DST ...
 
     from tools.convert import convert
     summary = convert("SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2.mbf")   # dict, also printed as JSON
 
-Every matrix is quantised to INT4 (q4 + float16 group scales, `shared/q4_numpy.quantize_matrix`) or kept as
-f16/f32 (`--dtype`); norms and biases stay f32. Each tensor of the result is dequantised and compared with
+Every matrix is quantised to INT4 or kept as f16/f32 (`--dtype`); norms and biases stay f32. INT4 comes in two
+forms (`--weights`): sym = q4 + float16 group scales (`shared/q4_numpy.quantize_matrix`), asym = q4a + scales +
+minimums (GGUF Q4_1's form, copied from Q4_1/Q4_0 blocks without loss); the embedding / classifier may also be
+q8 (`--embed q8`: INT8 + scales, GGUF Q8_0's form, copied from Q8_0 blocks without loss). Each tensor of the result is dequantised and compared with
 the float tensor it came from: the per-tensor relative RMS error is reported, and a tensor above
 `max_error` (0.3 by default: INT4 gives ~0.1, a layout bug gives ~1) stops the conversion before anything
 is written. RoPE: every MBF written here rotates interleaved pairs (2i, 2i+1) (config `rope_style` 0, the
@@ -36,11 +39,15 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `python tools/convert.py` as well as `-m tools.convert`
     sys.path.insert(0, str(ROOT))
 
-from shared import q4, q4_numpy  # noqa: E402
+from shared import q4, q4_numpy, q4w  # noqa: E402
 from tools import llama2c, mbf_write, tokenizer_export  # noqa: E402
 
 FORMATS = ("gguf", "llama2c", "hf")
 DTYPES = ("q4", "f16", "f32")
+WEIGHTS = ("sym", "asym", "auto")  # --weights: the INT4 form of the matrices (with --dtype q4)
+EMBEDS = ("sym", "asym", "auto", "q8")  # --embed: token_embd / output (default: as --weights)
+FORM_DTYPE = {"sym": "q4", "asym": "q4a", "q8": "q8"}  # MBF dtype of each form
+RAW_BLOCKS = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}  # GGUF block bytes (32 weights) read without floats
 MAX_REL_RMS = 0.3  # a tensor dequantised this far from its source signals a layout bug, not INT4 noise
 GROUP = q4.GROUP  # the kernels' q4 group (MBF group_size)
 # The runtime's residual stream in Q(16 - 2): +-65536 of range, 6e-5 of precision. Q16's +-16384
@@ -138,6 +145,7 @@ class Tensor:
     src_type: str  # F32, BF16, Q4_1, ...
     load: Callable[[], np.ndarray]
     rope_heads: int = 0  # > 0: rows rotate halves per head (HF/NeoX): permute them into interleaved pairs
+    raw: Optional[Callable[[], np.ndarray]] = None  # GGUF Q4_0 / Q4_1 / Q8_0: the blocks, (rows, bytes per row)
 
 
 @dataclass
@@ -214,6 +222,12 @@ def _gguf_load(t: Any, shape: tuple[int, ...]) -> Callable[[], np.ndarray]:
             raise ConvertError("GGUF tensor '%s' (%s, shape %r) cannot be read: %s"
                                % (t.name, name, shape, e)) from None
     return load
+
+
+def _gguf_raw(t: Any, shape: tuple[int, ...]) -> Callable[[], np.ndarray]:
+    def raw() -> np.ndarray:
+        return np.asarray(t.data, dtype=np.uint8).reshape(shape[0], -1)
+    return raw
 
 
 def open_gguf(path: str) -> Source:
@@ -296,7 +310,8 @@ def open_gguf(path: str) -> Source:
             heads = n_heads
         elif halves and re.fullmatch(r"blk\.\d+\.attn_k(\.bias)?", name):
             heads = n_kv
-        tensors[name] = Tensor(t.name, shape, ttype, _gguf_load(t, shape), heads)
+        raw = _gguf_raw(t, shape) if ttype in RAW_BLOCKS and len(shape) == 2 and shape[1] % GROUP == 0 else None
+        tensors[name] = Tensor(t.name, shape, ttype, _gguf_load(t, shape), heads, raw)
     fields = {k: reader.fields[k].contents() for k in tokenizer_export.GGUF_KEYS if k in reader.fields}
 
     def tokenizer() -> tuple[bytes, dict[str, Any]]:
@@ -622,15 +637,19 @@ def _check_q4_dims(conf: ModelConfig) -> None:
                                "with --dtype f16 (or f32)" % (GROUP, what, n))
 
 
-def estimate_bytes(shapes: dict[str, tuple[int, ...]], dtype: str) -> int:
-    """Data bytes of the MBF (without tokenizer, table and padding): q4 is 4.5 bits per weight."""
+def estimate_bytes(shapes: dict[str, tuple[int, ...]], dtype: str, embed: str = "q4") -> int:
+    """Data bytes of the MBF (without tokenizer, table and padding): q4 is 4.5 bits per weight (q4a, with
+    its mins, 5 bits: the estimate takes 5 for every INT4 matrix when any is asymmetric); an embed of q8
+    8.5 bits."""
     total = 0
-    for shape in shapes.values():
+    for name, shape in shapes.items():
         n = math.prod(shape)
         if len(shape) == 1:
             total += 4 * n
+        elif dtype == "q4" and embed == "q8" and name in ("token_embd", "output"):
+            total += n + 2 * (n // GROUP)
         elif dtype == "q4":
-            total += n // 2 + 2 * (n // GROUP)
+            total += n // 2 + (4 if embed == "q4a" else 2) * (n // GROUP)
         else:
             total += n * (2 if dtype == "f16" else 4)
     return total
@@ -664,6 +683,111 @@ def quantize_q4(a: np.ndarray, name: str) -> tuple[bytes, bytes, float]:
     return b"".join(nibs), b"".join(scales), _rel_rms(num, den)
 
 
+def _repack_q4(q: np.ndarray) -> bytes:
+    """Nibbles (rows, cols) in 0..15 -> the kernels' packing: byte j of a row = q[2j] | q[2j+1] << 4."""
+    q = q.astype(np.uint8)
+    return (q[:, 0::2] | (q[:, 1::2] << 4)).tobytes()
+
+
+def asym_from_blocks(raw: np.ndarray, src_type: str, cols: int) -> tuple[bytes, bytes, bytes]:
+    """(nibbles, f16 scales, f16 mins) of the q4a form from GGUF Q4_1 / Q4_0 blocks, without floats.
+    Q4_1 (d, m, 16 bytes: weight j in the low nibble of byte j, weight j + 16 in the high one) is the q4a
+    form itself: value = d * q + m. Q4_0 (d, 16 bytes, value = d * (q - 8)) becomes d, m = -8 d (exact in
+    float16), or for a negative d: scale -d, nibble 15 - q, m = 7 d (rounded to float16: the only
+    inexact case)."""
+    rows = raw.shape[0]
+    nb = RAW_BLOCKS[src_type]
+    b = raw.reshape(rows, cols // GROUP, nb)
+    d = b[..., 0:2].copy().view("<f2")[..., 0]
+    if src_type == "Q4_1":
+        m = b[..., 2:4].copy().view("<f2")[..., 0]
+        qs = b[..., 4:20]
+    else:
+        qs = b[..., 2:18]
+        neg = d < 0
+        with np.errstate(over="ignore"):
+            m = np.where(neg, (d.astype(np.float32) * 7).astype(np.float16), (-8 * d.astype(np.float32)).astype(np.float16))
+        if not np.all(np.isfinite(m)):
+            raise ConvertError("a Q4_0 scale is too large for the asymmetric form's float16 minimum")
+    q = np.concatenate([qs & 15, qs >> 4], axis=-1)  # (rows, groups, 32): weights 0..15, then 16..31
+    if src_type == "Q4_0":
+        q = np.where(neg[..., None], 15 - q, q)
+        d = np.abs(d)
+    return (_repack_q4(q.reshape(rows, cols)), np.ascontiguousarray(d).astype("<f2").tobytes(),
+            np.ascontiguousarray(m).astype("<f2").tobytes())
+
+
+def q8_from_blocks(raw: np.ndarray, cols: int) -> tuple[bytes, bytes]:
+    """(int8 weights, f16 scales) of the q8 form from GGUF Q8_0 blocks (d, 32 x int8): the same numbers."""
+    rows = raw.shape[0]
+    b = raw.reshape(rows, cols // GROUP, RAW_BLOCKS["Q8_0"])
+    return b[..., 2:].tobytes(), np.ascontiguousarray(b[..., 0:2]).tobytes()
+
+
+def quantize_form(a: np.ndarray, name: str, form: str, t: Tensor) -> tuple[list, float]:
+    """(segments, relative RMS error against a) of a 2-D float array in one weight form: 'sym' (q4),
+    'asym' (q4a: exact from GGUF Q4_1 blocks, else min/max per group) or 'q8' (exact from Q8_0)."""
+    rows, cols = a.shape
+    if form == "sym":
+        nib, sc, err = quantize_q4(a, name)
+        return [(name, "q4", (rows, cols), nib), (mbf_write.scales_name(name), "f16", (rows, cols // GROUP), sc)], err
+    raw = None
+    if t.raw is not None and (form == "asym" and t.src_type in ("Q4_0", "Q4_1") or
+                              form == "q8" and t.src_type == "Q8_0"):
+        raw = t.raw()
+        if t.rope_heads:
+            raw = to_interleaved(raw, t.rope_heads)
+    step = max(1, CHUNK_ELEMS // cols)
+    parts: list[list[bytes]] = [[], [], []]
+    num = den = 0.0
+    for r0 in range(0, rows, step):
+        part = np.asarray(a[r0:r0 + step], dtype=np.float64)
+        n = part.shape[0]
+        try:
+            if form == "asym":
+                if raw is not None:
+                    nib, sc, mn = asym_from_blocks(raw[r0:r0 + step], t.src_type, cols)
+                else:
+                    buf, mins = q4_numpy.quantize_matrix_asym(part)
+                    nib, sc, mn = bytes(buf[:n * cols // 2]), bytes(buf[n * cols // 2:]), bytes(mins)
+                mat = q4.Q4Matrix(n, cols, bytearray(nib + sc), None, bytearray(mn))
+                pieces = (nib, sc, mn)
+            else:
+                if raw is not None:
+                    w8, sc = q8_from_blocks(raw[r0:r0 + step], cols)
+                else:
+                    buf = q4_numpy.quantize_matrix8(part)
+                    w8, sc = bytes(buf[:n * cols]), bytes(buf[n * cols:])
+                mat = q4w.Q8Matrix(n, cols, bytearray(w8 + sc))
+                pieces = (w8, sc, b"")
+        except q4.Q4Error as e:
+            raise ConvertError("tensor '%s': %s" % (name, e)) from None
+        # float32 like GGUF's own dequantisation: a Q4_1 / Q8_0 source comes back bit for bit
+        back = q4_numpy.dequantize(mat, np.float32).astype(np.float64)
+        num += float(((back - part) ** 2).sum())
+        den += float((part ** 2).sum())
+        for k in range(3):
+            parts[k].append(pieces[k])
+    sc_shape = (rows, cols // GROUP)
+    segs = [(name, FORM_DTYPE[form], (rows, cols), b"".join(parts[0])),
+            (mbf_write.scales_name(name), "f16", sc_shape, b"".join(parts[1]))]
+    if form == "asym":
+        segs.append((mbf_write.mins_name(name), "f16", sc_shape, b"".join(parts[2])))
+    return segs, _rel_rms(num, den)
+
+
+def choose_form(a: np.ndarray, name: str, t: Tensor, choice: str) -> tuple[str, list, float]:
+    """(form, segments, error) for --weights/--embed `choice`; 'auto': asym for a Q4_1 / Q4_0 source
+    (it holds those exactly), else whichever of sym and asym gives the smaller error."""
+    if choice != "auto":
+        return (choice,) + quantize_form(a, name, choice, t)
+    if t.src_type in ("Q4_0", "Q4_1"):
+        return ("asym",) + quantize_form(a, name, "asym", t)
+    segs_s, err_s = quantize_form(a, name, "sym", t)
+    segs_a, err_a = quantize_form(a, name, "asym", t)
+    return ("asym", segs_a, err_a) if err_a < err_s else ("sym", segs_s, err_s)
+
+
 def _float_segment(a: np.ndarray, dtype: str, name: str) -> tuple[np.ndarray, float]:
     a64 = np.asarray(a, dtype=np.float64)
     if dtype == "f16" and a64.size and float(np.abs(a64).max()) > F16_MAX:
@@ -680,16 +804,24 @@ def _sig(x: float) -> float:
 
 def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], fmt: Optional[str] = None, dtype: str = "q4",
             tokenizer: str | os.PathLike[str] = "auto", max_error: float = MAX_REL_RMS,
-            progress: Optional[Progress] = None) -> dict:
+            progress: Optional[Progress] = None, weights: str = "sym", embed: Optional[str] = None) -> dict:
     """Convert the model at src to an MBF file at dst; returns the summary (also what the CLI prints).
 
     fmt: 'gguf', 'llama2c', 'hf' or None (from the path). dtype: 'q4' (INT4 matrices), 'f16' or 'f32'.
     tokenizer: 'auto' (the model's own: GGUF metadata, tokenizer.json; none for llama2.c), 'none', or a
-    path (tokenizer blob, tokenizer.json, GGUF). Raises ConvertError; dst is written only on success."""
+    path (tokenizer blob, tokenizer.json, GGUF). With dtype 'q4': weights 'sym' (q4), 'asym' (q4a) or
+    'auto' for the layer matrices (one form per matrix kind, decided on its first layer: the MBF layer
+    plan needs every layer alike), embed 'sym', 'asym', 'auto' or 'q8' for token_embd / output (default:
+    as weights). Raises ConvertError; dst is written only on success."""
     t0 = time.perf_counter()
     src, dst, tokenizer = os.fspath(src), os.fspath(dst), os.fspath(tokenizer)
     if dtype not in DTYPES:
         raise ConvertError("unknown dtype %r (known: %s)" % (dtype, ", ".join(DTYPES)))
+    if weights not in WEIGHTS:
+        raise ConvertError("unknown weights form %r (known: %s)" % (weights, ", ".join(WEIGHTS)))
+    embed = weights if embed is None else embed
+    if embed not in EMBEDS:
+        raise ConvertError("unknown embed form %r (known: %s)" % (embed, ", ".join(EMBEDS)))
     if not isinstance(max_error, (int, float)) or not max_error > 0:
         raise ConvertError("max_error must be a positive number, got %r" % (max_error,))
     if os.path.exists(dst) and os.path.exists(src) and os.path.samefile(src, dst):
@@ -702,7 +834,7 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], fmt: Optio
     if dtype == "q4":
         _check_q4_dims(conf)
     shapes = _check_tensors(source)
-    need = estimate_bytes(shapes, dtype)
+    need = estimate_bytes(shapes, dtype, "q8" if embed == "q8" else "q4" if weights == embed == "sym" else "q4a")
     if need > MBF_MAX_BYTES:
         raise ConvertError("the %s model would take %.2f GB; MBF files are at most 4 GiB%s" % (
             dtype, need / 1e9, ": use --dtype q4" if dtype != "q4" else ""))
@@ -716,6 +848,7 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], fmt: Optio
         tinfo = _tokenizer_info(blob, tinfo, conf.vocab_size)
 
     segments: list[mbf_write.Segment] = []
+    forms: dict[str, str] = {}  # matrix kind ('attn_q', 'token_embd', ...) -> weight form
     report: list[dict[str, Any]] = []
     bad: list[str] = []
     names = sorted(shapes)
@@ -732,11 +865,15 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], fmt: Optio
         if t.rope_heads:
             a = to_interleaved(a, t.rope_heads)
         if a.ndim == 2 and dtype == "q4":
-            nib, sc, err = quantize_q4(a, name)
-            rows, cols = a.shape
-            segments.append((name, "q4", (rows, cols), nib))
-            segments.append((mbf_write.scales_name(name), "f16", (rows, cols // GROUP), sc))
-            out_dtype = "q4"
+            part = name.split(".", 2)[2] if name.startswith(mbf_write.mbf.LAYER_PREFIX) else name
+            if part in forms:  # later layers: the form chosen on the first
+                form = forms[part]
+                segs, err = quantize_form(a, name, form, t)
+            else:
+                form, segs, err = choose_form(a, name, t, embed if part in ("token_embd", "output") else weights)
+                forms[part] = form
+            segments.extend(segs)
+            out_dtype = FORM_DTYPE[form]
         else:
             out_dtype = dtype if a.ndim == 2 else "f32"  # norms and biases stay f32
             arr, err = _float_segment(a, out_dtype, name)
@@ -762,6 +899,8 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], fmt: Optio
         notes.append("rope_theta %r is not an integer: the board's RopeTable needs one" % conf.rope_theta)
     return {
         "src": src, "dst": dst, "format": source.fmt, "arch": source.arch, "dtype": dtype,
+        "weights": weights if dtype == "q4" else None, "embed": embed if dtype == "q4" else None,
+        "forms": forms,
         "bytes": size, "seconds": round(time.perf_counter() - t0, 2),
         "params": int(sum(math.prod(s) for s in shapes.values())),
         "config": conf.mbf(), "tokenizer": tinfo, "crc_verified": True,
@@ -793,6 +932,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="fmt", choices=FORMATS, help="source format (default: from SRC's name/contents)")
     p.add_argument("--dtype", choices=DTYPES, default="q4",
                    help="matrix storage: q4 = INT4 + float16 group scales (the boards), f16/f32 = float (default q4)")
+    p.add_argument("--weights", choices=WEIGHTS, default="sym",
+                   help="INT4 form of the layer matrices with --dtype q4: sym = q4 (scale per group of 32), asym = "
+                        "q4a (scale + minimum, Q4_1's form: exact from Q4_1/Q4_0 GGUF), auto = asym for Q4_1/Q4_0 "
+                        "sources, else the smaller error (default sym)")
+    p.add_argument("--embed", choices=EMBEDS, default=None,
+                   help="form of token_embd / output: sym, asym, auto, or q8 = INT8 + scale per 32 (exact from "
+                        "Q8_0; twice the bytes of INT4) (default: as --weights)")
     p.add_argument("--tokenizer", default="auto", metavar="auto|none|PATH",
                    help="auto: the model's own (GGUF metadata, tokenizer.json; llama2.c has none that fits); none; "
                         "or a tokenizer blob / tokenizer.json / GGUF to embed")
@@ -822,7 +968,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     update, stop = _rich_progress()
     try:
         summary = convert(args.src, args.dst, fmt=args.fmt, dtype=args.dtype, tokenizer=args.tokenizer,
-                          max_error=args.max_error, progress=update)
+                          max_error=args.max_error, progress=update, weights=args.weights, embed=args.embed)
     except (ConvertError, OSError) as e:
         stop()
         msg = str(e) if isinstance(e, ConvertError) else "%s: %s" % (getattr(e, "filename", "") or "",

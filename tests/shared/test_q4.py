@@ -3,7 +3,7 @@ from array import array
 
 import testkit
 from kernels_ref import assert_same, run_all
-from shared import kernels, q4
+from shared import kernels, q4, q4w
 from shared.q4 import GROUP, LIM, Q4Error
 
 FP16_ONE = 0x3C00
@@ -16,6 +16,38 @@ def make_mat(rng, rows, cols, h_lo=0x2000, h_span=0x1400, nib=None):
     b = m.buf
     for i in range(m.nib_bytes):
         b[i] = rng.below(256) if nib is None else nib | (nib << 4)
+    for o in range(m.nib_bytes, len(b), 2):
+        h = h_lo + rng.below(h_span) if h_span else h_lo
+        b[o] = h & 255
+        b[o + 1] = h >> 8
+    return m.prepare()
+
+
+def make_asym(rng, rows, cols, h_lo=0x2000, h_span=0x1400, nib=None, m_lo=None, m_span=None):
+    """Random asymmetric matrix: nibbles, float16 scales as make_mat, float16 mins of either sign
+    (magnitudes in [m_lo, m_lo + m_span), default the scales' range shifted up by 3 binades), prepared."""
+    m = q4.Q4Matrix(rows, cols, None, None, True)
+    b = m.buf
+    for i in range(m.nib_bytes):
+        b[i] = rng.below(256) if nib is None else nib | (nib << 4)
+    m_lo = h_lo + 0x0C00 if m_lo is None else m_lo
+    m_span = h_span if m_span is None else m_span
+    for o in range(0, len(m.scales), 2):
+        h = h_lo + rng.below(h_span) if h_span else h_lo
+        m.scales[o] = h & 255
+        m.scales[o + 1] = h >> 8
+        h = (m_lo + rng.below(m_span) if m_span else m_lo) | (0x8000 if rng.below(2) else 0)
+        m.mins[o] = h & 255
+        m.mins[o + 1] = h >> 8
+    return m.prepare()
+
+
+def make_q8(rng, rows, cols, h_lo=0x2000, h_span=0x1400, val=None):
+    """Random (or constant `val`) int8 weights and float16 scales, prepared."""
+    m = q4w.Q8Matrix(rows, cols)
+    b = m.buf
+    for i in range(m.nib_bytes):
+        b[i] = rng.below(256) if val is None else val & 255
     for o in range(m.nib_bytes, len(b), 2):
         h = h_lo + rng.below(h_span) if h_span else h_lo
         b[o] = h & 255
@@ -227,6 +259,126 @@ def test_dot_equals_matvec_row_and_ranges():
     assert [kernels.dot(m, r, act) for r in range(9)] == list(full)
 
 
+# ---- asymmetric INT4 (Q4_1 style) and INT8 (Q8_0 style) matrices ----
+
+def _fp16_value_x(h, shift):
+    """value(h) * 2**shift as an exact fraction (num, den) of ints (sign included)."""
+    e = (h >> 10) & 31
+    m = (h & 1023) | (1024 if e else 0)
+    k = max(e, 1) - 25 + shift
+    num = m << k if k >= 0 else m
+    den = 1 if k >= 0 else 1 << -k
+    return (-num if h & 0x8000 else num), den
+
+
+def test_prepare_asym_definition():
+    rng = testkit.Rng(31)
+    for h_lo, h_span, m_lo, m_span in ((0x2000, 0x1400, 0x2C00, 0x1400), (0x0200, 0x3000, 0x0001, 0x0400),
+                                       (0x3C00, 0x0800, 0x4000, 0x3B00), (0x7800, 0x03FF, 0x7800, 0x03FF)):
+        m = q4.Q4Matrix(3, 64, None, None, True)
+        raw = []
+        for o in range(0, len(m.scales), 2):
+            d = h_lo + rng.below(h_span)
+            mn = (m_lo + rng.below(m_span)) | (0x8000 if rng.below(2) else 0)
+            raw.append((d, mn))
+            m.scales[o], m.scales[o + 1] = d & 255, d >> 8
+            m.mins[o], m.mins[o + 1] = mn & 255, mn >> 8
+        m.prepare()
+        assert m.kind == q4.KIND_ASYM
+        big = 0
+        for i in range(len(raw)):
+            r, g = i // m.ng, i % m.ng
+            ws, mf = m.scale(r, g), m.min_fixed(r, g)
+            assert 0 <= ws < 1 << 14 and -(1 << 14) < mf < 1 << 14, (ws, mf)
+            big = max(big, ws, abs(mf))
+            # the fixed values are the float ones to within one LSB plus the first rounding at t
+            for h, got in ((raw[i][0], ws), (None, mf)):
+                if h is None:
+                    nd, dd = _fp16_value_x(raw[i][1], m.wshift)
+                    n8, d8 = _fp16_value_x(raw[i][0], m.wshift)
+                    num, den = nd * d8 + 8 * n8 * dd, dd * d8
+                else:
+                    num, den = _fp16_value_x(h, m.wshift)
+                assert abs(got * den - num) <= den, (hex(raw[i][0]), hex(raw[i][1]), got, num / den)
+        assert big >= 1 << 13  # the shift uses the range: the largest value lands in [2**13, 2**14)
+    zero = q4.Q4Matrix(2, 32, None, None, True).prepare()
+    assert zero.wshift == 0 and zero.scale(1, 0) == 0 and zero.min_fixed(1, 0) == 0
+    bad = q4.Q4Matrix(1, 32, None, None, True)
+    bad.scales[1] = 0xBC  # scale -1.0
+    testkit.raises(Q4Error, bad.prepare)
+    bad.scales[1] = 0x3C
+    bad.mins[1] = 0xFC  # min -Inf
+    testkit.raises(Q4Error, bad.prepare)
+    testkit.raises(Q4Error, q4.Q4Matrix, 2, 32, None, None, bytearray(2))  # mins: 2 groups * 2 bytes
+    q = q4w.Q8Matrix(2, 64)
+    for i in range(4):
+        o = q.nib_bytes + 2 * i
+        q.buf[o], q.buf[o + 1] = 0x00, 0x3C + 4 * i  # 1.0 * 2**i
+    q.prepare()
+    assert max(q.scale(r, g) for r in range(2) for g in range(2)) == 1 << 10
+    assert q.kind == q4.KIND_Q8 and q.weight(0, 0) == 0
+    q.buf[1] = 0x80
+    q.buf[2] = 0x7F
+    assert q.weight(0, 1) == -128 and q.weight(0, 2) == 127
+    testkit.raises(Q4Error, q4w.Q8Matrix, 2, 32, bytearray(64))  # 64 weights + 4 scale bytes
+    testkit.raises(Q4Error, q4w.Q8Matrix, 2, 32, bytearray(68), bytearray(4))
+
+
+def test_asym_and_q8_backends_agree():
+    rng = testkit.Rng(22)
+    for rows, cols in ((7, 32), (5, 160)):
+        for m in (make_asym(rng, rows, cols), make_asym(rng, rows, cols, 0x0400, 0x3000, None, 0x0001, 0x5000),
+                  make_q8(rng, rows, cols), make_q8(rng, rows, cols, 0x0400, 0x4000)):
+            for _ in range(2):
+                assert_same(run_all(_matvec_all, m, make_x(rng, cols)), "kind %d %dx%d" % (m.kind, rows, cols))
+
+
+def test_asym_and_q8_documented_formula():
+    """asym: sum_g round((acc_g * ws_g + asum_g * mf_g) / 2**sg); q8: sum_g round(acc_g * ws_g / 2**sg);
+    the weight value of an asymmetric matrix is ((nibble - 8) * ws + mf) * 2**-wshift."""
+    rng = testkit.Rng(18)
+    for m in (make_asym(rng, 5, 96, 0x1800, 0x2000), make_q8(rng, 5, 96, 0x1800, 0x2000)):
+        x = make_x(rng, 96)
+        act = q4.QAct(96)
+        kernels.quantize_act(act, x)
+        out = array("i", bytes(4 * 5))
+        kernels.matvec(out, m, act)
+        gd = array("i", bytes(4 * m.ng))
+        info = act.info
+        for r in range(5):
+            kernels.group_dots(gd, m, r, act)
+            t = 0
+            for g in range(m.ng):
+                want = 0
+                for c in range(g * GROUP, (g + 1) * GROUP):
+                    want += (m.weight(r, c) if m.kind == q4.KIND_Q8 else m.weight(r, c)) * act.value(c)
+                assert gd[g] == want
+                s = info[q4.I_HDR + g]
+                if s <= 30:
+                    t += (gd[g] * m.scale(r, g) + info[q4.I_HDR + m.ng + g] * m.min_fixed(r, g)
+                          + ((1 << s) >> 1)) >> s
+            assert out[r] == q4.shift_sat(t, info[q4.I_EH] - m.wshift), (m.kind, r)
+
+
+def test_asym_and_q8_extremes():
+    rng = testkit.Rng(6)
+    big = array("i", [127 << 23] * 64)
+    neg = array("i", [-(127 << 23)] * 64)
+    for m, x, what in ((make_asym(rng, 3, 64, FP16_MAX, 0, 15, FP16_MAX, 0), big, "asym 15 x +127, max scale/min"),
+                       (make_asym(rng, 3, 64, FP16_MAX, 0, 0, FP16_MAX, 0), neg, "asym 0 x -127, max"),
+                       (make_asym(rng, 3, 64, 0x0001, 0, 0, 0x0001, 0), big, "asym subnormal"),
+                       (make_q8(rng, 3, 64, FP16_MAX, 0, -128), big, "q8 -128 x +127, max scale"),
+                       (make_q8(rng, 3, 64, FP16_MAX, 0, -128), neg, "q8 -128 x -127, max scale"),
+                       (make_q8(rng, 3, 64, FP16_MAX, 0, 127), neg, "q8 127 x -127, max scale")):
+        res = run_all(_matvec_all, m, x)
+        assert_same(res, what)
+        out = res["plain"][2]
+        if m.kind == q4.KIND_Q8:
+            assert out == [LIM if (m.weight(0, 0) > 0) == (x is big) else -LIM] * 3, (what, out)
+    assert 32512 * ((1 << 14) - 1) + 4064 * (1 << 14) < 1 << 30  # asym group term
+    assert 32 * 128 * 127 * 2047 < 1 << 30  # q8 group term
+
+
 # ---- no allocation in the hot path ----
 
 def _hot_q4(ctx):
@@ -240,25 +392,26 @@ def _hot_q4(ctx):
 
 def test_hot_path_allocates_nothing():
     rng = testkit.Rng(9)
-    m = make_mat(rng, 8, 64)
-    ctx = (q4.QAct(64), make_x(rng, 64), array("i", bytes(32)), m, array("i", bytes(8)))
-    results = {}
-    try:
-        for name in ("viper", "plain"):
-            if kernels.load(name) is None:
-                continue
-            kernels.use(name)
-            before = testkit.heap_in_use()
-            got = testkit.run_locked(_hot_q4, ctx)
-            after = testkit.heap_in_use()
-            results[name] = got
-            if before is not None:
-                assert after == before, (name, before, after)
-    finally:
-        kernels.use()
-    if testkit.IS_MP:
-        assert "viper" in results, "viper backend missing on MicroPython"
-    assert len(set(results.values())) == 1, results
+    x = make_x(rng, 64)
+    for m in (make_mat(rng, 8, 64), make_asym(rng, 8, 64), make_q8(rng, 8, 64)):
+        ctx = (q4.QAct(64), x, array("i", bytes(32)), m, array("i", bytes(8)))
+        results = {}
+        try:
+            for name in ("viper", "plain"):
+                if kernels.load(name) is None:
+                    continue
+                kernels.use(name)
+                before = testkit.heap_in_use()
+                got = testkit.run_locked(_hot_q4, ctx)
+                after = testkit.heap_in_use()
+                results[name] = got
+                if before is not None:
+                    assert after == before, (name, m.kind, before, after)
+        finally:
+            kernels.use()
+        if testkit.IS_MP:
+            assert "viper" in results, "viper backend missing on MicroPython"
+        assert len(set(results.values())) == 1, (m.kind, results)
 
 
 def test_default_backend_per_interpreter():
