@@ -8,7 +8,8 @@
 # allocates nothing on MicroPython and every kernel backend gives the same integers.
 #
 #   kv = ringkv.RingKV(n_layers, n_kv_heads * head_dim, sink, window, staged, "b", n_kv_heads)
-#   m = llama.Model(mbf.open(path), kv)      # stream=True: one layer's nibbles resident at a time
+#   m = llama.Model(mbf.open(path), kv)      # stream=True / a mode name: layer matrices read from flash
+#   m = llama.Model(r, kv, plan=memfit.fit(r.config, profile, reader=r))   # the plan that fits the board
 #   m.step(token); kv.commit(1)              # or m.feed(tokens), then kv.commit(n) / kv.discard()
 #   s = llama.Sampler(m.n_out, top_k=40, temperature=0.8)
 #   k = s.distribution(m.logits)             # s.idx[:k], s.count[:k]: counts summing to 2**16
@@ -18,9 +19,11 @@
 # tokens before it been committed one by one (the oldest window tokens those commits would evict are
 # left out; keys take their index in what remains as position, the query comes next). So feed(T) then
 # commit(T) gives the same logits, bit for bit, as T x (step, commit(1)), and no position exceeds S+W.
+import gc
+import sys
 from array import array
 
-from shared import kernels, mbf, model_load
+from shared import kernels, mbf, memplan, model_load
 from shared.fixedmath import RopeTable
 from shared.model_load import ModelError
 from shared.q4 import LIM, QAct, bitlen, ceil_log2, mulshift, shift_sat
@@ -30,6 +33,17 @@ try:
 except ImportError:  # CPython
     const = lambda x: x  # noqa: E731
 
+# The forward's steps where a streamed plan may read layer matrices (memplan's numbering)
+_T_ANORM = const(2)
+_T_WQ = const(3)
+_T_WK = const(4)
+_T_WV = const(5)
+_T_WO = const(10)
+_T_FNORM = const(11)
+_T_W1 = const(12)
+_T_W3 = const(13)
+_T_W2 = const(15)
+_MP = sys.implementation.name != "cpython"
 ONE = const(65536)  # a distribution's counts sum to exactly this (2**16)
 _XBIAS = const(64)  # K/V/query scale packing: ((x + 64) << 15) | m means m * 2**x (Q16 units per int8 unit)
 
@@ -42,63 +56,117 @@ class Model:
     """A Llama-family decoder over a RingKV: every buffer allocated here, nothing in step().
 
     reader: an open mbf.Reader; kv: a RingKV('b') shaped (n_layers, n_kv_heads * head_dim, heads =
-    n_kv_heads) whose S+W positions fit seq_len. stream=True keeps one layer's INT4 nibbles resident
-    (re-read with load_layer at every layer step; all scales and gains stay resident), reads embedding
-    rows with read_range and streams the classifier in blocks of out_rows rows: for models larger than
-    the heap. verify=True checks every CRC once here (streamed reads are then unchecked: DESIGN 3.4).
+    n_kv_heads) whose S+W positions fit seq_len. Buffers come from a memory plan (shared/memplan.py),
+    made here once: plan=None plans from the config for this stream / out_rows, or pass one (memfit.fit
+    chooses the fastest that fits a board's heap). Buffers never live at the same time share one
+    allocation, so m.logits is valid from the end of a step until the next step starts (as before: the
+    next step overwrites it). stream: False (resident), True ("phase") or a mode, "layer" / "phase" /
+    "matrix": the INT4 nibbles are re-read with load_layer during each step (per layer, per attention /
+    FFN phase, or per matrix; all scales and gains stay resident), embedding rows are read with
+    read_range and the classifier in blocks of out_rows rows: for models larger than the heap.
+    verify=True checks every CRC once here (streamed reads are then unchecked: DESIGN 3.4).
     embed_rows: an object with fill(row, out) (see model_load.EmbedRows) replacing the default row
     source (self.rows), e.g. an LRU-K cache of dequantised rows. Weights: self.layers (Layer),
     self.out_norm, self.emb (token maps, row source, classifier); model_load builds them."""
 
-    def __init__(self, reader, kv, stream=False, out_rows=64, verify=True, embed_rows=None):
+    def __init__(self, reader, kv, stream=False, out_rows=64, verify=True, embed_rows=None, plan=None):
         if not isinstance(reader, mbf.Reader):
             raise ModelError("Model needs an open mbf.Reader, got %s" % type(reader).__name__)
         cfg = model_load.Config(reader.config)
         model_load.check_kv(cfg, kv)
+        if _MP:
+            gc.collect()  # garbage out of the way before the plan and the big blocks (fragmentation)
+        if plan is None:
+            plan = memplan.layout(cfg, kv.sink, kv.window, kv.staged, _mode(stream), out_rows,
+                                  memplan.native_word(), reader)
+        elif not isinstance(plan, memplan.Plan):
+            raise ModelError("plan must be a memplan.Plan, got %s" % type(plan).__name__)
+        else:
+            _check_plan(plan, cfg, kv)
         if verify:
             reader.verify_all()
         self.cfg = cfg
         self.kv = kv
         self.reader = reader
-        self.stream = bool(stream)
+        # Model has 37 attributes: one more grows MicroPython's attribute table to a 752-byte block,
+        # which the fragmented rp2040 test heap may not have. The plan itself is not kept.
+        self.mode = plan.mode
         self.n_out = cfg.n_out
-        pool = None if self.stream else model_load.reserve(reader, cfg)  # big blocks first
-        self.layers, self.bufs = model_load.load_layers(reader, cfg, self.stream, pool)
-        self.out_norm = model_load.norm(reader, "output_norm", cfg.dim, model_load.resid_eps(cfg))
-        self.emb = model_load.Embeddings(reader, cfg, self.stream, out_rows, pool)
+        stream = plan.mode != "resident"
+        pool = None if stream else model_load.reserve(reader, cfg)  # big blocks first
+        nibbles = self._stream_buffers(plan) if stream else None
+        acts = _arenas(plan, memplan.INT32, _zeros)  # the step's arenas, before the many small objects
+        # RoPE by relative distance d = (query position) - (key position), 0 <= d <= S+W
+        self.rope = RopeTable(cfg.head_dim, kv.capacity, cfg.rope_theta, cfg.rope_style)
+        # the classifier (its block, its scales) before the layers' many small objects, as above
+        self.emb = model_load.Embeddings(reader, cfg, stream, plan.out_rows, pool)
         self.rows = self.emb.rows
         self.vocab_map = self.emb.vocab_map
         self.embed_rows = self.rows if embed_rows is None else embed_rows
-        # RoPE by relative distance d = (query position) - (key position), 0 <= d <= S+W
-        self.rope = RopeTable(cfg.head_dim, kv.capacity, cfg.rope_theta, cfg.rope_style)
-        self._alloc(cfg, kv)
+        self.layers = model_load.load_layers(reader, cfg, stream, pool, nibbles)[0]
+        self.fetch = [None] * memplan.N_STEPS
+        if stream:
+            self._loads(plan, reader, nibbles)
+        self.out_norm = model_load.norm(reader, "output_norm", cfg.dim, model_load.resid_eps(cfg))
+        self._alloc(cfg, kv, plan, acts)
 
     # ---- construction ----
 
-    def _alloc(self, cfg, kv):
+    def _stream_buffers(self, plan):
+        """The streamed nibble buffers: views of the plan's weight arenas (or their own bytearrays)."""
+        arenas = _arenas(plan, memplan.BYTES, bytearray)
+        nibbles = {}
+        for p in model_load.LAYER_Q4:
+            i = plan.index("stream." + p)
+            n = plan.data[i]
+            if plan.arena[i] < 0:
+                nibbles[p] = bytearray(n)
+            else:
+                o = plan.offset[i]
+                nibbles[p] = memoryview(arenas[plan.arena[i]])[o:o + n]
+        return nibbles
+
+    def _loads(self, plan, reader, nibbles):
+        """self.fetch: for each step of the forward (memplan.STEPS), the load_layer list of the layer
+        matrices the plan reads there (their nibble buffers, None for the other parts), or None."""
+        parts = reader.layer_parts()
+        at = {}
+        for p in model_load.LAYER_Q4:
+            t = plan.first[plan.index("stream." + p)]
+            if t not in at:
+                at[t] = [None] * len(parts)
+            at[t][parts.index(p)] = nibbles[p]
+        self.fetch = [at.get(t) for t in range(memplan.N_STEPS)]
+
+    def _alloc(self, cfg, kv, plan, arenas):
+        """The step's int32 buffers: each its own array, or the plan's shared arena (same object)."""
+
+        def get(name):
+            i = plan.index(name)
+            return arenas[plan.arena[i]] if plan.arena[i] >= 0 else _zeros(plan.data[i] // 4)
+
         hd, g = cfg.head_dim, cfg.group
-        self.x = _zeros(cfg.dim)  # the residual stream
-        self.xb = _zeros(cfg.dim)
-        self.q = _zeros(cfg.q_dim)
-        self.kvb = _zeros(cfg.kv_dim)
-        self.att = _zeros(cfg.q_dim)
-        self.hb = _zeros(cfg.hidden_dim)
-        self.hb2 = _zeros(cfg.hidden_dim)
-        self.logits = _zeros(cfg.n_out)
+        self.x = get("x")  # the residual stream
+        self.xb = get("xb")
+        self.q = get("q")
+        self.kvb = get("kvb")
+        self.att = get("att")
+        self.hb = get("hb")
+        self.hb2 = get("hb2")
+        self.logits = get("logits")  # valid from the end of a step until the next step starts
         self.act_d = QAct(cfg.dim)
         self.act_q = QAct(cfg.q_dim)
         self.act_h = QAct(cfg.hidden_dim)
         # attention: the query heads of each KV head as int8 << qshift, one rotated copy, scores
         self.qshift = 15 - ceil_log2(hd)  # keeps every q.k dot product below 2**30 (docs/RUNTIME.md)
-        self.qgrp = [_zeros(g * hd) for _ in range(cfg.n_kv_heads)]
-        self.qrot = _zeros(g * hd)
-        self.qf = _zeros(cfg.n_heads)  # per query head: scale mantissa / sqrt(head_dim) ...
-        self.qsh = _zeros(cfg.n_heads)  # ... and its shift
+        self.qgrp = [get("qgrp.%d" % h) for h in range(cfg.n_kv_heads)]
+        self.qrot = get("qrot")
+        self.qf = get("qf")  # per query head: scale mantissa / sqrt(head_dim) ...
+        self.qsh = get("qsh")  # ... and its shift
         self.isq_m, self.isq_s = _inv_sqrt(hd)
-        n = kv.capacity + 1
-        self.scores = [_zeros(n) for _ in range(cfg.n_heads)]
-        self.lslot = _zeros(kv.capacity)
-        self.kslot = _zeros(n)  # physical slot of each key of the current query, by position
+        self.scores = [get("scores.%d" % h) for h in range(cfg.n_heads)]
+        self.lslot = get("lslot")
+        self.kslot = get("kslot")  # physical slot of each key of the current query, by position
         self.nkeys = 0
         kernels.rope(self.qrot, self.qgrp[0], self.rope, kv.capacity, g)  # checks the shapes once
         self._backend()
@@ -131,13 +199,17 @@ class Model:
         slot = kv.capacity + s
         self.embed_rows.fill(row, self.x)
         for layer in range(self.cfg.n_layers):
-            if self.stream:
-                self.reader.load_layer(layer, self.bufs, False)
             w = self.layers[layer]
             self._attention_block(layer, w, slot)
-            self._ffn_block(w)
+            self._ffn_block(layer, w)
         self._classifier()
         return s
+
+    def _fetch(self, layer, t):
+        """Streamed: read the layer matrices the plan loads at step t (memplan.STEPS) into their buffers."""
+        f = self.fetch[t]
+        if f is not None:
+            self.reader.load_layer(layer, f, False)
 
     def feed(self, tokens, n=-1, out=None):
         """Step tokens[0..n-1] (default all) in order: prefill or verification. With out (array('i')
@@ -202,15 +274,19 @@ class Model:
 
     def _attention_block(self, layer, w, slot):
         cfg = self.cfg
+        self._fetch(layer, _T_ANORM)
         kernels.rmsnorm(self.xb, self.x, w.attn_norm)
         kernels.quantize_act(self.act_d, self.xb)
+        self._fetch(layer, _T_WQ)
         kernels.matvec(self.q, w.wq, self.act_d)
         if w.bq is not None:
             _add(self.q, w.bq, cfg.q_dim)
+        self._fetch(layer, _T_WK)
         kernels.matvec(self.kvb, w.wk, self.act_d)
         if w.bk is not None:
             _add(self.kvb, w.bk, cfg.kv_dim)
         self._store(layer, slot, self.kv.k, self.kv.kscale)
+        self._fetch(layer, _T_WV)
         kernels.matvec(self.kvb, w.wv, self.act_d)
         if w.bv is not None:
             _add(self.kvb, w.bv, cfg.kv_dim)
@@ -219,18 +295,23 @@ class Model:
         self._scores(layer)
         self._mix(layer)
         kernels.quantize_act(self.act_q, self.att)
+        self._fetch(layer, _T_WO)
         kernels.matvec(self.xb, w.wo, self.act_q)
         if w.bo is not None:
             _add(self.xb, w.bo, cfg.dim)
         _add(self.x, self.xb, cfg.dim)
 
-    def _ffn_block(self, w):
+    def _ffn_block(self, layer, w):
+        self._fetch(layer, _T_FNORM)
         kernels.rmsnorm(self.xb, self.x, w.ffn_norm)
         kernels.quantize_act(self.act_d, self.xb)
+        self._fetch(layer, _T_W1)
         kernels.matvec(self.hb, w.w1, self.act_d)
+        self._fetch(layer, _T_W3)
         kernels.matvec(self.hb2, w.w3, self.act_d)
         kernels.swiglu(self.hb, self.hb, self.hb2, self.cfg.hidden_dim)
         kernels.quantize_act(self.act_h, self.hb)
+        self._fetch(layer, _T_W2)
         kernels.matvec(self.xb, w.w2, self.act_h)
         _add(self.x, self.xb, self.cfg.dim)
 
@@ -345,6 +426,42 @@ class Model:
                         att[o + i] += u * vv[vo + i]
                 for i in range(hd):
                     att[o + i] = shift_sat(att[o + i], big - 7)
+
+
+# ---- construction helpers ----
+
+def _mode(stream):
+    """Model's stream argument -> a memplan mode: False resident, True "phase", or a mode name."""
+    if type(stream) is not str:
+        return "phase" if stream else "resident"
+    if stream in memplan.MODES:
+        return stream
+    raise ModelError("stream must be True, False or one of %s, got %r" % (", ".join(memplan.MODES), stream))
+
+
+def _check_plan(plan, cfg, kv):
+    """A plan made for another model shape or cache is refused (its buffers would not fit)."""
+    p = plan.cfg
+    have = (p.dim, p.hidden_dim, p.n_layers, p.n_heads, p.n_kv_heads, p.head_dim, p.n_out)
+    want = (cfg.dim, cfg.hidden_dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.n_out)
+    if have != want:
+        raise ModelError("the plan is for a model shaped %r (dim, hidden, layers, heads, kv heads, head_dim, "
+                         "outputs), this file is %r" % (have, want))
+    plan.check_kv(kv)
+
+
+def _arenas(plan, kind, make):
+    """One buffer per arena of the plan's kind (memplan.INT32: words, BYTES: bytes), largest first."""
+    out = {}
+    order = []
+    for i in range(len(plan.arenas)):
+        if plan.arenas[i][0] == kind:
+            order.append(i)
+    order.sort(key=lambda i: -plan.arenas[i][1])
+    for i in order:
+        n = plan.arenas[i][1]
+        out[i] = make(n // 4 if kind == memplan.INT32 else n)
+    return out
 
 
 # ---- integer helpers (allocation-free: small ints only, every intermediate < 2**30) ----

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from host import target as T  # noqa: E402
-from shared import bpe, kernels, llama, mbf, q4_numpy, ringkv  # noqa: E402
+from shared import bpe, kernels, llama, mbf, memplan, q4_numpy, ringkv  # noqa: E402
 from tools import bench_fidelity as B  # noqa: E402
 
 LIM = (1 << 30) - 1
@@ -162,7 +162,8 @@ def main(argv=None):
     nkv = int(cfg["n_kv_heads"])
     hd = int(cfg["dim"]) // int(cfg["n_heads"])
     kv = ringkv.RingKV(int(cfg["n_layers"]), nkv * hd, 4, 64, 8, "b", nkv)
-    m = llama.Model(reader, kv)
+    # int_layers reads q, att, scores... after the fact: each buffer its own (no arenas shared by liveness)
+    m = llama.Model(reader, kv, plan=memplan.layout(cfg, 4, 64, 8, word=8, reader=reader, share=False))
     c = m.cfg
     print("token %d %r  dim %d hidden %d heads %d/%d hd %d eps %g (int eps q32 %d)"
           % (t0, tok.decode([t0]) if hasattr(tok, "decode") else "", c.dim, c.hidden_dim, c.n_heads,
