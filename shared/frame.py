@@ -71,8 +71,9 @@ LOG = const(0x10)
 DRAFT = const(0x11)
 VERDICT = const(0x12)
 KVSNAP = const(0x13)
+PROMPT = const(0x14)
 TYPE_NAMES = {HELLO: "HELLO", HEARTBEAT: "HEARTBEAT", ACK: "ACK", ERROR: "ERROR", LOG: "LOG",
-              DRAFT: "DRAFT", VERDICT: "VERDICT", KVSNAP: "KVSNAP"}
+              DRAFT: "DRAFT", VERDICT: "VERDICT", KVSNAP: "KVSNAP", PROMPT: "PROMPT"}
 
 # HELLO body
 _HE_ROLE = const(0)
@@ -155,6 +156,13 @@ _KS_TOTAL = const(2)
 _KS_OFFSET = const(6)
 _KS_CRC = const(10)
 KS_DATA = const(14)
+# PROMPT body: tokens both sides commit without verification (docs/PROTOCOL.md 3.9)
+_PR_BASE = const(0)
+_PR_N = const(4)
+_PR_FLAGS = const(5)
+PR_IDS = const(6)
+PR_UNVERIFIED = const(1)  # flags bit 0: tokens the node committed alone while the gateway was away
+PROMPT_MAX = const(255)  # ids per PROMPT frame
 MASK30 = const(0x3FFFFFFF)  # positions, counts and timestamps travel modulo 2**30 (small ints)
 
 # check_body results
@@ -399,6 +407,8 @@ def check_body(t, buf, off, n):
         return BODY_OK
     if t == KVSNAP:
         return _check_kvsnap(buf, off, n)
+    if t == PROMPT:
+        return _check_prompt(buf, off, n)
     if t == HELLO:
         return _check_hello(buf, off, n)
     if t == HEARTBEAT:
@@ -486,6 +496,18 @@ def _check_kvsnap(buf, off, n):
     return BODY_OK
 
 
+def _check_prompt(buf, off, n):
+    if n < PR_IDS:
+        return BODY_SHORT
+    k = buf[off + _PR_N]
+    if buf[off + _PR_BASE + 3] & 0xC0 or k == 0 or buf[off + _PR_FLAGS] & 0xFE:
+        return BODY_FIELD
+    need = PR_IDS + 2 * k
+    if n < need:
+        return BODY_OVERRUN
+    return BODY_OK if n == need else BODY_TRAILING
+
+
 # ---- allocation-free body writers for the node ----
 
 def put_draft_head(buf, block, base, k, flags):
@@ -513,6 +535,33 @@ def put_draft_token(buf, off, ids, counts, m, pick):
     return p
 
 
+def put_prompt(buf, base, ids, off, n, flags):
+    """Write a PROMPT body at buf[0:6 + 2n]: ids[off:off+n] (1..255 token ids, 0..65535) committed at
+    position base (mod 2**30); flags PR_UNVERIFIED or 0. Returns the body length. Allocates nothing."""
+    if n < 1 or n > PROMPT_MAX or flags & 0xFE:
+        raise FrameError("bad PROMPT n/flags")
+    put_u32(buf, _PR_BASE, base & MASK30)
+    buf[_PR_N] = n
+    buf[_PR_FLAGS] = flags
+    p = PR_IDS
+    for i in range(off, off + n):
+        put_u16(buf, p, ids[i])
+        p += 2
+    return p
+
+
+def prompt_ids(buf, boff, out):
+    """Copy the ids of the (checked) PROMPT body at buf[boff] into out[0:n]; return n. No allocation."""
+    n = buf[boff + _PR_N]
+    if len(out) < n:
+        raise FrameError("prompt_ids: out too small")
+    p = boff + PR_IDS
+    for i in range(n):
+        out[i] = buf[p] | (buf[p + 1] << 8)
+        p += 2
+    return n
+
+
 # ---- host helpers: build and parse whole frames and bodies (they allocate) ----
 
 # type: (struct format of the fixed part, its field names, name of the variable-length tail or None)
@@ -527,6 +576,7 @@ BODIES = {
     DRAFT: ("<HIBB", ("block", "base", "k", "flags"), "tokens"),
     VERDICT: ("<HIBBHI", ("block", "base", "accepted", "flags", "token", "committed"), None),
     KVSNAP: ("<HIII", ("snap", "total", "offset", "crc"), "data"),
+    PROMPT: ("<IBB", ("base", "n", "flags"), "ids"),
 }
 _RANGE = {"B": 0xFF, "H": 0xFFFF, "I": 0xFFFFFFFF}
 
@@ -562,7 +612,7 @@ def pack_body(t, **fields):
         elif not isinstance(v, int) or isinstance(v, bool) or v < 0 or v > _RANGE[code]:
             raise FrameError("%s %s must be an int in 0..%d, got %r" % (_name(t), name, _RANGE[code], v))
         vals.append(v)
-    rest = fields.pop(tail, b"" if tail != "tokens" else []) if tail else b""
+    rest = fields.pop(tail, b"" if tail not in ("tokens", "ids") else []) if tail else b""
     if fields:
         raise FrameError("%s has no field %s" % (_name(t), ", ".join(sorted(fields))))
     body = bytearray(struct.pack(fmt, *vals))
@@ -577,6 +627,11 @@ def pack_body(t, **fields):
             rec = bytearray(draft_token_bytes(m))
             put_draft_token(rec, 0, ids, counts, m, pick & 0xFF)
             body += rec
+    elif tail == "ids":
+        for v in rest:
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 0xFFFF:
+                raise FrameError("PROMPT token ids must be ints in 0..65535, got %r" % (v,))
+            body += bytes((v & 0xFF, v >> 8))
     else:
         body += rest.encode() if isinstance(rest, str) else bytes(rest)
     return bytes(_checked(t, body))
@@ -603,6 +658,8 @@ def parse_body(t, body):
             toks.append({"ids": ids, "counts": counts, "pick": body[p + 1], "token": ids[body[p + 1]]})
             p += draft_token_bytes(m)
         out["tokens"] = toks
+    elif tail == "ids":
+        out["ids"] = [u16(body, p + 2 * j) for j in range(out["n"])]
     elif tail:
         out[tail] = body[p:]
     return out
