@@ -18,7 +18,7 @@ BENCHES = tuple(sorted(p.stem[len("bench_"):] for p in (ROOT / "tools").glob("be
 
 # Subcommands that live in their own module host/cmd_NAME.py, each with HELP (one line),
 # add_arguments(parser) and run(args) -> exit code (raising host.errors.UserError for user mistakes).
-PLUGINS = ("plan", "gateway", "ask", "doctor")
+PLUGINS = ("demo", "gateway", "ask", "plan", "doctor")
 
 
 def known_boards() -> list[str]:
@@ -83,7 +83,7 @@ def cmd_convert(args: argparse.Namespace) -> int:  # reached only through main()
     raise UserError("usage: edgetwin convert SRC DST [options]; see edgetwin convert --help")
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def cmd_selftest(args: argparse.Namespace) -> int:
     from tools import deploy, selftest_demo, vboard
 
     try:
@@ -131,10 +131,10 @@ def parser() -> argparse.ArgumentParser:
         mod.add_arguments(sp)
         sp.set_defaults(func=mod.run)
 
-    m = sub.add_parser("demo", help="start a virtual board, deploy the core with mpremote and run its self-test")
+    m = sub.add_parser("selftest", help="start a virtual board, deploy the core with mpremote and run its self-test")
     m.add_argument("--board", default="rp2040_pico")
     m.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
-    m.set_defaults(func=cmd_demo)
+    m.set_defaults(func=cmd_selftest)
     return p
 
 

@@ -1,4 +1,4 @@
-"""The on-board self-test: its checks pass under CPython, and `edgetwin demo --json` passes on a virtual board."""
+"""The on-board self-test: its checks pass under CPython, and `edgetwin selftest --json` passes on a virtual board."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ def test_selftest_without_profile(capsys: pytest.CaptureFixture[str], tmp_path: 
 
 
 @pytest.mark.slow
-def test_demo_json_on_a_virtual_board(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["demo", "--json"]) == 0
+def test_selftest_json_on_a_virtual_board(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["selftest", "--json"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     st = report["selftest"]
     assert report["ok"] and st["interpreter"] == "micropython" and st["board"] == "rp2040_pico"
@@ -41,7 +41,7 @@ def test_demo_json_on_a_virtual_board(capsys: pytest.CaptureFixture[str]) -> Non
     assert report["deploy"]["tool"] == "mpremote" and report["deploy"]["total_bytes"] > 0
 
 
-def test_demo_unknown_board_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["demo", "--board", "pyboard"]) == 2
+def test_selftest_unknown_board_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["selftest", "--board", "pyboard"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown board 'pyboard'" in err
