@@ -354,6 +354,7 @@ class Batch:
     input_ids: np.ndarray
     token_type_ids: np.ndarray
     attention_mask: np.ndarray
+    truncated: Optional[np.ndarray] = None  # bool [B]: pair cut to max_length (set by encode())
 
 
 def _read_config(model_dir: str) -> BertConfig:
@@ -530,8 +531,8 @@ class BertCrossEncoder:
                 raise PrismInputError("candidate %d is %s, not a string" % (i, type(p).__name__))
         if self.tokenizer is None:
             raise PrismInputError("this model was built without a tokenizer; pass token ids to forward()")
-        ids, types, mask = wordpiece.encode_pairs(self.tokenizer, question, passages)  # type: ignore[arg-type]
-        return Batch(ids, types, mask)
+        ids, types, mask, cut = wordpiece.encode_pairs_info(self.tokenizer, question, passages)  # type: ignore[arg-type]
+        return Batch(ids, types, mask, cut)
 
     def embed(self, input_ids: np.ndarray, token_type_ids: Optional[np.ndarray] = None) -> np.ndarray:
         """Token ids [B, T] -> hidden [B, T, H]: LayerNorm(word + position + token_type)."""

@@ -76,7 +76,15 @@ def encode_pairs(
 
     Returns (input_ids, token_type_ids, attention_mask), each int64 [B, T], T = longest pair.
     """
+    return encode_pairs_info(tok, question, passages)[:3]
+
+
+def encode_pairs_info(
+    tok: "Tokenizer", question: str, passages: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """encode_pairs plus a bool [B] array: True where the pair was truncated to the max length."""
     encs = tok.encode_batch([(question, p) for p in passages])
+    truncated = np.array([len(e.overflowing) > 0 for e in encs], dtype=bool)
     pad_id = tok.token_to_id("[PAD]")
     width = max(len(e.ids) for e in encs)
     ids = np.full((len(encs), width), pad_id, dtype=np.int64)
@@ -87,4 +95,4 @@ def encode_pairs(
         ids[i, :n] = e.ids
         types[i, :n] = e.type_ids
         mask[i, :n] = 1
-    return ids, types, mask
+    return ids, types, mask, truncated

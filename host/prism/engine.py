@@ -1,0 +1,168 @@
+"""PRISM: the reranker with all five mechanisms on top of bert.py's embed / layer / head steps.
+
+    prism = Prism.from_pretrained(model_dir, threshold=0.3)
+    r = prism.rank(question, windows, k=5)        # Ranking: r.top, r.latency_s, r.layers_per_candidate ...
+
+Per query: the pairs are tokenized; the word-embedding rows of the query's distinct tokens come from
+the LRU-K row cache (embed_cache.py), the rest of the embedding is done chunk by chunk; then layer by
+layer: the layer's weights come from the streamer (streaming.py: two slots, layer l+1 read while layer
+l computes), the active candidates go through it in chunks sized to the memory budget (chunked.py),
+the head scores every active candidate's [CLS] state and the router (pruning.py) selects, drops or
+keeps candidates. The loop stops as soon as the top-k places are filled.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import tracemalloc
+from typing import Optional, Sequence
+
+import numpy as np
+
+from host.prism import wordpiece
+from host.prism.bert import (
+    F32, BertCrossEncoder, PrismInputError, PrismModelError, _read_config, layer_norm,
+)
+from host.prism.chunked import chunk_rows, run_layer
+from host.prism.embed_cache import StreamedWeights
+from host.prism.pruning import Router, probabilities
+from host.prism.ranking import Ranking, check_k
+from host.prism.st_file import SafetensorsFile
+from host.prism.streaming import LayerStreamer
+
+DEFAULT_THRESHOLD = 0.3
+DEFAULT_BUDGET = 32 << 20  # bytes of layer temporaries per chunk
+
+
+class Prism:
+    """PRISM reranker over a Hugging Face BERT cross-encoder directory (see the module docstring)."""
+
+    def __init__(self, model: BertCrossEncoder, st: SafetensorsFile, *, threshold: float = DEFAULT_THRESHOLD,
+                 clusters: int = 3, start_layer: int = 0, memory_budget: int = DEFAULT_BUDGET,
+                 prefetch: bool = True, prune: bool = True):
+        if not isinstance(model.weights, StreamedWeights):
+            raise PrismModelError("Prism needs a model built on StreamedWeights (use Prism.from_pretrained)")
+        self.model = model
+        self.cfg = model.config
+        self.st = st
+        self.threshold, self.clusters, self.start_layer = threshold, clusters, start_layer
+        self.memory_budget = memory_budget
+        self.prune = prune
+        chunk_rows(self.cfg, 1, memory_budget)  # validates the budget
+        self.weights: StreamedWeights = model.weights
+        self.streamer = LayerStreamer(st, model.prefix, self.cfg, prefetch=prefetch)
+        p = model.prefix
+        self._pos = self.weights.get(p + "embeddings.position_embeddings.weight")
+        self._types = self.weights.get(p + "embeddings.token_type_embeddings.weight")
+        self._ln = (self.weights.get(p + "embeddings.LayerNorm.weight"), self.weights.get(p + "embeddings.LayerNorm.bias"))
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str, *, init_head: bool = False, seed: int = 0,
+                        max_length: Optional[int] = None, cache_fraction: float = 0.1, **kw) -> "Prism":
+        model_dir = str(model_dir)
+        if not os.path.isdir(model_dir):
+            raise PrismModelError("model directory %s does not exist" % model_dir)
+        config = _read_config(model_dir)
+        st = SafetensorsFile(os.path.join(model_dir, "model.safetensors"))
+        if not 0 < cache_fraction <= 1:
+            raise PrismModelError("cache_fraction must be in (0, 1], got %r" % (cache_fraction,))
+        weights = StreamedWeights(st, cache_fraction)
+        limit = min(max_length or config.max_position, config.max_position)
+        try:
+            tok = wordpiece.load_tokenizer(model_dir, limit)
+        except wordpiece.TokenizerError as exc:
+            raise PrismModelError(str(exc)) from None
+        if tok.get_vocab_size() > config.vocab_size:
+            raise PrismModelError("%s: the tokenizer has %d tokens but config.json's vocab_size is %d (tokenizer and "
+                                  "weights do not belong together)" % (model_dir, tok.get_vocab_size(), config.vocab_size))
+        model = BertCrossEncoder(config, weights, tok, init_head=init_head, seed=seed, max_length=limit)
+        return cls(model, st, **kw)
+
+    @property
+    def max_length(self) -> int:
+        return self.model.max_length
+
+    def resident_bytes(self) -> int:
+        """Weights held between queries: two layer slots, the embedding-row cache, the small tensors, the head."""
+        cache = self.weights.cache.nbytes if self.weights.cache is not None else 0
+        head = sum(int(a.nbytes) for a in self.model.head_tensors().values())
+        return 2 * self.streamer.layer_bytes + cache + self.weights.kept_bytes() + head
+
+    def _embed(self, ids: np.ndarray, types: np.ndarray, rows: int) -> np.ndarray:
+        """Embedding of the whole batch, one chunk at a time (the word rows of distinct tokens looked up once)."""
+        cfg = self.cfg
+        if ids.max() >= cfg.vocab_size:
+            raise PrismModelError("token id %d outside the model's vocabulary (%d): tokenizer and weights do not "
+                                  "belong together" % (int(ids.max()), cfg.vocab_size))
+        if types.max() >= cfg.type_vocab_size:
+            raise PrismInputError("token_type_ids outside 0..%d" % (cfg.type_vocab_size - 1))
+        uniq, inverse = np.unique(ids, return_inverse=True)
+        inverse = inverse.reshape(ids.shape)
+        words = self.weights.rows(self.weights.word_name, uniq)  # [U, H] through the LRU-K cache
+        b, t = ids.shape
+        hidden = np.empty((b, t, cfg.hidden_size), F32)
+        pos = self._pos[:t]
+        for a in range(0, b, rows):
+            e = min(b, a + rows)
+            x = words[inverse[a:e]]
+            x += pos
+            x += self._types[types[a:e]]
+            hidden[a:e] = layer_norm(x, self._ln[0], self._ln[1], cfg.layer_norm_eps)
+        return hidden
+
+    def rank(self, question: str, passages: Sequence[str], k: int = 5, threshold: Optional[float] = None) -> Ranking:
+        """Top k of passages for question; Ranking carries the per-query report."""
+        t0 = time.perf_counter()
+        tracing = tracemalloc.is_tracing()
+        if tracing:
+            tracemalloc.reset_peak()
+            base = tracemalloc.get_traced_memory()[0]
+        model, cfg = self.model, self.cfg
+        batch = model.encode(question, passages)
+        n = batch.input_ids.shape[0]
+        check_k(k, n)
+        thr = self.threshold if threshold is None else threshold
+        router = Router(n, k, cfg.num_layers, thr if self.prune else float("inf"), self.clusters, self.start_layer)
+        cache = self.weights.cache
+        h0, m0 = (cache.hits, cache.misses) if cache is not None else (0, 0)
+        self.streamer.reset_stats()
+        t = batch.input_ids.shape[1]
+        rows = chunk_rows(cfg, t, self.memory_budget)
+        hidden = self._embed(batch.input_ids, batch.token_type_ids, rows)
+        mask = batch.attention_mask
+        for l in range(cfg.num_layers):
+            lw = self.streamer.acquire(l)
+            run_layer(hidden, mask, lw, cfg, rows)
+            keep = router.after_layer(l, probabilities(model.head(hidden[:, 0])))
+            if router.done:
+                break
+            if not keep.all():
+                hidden = hidden[keep]
+                mask = mask[keep]
+        del hidden
+        r = Ranking(
+            top=list(router.selected), probs=router.last_prob.copy(), exit_layer=router.exit_layer.copy(),
+            num_layers=cfg.num_layers, latency_s=time.perf_counter() - t0,
+            truncated=int(batch.truncated.sum()) if batch.truncated is not None else 0, tokens=t,
+        )
+        if tracing:
+            r.peak_bytes = tracemalloc.get_traced_memory()[1] - base
+        r.stats = {
+            "threshold": thr,
+            "chunk_rows": rows,
+            "prune_events": router.events,
+            "io_hidden_fraction": round(self.streamer.io_hidden_fraction, 4),
+            "layer_loads": self.streamer.loads,
+        }
+        if cache is not None:
+            hits, misses = cache.hits - h0, cache.misses - m0
+            r.stats["embed_cache_hits"] = hits
+            r.stats["embed_cache_misses"] = misses
+        # the next query starts with layer 0: read it now (its read counts for the query during which it ends)
+        self.streamer.prefetch_next(0)
+        return r
+
+    def close(self) -> None:
+        self.streamer.close()
+        self.weights.close()

@@ -1,0 +1,46 @@
+"""Monolithic forwarding, the baseline "full model": all candidates as one batch through every layer.
+
+Also records the relevance probability every candidate would get from its intermediate [CLS] state
+after each layer (the pooler + classifier head is [B, H] x [H, H]: negligible next to a layer), which is
+what calibration replays the pruning router over.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from host.prism.bert import BertCrossEncoder, Batch
+from host.prism.pruning import probabilities
+from host.prism.ranking import Ranking, check_k
+
+
+def layer_probs(model: BertCrossEncoder, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+    """(final logits [B, labels], probabilities [layers, B] after each layer), whole batch at once."""
+    hidden = model.embed(batch.input_ids, batch.token_type_ids)
+    probs = np.empty((model.config.num_layers, hidden.shape[0]))
+    for l in range(model.config.num_layers):
+        hidden = model.layer(l, hidden, batch.attention_mask)
+        logits = model.head(hidden[:, 0])
+        probs[l] = probabilities(logits)
+    return logits, probs
+
+
+def rank_full(model: BertCrossEncoder, question: str, passages: Sequence[str], k: int) -> Ranking:
+    """Top k of the full model (every candidate through every layer, one batch)."""
+    t0 = time.perf_counter()
+    batch = model.encode(question, passages)
+    n = batch.input_ids.shape[0]
+    check_k(k, n)
+    _, probs = layer_probs(model, batch)
+    final = probs[-1]
+    order = np.argsort(-final, kind="stable")
+    L = model.config.num_layers
+    return Ranking(
+        top=[int(i) for i in order[:k]], probs=final, exit_layer=np.full(n, L - 1), num_layers=L,
+        latency_s=time.perf_counter() - t0, truncated=int(batch.truncated.sum()) if batch.truncated is not None else 0,
+        tokens=int(batch.input_ids.shape[1]), layer_probs=probs,
+    )
+
