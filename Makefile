@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # /opt/wheels; point pip there even where PIP_FIND_LINKS is not set, so it never fetches a CUDA build.
 FIND_LINKS := $(if $(wildcard /opt/wheels/torch-*),--find-links /opt/wheels,)
 
-.PHONY: demo test venv clean
+.PHONY: demo test models venv clean
 
 venv: $(STAMP)
 
@@ -25,6 +25,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# Rebuild every shipped model artifact from scratch (long: corpus, distillation, fine-tuning; not part of
+# the tests). Needs the test extra's torch; the results load without it.
+models: $(STAMP)
+	$(BIN)/python -m tools.make_draft
+	$(BIN)/python -m tools.make_reranker
 
 clean:
 	rm -rf build vboards .pytest_cache .hypothesis
