@@ -35,7 +35,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     from tools import build
 
     try:
-        out = build.build(_board(args.board), arch=args.arch)
+        out = build.build(_board(args.board), arch=args.arch, node=args.node, model=args.model)
     except build.BuildError as e:
         raise UserError(str(e)) from e
     manifest = json.loads((out / "MANIFEST.json").read_text())
@@ -71,7 +71,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
             # A virtual board (the unix port) cannot run armv6m/xtensawin native code: give it x64.
             arch = "x64"
             print(f"{args.port} is a virtual board (unix port): deploying the x64 build")
-        out = build.build(board, arch=arch)
+        out = build.build(board, arch=arch, node=args.node, model=args.model)
         report = deploy.deploy(out, args.port, tool=args.tool)
     except (build.BuildError, deploy.DeployError) as e:
         raise UserError(str(e)) from e
@@ -92,6 +92,12 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         raise UserError(str(e)) from e
 
 
+def _node_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--node", action="store_true",
+                   help="make the board a node: add the draft model and a main.py that starts firmware/node.py")
+    p.add_argument("--model", type=Path, help="draft .mbf for --node (default models/draft/draft.mbf)")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="edgetwin", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -99,6 +105,7 @@ def parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build", help="compile shared/ and firmware/ with mpy-cross for a board into build/BOARD/")
     b.add_argument("--board", required=True, help="board profile name (see boards/)")
     b.add_argument("--arch", help="override the profile's mpy-cross arch (x64 for a virtual board)")
+    _node_args(b)
     b.set_defaults(func=cmd_build)
 
     v = sub.add_parser("vboard", help="run a virtual board: MicroPython unix port on a pty, plus a UART pty")
@@ -111,6 +118,7 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--port", required=True, help="serial port of the board's REPL (/dev/ttyACM0, or a vboard pty)")
     d.add_argument("--tool", choices=("mpremote", "ampy"), default="mpremote")
     d.add_argument("--arch", help="override the build arch (default: the profile's; x64 when the port is a virtual board)")
+    _node_args(d)
     d.set_defaults(func=cmd_deploy)
 
     c = sub.add_parser("convert", add_help=False,

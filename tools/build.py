@@ -83,8 +83,16 @@ def sources(flavour: str | None = None) -> list[Path]:
     return out
 
 
-def build(board: str, arch: str | None = None, out_dir: Path | None = None) -> Path:
-    """Build for `board`; `arch` overrides the profile's (x64 for a virtual board). Returns the output folder."""
+DRAFT = ROOT / "models" / "draft" / "draft.mbf"
+NODE_MAIN = "import firmware.node as node\nnode.main()\n"
+
+
+def build(board: str, arch: str | None = None, out_dir: Path | None = None, node: bool = False,
+          model: Path | None = None) -> Path:
+    """Build for `board`; `arch` overrides the profile's (x64 for a virtual board). Returns the output folder.
+
+    node=True makes the board a node: the draft model (`model`, default models/draft/draft.mbf) goes to
+    the board's root under the profile's `model` name, and main.py starts firmware/node.py at boot."""
     prof = board_profile(board)
     arch = arch or prof["mpy_arch"]
     out = out_dir or ROOT / "build" / (board if arch == prof["mpy_arch"] else f"{board}-{arch}")
@@ -113,7 +121,14 @@ def build(board: str, arch: str | None = None, out_dir: Path | None = None) -> P
             entry = {"path": str(dest.relative_to(out)), "bytes": dest.stat().st_size, "native": False}
         manifest["files"].append(entry)
     shutil.copyfile(ROOT / "boards" / f"{board}.json", out / "board.json")
-    total = sum(f["bytes"] for f in manifest["files"])
+    if node:
+        src_model = Path(model) if model is not None else DRAFT
+        if not src_model.is_file():
+            raise BuildError(f"no draft model at {src_model}: run `make models`, or pass the .mbf to use")
+        shutil.copyfile(src_model, out / prof["model"])
+        (out / "main.py").write_text(NODE_MAIN)
+        manifest["node"] = {"model": prof["model"], "model_bytes": src_model.stat().st_size, "main": "main.py"}
+    total = sum(f["bytes"] for f in manifest["files"]) + (manifest["node"]["model_bytes"] if node else 0)
     manifest["total_bytes"] = total
     if total > prof["fs_bytes"]:
         raise BuildError(f"build for {board} is {total} bytes, over the profile's fs_bytes {prof['fs_bytes']}")

@@ -1,7 +1,7 @@
 """Copy a board build onto a board (real or virtual) with mpremote or adafruit-ampy, and check it arrived.
 
 `deploy(build_dir, port)` takes a folder made by tools/build.py (lib/shared/*.mpy, lib/firmware/*.mpy,
-board.json, MANIFEST.json, optionally main.py) and copies it to the board's filesystem with the real
+board.json, MANIFEST.json, optionally main.py, node.json and *.mbf model files) and copies it to the board's filesystem with the real
 tools, in as few invocations as the tool allows:
 
 - mpremote (the default): one ``mpremote connect PORT exec <mkdir+clean> + fs cp F1 :/lib/... + ... +
@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 
 TOOLS = ("mpremote", "ampy")
+# Files at the root of a build folder that go to the board's root (plus any *.mbf model file).
+TOP_FILES = ("board.json", "main.py", "boot.py", "node.json")
 REPORT_MARK = "@@EDGETWIN-DEPLOY "
 _EXEC_INLINE_MAX = 8000  # longer snippets go through a temporary file (`mpremote run`)
 
@@ -87,7 +89,7 @@ def _walk(p, out):
             out[q] = os.stat(q)[6]
 _f = {}
 _walk('/lib', _f)
-for _p in ('/board.json', '/main.py', '/boot.py'):
+for _p in %(top)r:
     try:
         _f[_p] = os.stat(_p)[6]
     except OSError:
@@ -194,7 +196,7 @@ def build_files(build_dir: Path) -> tuple[dict, list[tuple[Path, str]]]:
     if lib.is_dir():
         for f in sorted(p for p in lib.rglob("*") if p.is_file()):
             files.append((f, "/" + f.relative_to(build_dir).as_posix()))
-    for name in ("board.json", "main.py", "boot.py"):
+    for name in TOP_FILES + tuple(sorted(p.name for p in build_dir.glob("*.mbf"))):
         if (build_dir / name).is_file():
             files.append((build_dir / name, "/" + name))
     if not (build_dir / "board.json").is_file():
@@ -303,7 +305,8 @@ def deploy(build_dir: Path, port: str, tool: str = "mpremote", timeout: float | 
     expected = {remote: local.stat().st_size for local, remote in files}
     pkg_dirs = sorted({"/".join(r.split("/")[:3]) for r in expected if r.startswith("/lib/") and r.count("/") >= 3})
     clean_code = _CLEAN_CODE % {"keep": sorted(expected), "dirs": pkg_dirs}
-    verify_code = _VERIFY_CODE % {"mark": REPORT_MARK}
+    verify_code = _VERIFY_CODE % {"mark": REPORT_MARK,
+                                  "top": sorted(r for _, r in files if not r.startswith("/lib/"))}
     build_dir = Path(build_dir).resolve()
     top_files = [(local, remote) for local, remote in files if not remote.startswith("/lib/")]
     outputs: list[str] = []

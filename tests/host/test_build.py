@@ -79,3 +79,17 @@ def test_cli_convert_is_wired(capsys: pytest.CaptureFixture[str], tmp_path: Path
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "missing.gguf" in err
     assert not (tmp_path / "out.mbf").exists()
+
+
+def test_node_build_carries_the_draft_and_main(tmp_path: Path) -> None:
+    out = build.build("rp2040_pico", arch="x64", out_dir=tmp_path / "n", node=True)
+    manifest = json.loads((out / "MANIFEST.json").read_text())
+    assert (out / "draft-rp2040.mbf").read_bytes() == build.DRAFT.read_bytes()
+    assert "firmware.node" in (out / "main.py").read_text()
+    assert manifest["node"]["model"] == "draft-rp2040.mbf"
+    from tools import deploy
+
+    _, files = deploy.build_files(out)
+    assert {"/draft-rp2040.mbf", "/main.py", "/board.json"} <= {remote for _, remote in files}
+    with pytest.raises(build.BuildError, match="no draft model"):
+        build.build("rp2040_pico", arch="x64", out_dir=tmp_path / "m", node=True, model=tmp_path / "none.mbf")
