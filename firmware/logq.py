@@ -1,0 +1,86 @@
+# logq.py: a preallocated queue of log lines waiting for the link, and allocation-free number formatting.
+"""The node writes a log line per plant event; the link takes them when its window has room. Lines wait
+here in fixed slots (LINE_MAX bytes each). When the queue is full the oldest line is dropped and
+counted (`dropped`): the node never blocks on the link and never grows its heap. Nothing allocates
+after construction on MicroPython."""
+
+try:
+    from micropython import const
+except ImportError:  # CPython
+    const = lambda x: x  # noqa: E731
+
+LINE_MAX = const(128)
+_HEX = b"0123456789abcdef"
+
+
+def put_uint(buf, j, x):
+    """Write the decimal digits of x >= 0 at buf[j]; returns the offset after them."""
+    if x == 0:
+        buf[j] = 48
+        return j + 1
+    n = 0
+    y = x
+    while y:
+        y //= 10
+        n += 1
+    k = j + n
+    while x:
+        k -= 1
+        buf[k] = 48 + x % 10
+        x //= 10
+    return j + n
+
+
+def put_bytes(buf, j, b):
+    for i in range(len(b)):
+        buf[j + i] = b[i]
+    return j + len(b)
+
+
+def put_hex4(buf, j, src, off):
+    """The 4 bytes src[off..off+3] as 8 hex digits, most significant first (a little-endian u32)."""
+    for i in range(3, -1, -1):
+        v = src[off + i]
+        buf[j] = _HEX[v >> 4]
+        buf[j + 1] = _HEX[v & 15]
+        j += 2
+    return j
+
+
+class LineQueue:
+    """Up to `slots` lines of at most LINE_MAX bytes, each with a level and a timestamp (ms, u30)."""
+
+    def __init__(self, slots=32):
+        self.slots = slots
+        self.buf = bytearray(slots * LINE_MAX)
+        self.lens = bytearray(slots)
+        self.levels = bytearray(slots)
+        self.ts = [0] * slots  # small ints (ms mod 2**30): stored in place, no allocation
+        self.head = 0
+        self.count = 0
+        self.dropped = 0
+        self.queued = 0
+
+    def slot(self):
+        """Offset of the slot the next line goes to (call put() after writing it there)."""
+        if self.count == self.slots:  # full: the oldest line makes room
+            self.head = (self.head + 1) % self.slots
+            self.count -= 1
+            self.dropped += 1
+        return ((self.head + self.count) % self.slots) * LINE_MAX
+
+    def put(self, n, level, ts):
+        i = (self.head + self.count) % self.slots
+        self.lens[i] = n
+        self.levels[i] = level
+        self.ts[i] = ts
+        self.count += 1
+        self.queued += 1
+
+    def first(self):
+        """Offset of the oldest line (count must be > 0)."""
+        return self.head * LINE_MAX
+
+    def pop(self):
+        self.head = (self.head + 1) % self.slots
+        self.count -= 1

@@ -1,0 +1,307 @@
+# node.py: the board's main loop: sampler -> log lines -> LOG frames; drafter -> PROMPT/DRAFT; verdicts in.
+"""Run on the board (real or virtual), usually from /main.py:
+
+    import firmware.node as node; node.main()
+
+It reads /board.json (the profile) and /node.json (optional; keys below), opens the link port
+(firmware/boardcfg.py: PtyUART on the virtual board, machine.UART / busio.UART on a board) and loops:
+
+    sampler.poll   plant ticks due -> readings into versioned slots, log lines into the LineQueue
+    link.poll      read, deliver VERDICTs, acks, retransmit, heartbeat, handshake
+    logs           queued lines -> LOG frames while the link window has room (2 slots kept for drafts)
+    annotator      system prompt / episode PROMPT / DRAFT blocks (firmware/annotator.py), when a model is there
+    report         every report_ms a level-0 LOG line "NODE heap=... loops=... ..." (heap after gc.collect),
+                   sent directly (not queued) so it describes the stream as the frames around it
+
+Every buffer is allocated in the constructor; the loop allocates nothing on MicroPython once warm, so
+the heap stays flat however long it runs (the NODE lines let the gateway and the tests see it). The
+node never waits for the gateway: without one it keeps sampling and queueing (the oldest lines give
+way when the queue is full, counted as dropped) and annotates alone (offline tokens, unverified).
+
+/node.json keys (defaults): seed 1, machines 4, sample_every 5 (ticks between sample lines),
+tick_ms 1000 (one plant second), queue 16 (lines), report_ms 2000, model (the profile's model file,
+or a path; null: no drafting), k (profile draft_k), temperature 0, top_k 4, max_len 16 (annotation
+tokens per episode), prompt_max 48 (tokens of the log line in a prompt), offline_ms 4000, run_s 0
+(0: forever), window 8, window_bytes 2048 (the link's retransmit window), stream false (true: the model's
+layers are read from flash at every step instead of held in RAM), tokenizer false (true: prompts are
+shared/episode.py text encoded with the tokenizer the model file carries, read lazily from flash),
+stop_ids [] (token ids that end a note, e.g. the ids holding a newline).
+
+Heap: the big buffers (link, queue) are allocated before the plant simulator's modules are imported,
+so they find contiguous room on a heap that module loading fragments (measured on the 64-bit unix
+port with the rp2040_pico heap of 196608 B: frame + link + plant bytecode take ~130 KB there).
+"""
+import gc
+import json
+import time
+
+from firmware.logq import LINE_MAX, LineQueue, put_bytes, put_uint
+from shared import frame, link
+
+try:
+    from micropython import const
+except ImportError:  # CPython
+    const = lambda x: x  # noqa: E731
+
+CONFIG = "/node.json"
+_TICKS_MASK = const(0x3FFFFFFF)
+DEFAULTS = {"seed": 1, "machines": 4, "sample_every": 5, "tick_ms": 1000, "queue": 16, "report_ms": 2000,
+            "model": "", "k": 0, "temperature": 0, "top_k": 4, "max_len": 16, "prompt_max": 48,
+            "offline_ms": 4000, "run_s": 0, "window": 8, "window_bytes": 2048, "stream": False,
+            "tokenizer": False, "stop_ids": []}
+
+try:
+    ticks_ms = time.ticks_ms  # MicroPython
+except AttributeError:
+    try:
+        from supervisor import ticks_ms  # CircuitPython: wraps at 2**29, a small int
+    except ImportError:  # CPython (host-side tests of the node)
+        def ticks_ms():
+            return int(time.monotonic() * 1000) & _TICKS_MASK
+
+
+def _diff(a, b):
+    return ((a - b + 0x20000000) & _TICKS_MASK) - 0x20000000
+
+
+def _mem():
+    gc.collect()
+    return gc.mem_alloc() if hasattr(gc, "mem_alloc") else 0
+
+
+class Node:
+    def __init__(self, uart, prof, cfg, drafter=None, vocab=0, now=0, tok=None):
+        c = dict(DEFAULTS)
+        c.update(cfg)
+        self.cfg = c
+        self.q = LineQueue(c["queue"])
+        kv = prof["kv"]
+        k = drafter.k if drafter is not None and hasattr(drafter, "k") else (c["k"] or prof["draft_k"])
+        self.lk = link.Link(uart, on_frame=self.on_frame, on_event=self.on_event, role=frame.ROLE_NODE,
+                            rxbuf=prof["uart"]["rxbuf"], board_id=prof["name"][:16],
+                            kv=(kv["sink"], kv["window"], kv["staged"]),
+                            draft_k=k if drafter is not None else 0, topk=c["top_k"] if drafter is not None else 0,
+                            window=c["window"], window_bytes=c["window_bytes"], reorder=8, reorder_bytes=128, now=now)
+        self.body = bytearray(frame.LG_TEXT + LINE_MAX)
+        self.last = bytearray(LINE_MAX)  # the newest line sent: the next episode's prompt
+        self.rep = bytearray(frame.LG_TEXT + 192)  # the NODE report's LOG body
+        from firmware.sampler import Sampler  # after the big buffers: its modules fragment the heap
+
+        self.sampler = Sampler(self.q, c["seed"], c["machines"], c["sample_every"], c["tick_ms"], now)
+        self.ann = None
+        if drafter is not None:
+            from firmware.annotator import Annotator
+
+            self.ann = Annotator(drafter, self, vocab, c["prompt_max"], c["offline_ms"], tok)
+        self.last_n = 0
+        # types of the data frames in flight, by send order: acks release them in the same order, so
+        # the node knows how many of its LOG lines the gateway has (logs_acked; it stored them first)
+        self._types = bytearray(64)
+        self._t_w = 0
+        self._t_r = 0
+        self.logs_acked = 0
+        self.logs_sent = 0
+        self.report_due = False
+        self.report_ms = c["report_ms"]
+        self.next_report = now
+        self.loops = 0
+        self.sent = 0
+        self.reboots_seen = 0
+        self.heap = 0
+
+    # ---- link callbacks (called from lk.poll, allocation-free) ----
+
+    def on_frame(self, t, buf, off, n):
+        if t == frame.VERDICT and self.ann is not None:
+            self.ann.on_verdict(buf, off, n)
+
+    def on_event(self, code, value):
+        if code == link.EV_TX_DROPPED:  # the link dropped its oldest unacked frames: they will never be acked
+            self._acked()
+            self._t_r += value
+            if self._t_r > self._t_w:
+                self._t_r = self._t_w
+        elif code == link.EV_PEER_REBOOT:
+            self.reboots_seen += 1
+            if self.ann is not None:  # a restarted gateway holds no cache: rebuild it from our ids
+                self.ann.gateway_restarted()
+
+    # ---- sending (every data frame goes through here) ----
+
+    def send(self, ftype, buf, n):
+        if not self.lk.send(ftype, buf, n):
+            return False
+        self._types[self._t_w & 63] = ftype
+        self._t_w += 1
+        if ftype == frame.LOG:
+            self.logs_sent += 1
+        return True
+
+    def _acked(self):
+        done = self.lk.tx_acked
+        while self._t_r < done and self._t_r < self._t_w:
+            if self._types[self._t_r & 63] == frame.LOG:
+                self.logs_acked += 1
+            self._t_r += 1
+
+    # ---- the loop ----
+
+    def _send_logs(self, now):
+        q = self.q
+        lk = self.lk
+        keep = 2 if self.ann is not None else 0
+        body = self.body
+        while q.count and lk.free_slots() > keep:
+            off = q.first()
+            n = q.lens[q.head]
+            frame.put_u32(body, 0, q.ts[q.head] & _TICKS_MASK)
+            body[4] = q.levels[q.head]
+            src = q.buf
+            for i in range(n):
+                body[frame.LG_TEXT + i] = src[off + i]
+            if not self.send(frame.LOG, body, frame.LG_TEXT + n):
+                return
+            last = self.last
+            for i in range(n):
+                last[i] = src[off + i]
+            self.last_n = n
+            q.pop()
+            self.sent += 1
+
+    def _report(self, now):
+        # A level-0 LOG line formatted in place and sent at once, not through the line queue, so it
+        # states the stream and the counters exactly as the frames around it on the wire:
+        # NODE heap=.. loops=.. lines=.. dropped=.. logs_sent=.. logs_acked=.. [gen=.. offline=.. committed=..
+        # live=.. crc=..]. logs_sent counts the LOG frames sent before this one. False: no room, retry.
+        if self.lk.free_slots() < 1 or not self.lk.established:
+            return False
+        r = self.rep
+        frame.put_u32(r, 0, now & _TICKS_MASK)
+        r[4] = 0
+        j = put_bytes(r, frame.LG_TEXT, b"NODE heap=")
+        j = put_uint(r, j, self.heap)
+        j = put_bytes(r, j, b" loops=")
+        j = put_uint(r, j, self.loops & _TICKS_MASK)
+        j = put_bytes(r, j, b" lines=")
+        j = put_uint(r, j, self.q.queued & _TICKS_MASK)
+        j = put_bytes(r, j, b" dropped=")
+        j = put_uint(r, j, self.q.dropped & _TICKS_MASK)
+        j = put_bytes(r, j, b" logs_sent=")
+        j = put_uint(r, j, self.logs_sent & _TICKS_MASK)
+        j = put_bytes(r, j, b" logs_acked=")
+        j = put_uint(r, j, self.logs_acked & _TICKS_MASK)
+        a = self.ann
+        if a is not None:
+            j = put_bytes(r, j, b" gen=")
+            j = put_uint(r, j, a.gen)
+            j = put_bytes(r, j, b" offline=")
+            j = put_uint(r, j, a.offline_tokens & _TICKS_MASK)
+            r[j] = 32
+            j = a.live_crc(r, j + 1)
+        return self.send(frame.LOG, r, j)
+
+    def step(self, now):
+        self.sampler.poll(now)
+        self.lk.poll(now)
+        self._acked()
+        self._send_logs(now)
+        if self.ann is not None:
+            self.ann.step(now, self.last, 0, self.last_n)
+        if _diff(now, self.next_report) >= 0:
+            if not self.report_due:
+                self.report_due = True
+                self.heap = _mem()  # gc.collect, then the bytes in use: flat when nothing leaks
+            if self._report(now):
+                self.report_due = False
+                self.next_report = (now + self.report_ms) & _TICKS_MASK
+        self.loops += 1
+
+    def run(self, seconds=0):
+        t0 = ticks_ms()
+        limit = seconds * 1000
+        idle = getattr(time, "sleep_ms", None)
+        while True:
+            now = ticks_ms()
+            self.step(now)
+            if limit and _diff(now, t0) >= limit:
+                return
+            if self.ann is None and idle is not None:
+                idle(1)  # logs only: nothing to compute between ticks
+
+
+def load_config(path=CONFIG):
+    try:
+        with open(path) as f:
+            cfg = json.loads(f.read())
+    except OSError:
+        return {}
+    if not isinstance(cfg, dict):
+        raise ValueError("%s must hold a JSON object" % path)
+    for key in cfg:
+        if key not in DEFAULTS:
+            raise ValueError("%s: unknown key %r (known: %s)" % (path, key, ", ".join(sorted(DEFAULTS))))
+    return cfg
+
+
+def make_drafter(prof, cfg):
+    """(drafter, vocab) for the model named by cfg['model'] (or the profile's), or (None, 0)."""
+    path = cfg.get("model", "")
+    if path is None:
+        return None, 0
+    if not path:
+        path = "/" + prof["model"]
+    try:
+        open(path, "rb").close()
+    except OSError:
+        if cfg.get("model"):
+            raise ValueError("model file %s not found: copy it to the board or set model: null in %s"
+                             % (path, CONFIG))
+        return None, 0  # the profile's default model is not on the board: logs only
+    from shared import drafter, llama, mbf, ringkv
+
+    r = mbf.open(path)
+    c = r.config
+    kv = prof["kv"]
+    ring = ringkv.RingKV(c["n_layers"], c["n_kv_heads"] * c["head_dim"], kv["sink"], kv["window"], kv["staged"],
+                         "b", c["n_kv_heads"])
+    model = llama.Model(r, ring, stream=bool(cfg.get("stream", False)))  # stream: weights read per layer
+    k = cfg.get("k") or prof["draft_k"]
+    d = drafter.Drafter(model, k, temperature=cfg.get("temperature", 0), top_k=cfg.get("top_k", 4),
+                        seed=cfg.get("seed", 1), max_pending=2, max_len=cfg.get("max_len", 16),
+                        stop_ids=cfg.get("stop_ids") or ())
+    return d, c["vocab_size"]
+
+
+def make_tokenizer(prof, cfg):
+    """The model file's own tokenizer (shared.bpe.BPE, read lazily from flash) when cfg['tokenizer'], else None."""
+    if not cfg.get("tokenizer"):
+        return None
+    path = cfg.get("model") or "/" + prof["model"]
+    from shared import bpe, mbf
+
+    r = mbf.open(path)
+    off = r.tok_offset
+    n = r.tok_length
+    r.close()
+    if not n:
+        raise ValueError("model file %s carries no tokenizer: set tokenizer false in %s" % (path, CONFIG))
+    return bpe.BPE(open(path, "rb"), False, offset=off, length=n)
+
+
+def main(config=CONFIG):
+    from firmware import boardcfg
+
+    prof = boardcfg.load()
+    cfg = load_config(config)
+    uart = boardcfg.open_link(prof)
+    d, vocab = make_drafter(prof, cfg)
+    tok = make_tokenizer(prof, cfg) if d is not None else None
+    gc.collect()
+    node = Node(uart, prof, cfg, d, vocab, ticks_ms(), tok)
+    print("NODE start board=%s model=%s heap=%d" % (prof["name"], "yes" if d is not None else "no", _mem()))
+    try:
+        micropython = __import__("micropython")
+        micropython.kbd_intr(3)  # Ctrl-C from the REPL still stops the node (the link is not the console)
+    except (ImportError, AttributeError):
+        pass
+    node.run(cfg.get("run_s", 0))

@@ -1,0 +1,120 @@
+# sampler.py: the node's sensor source: plant ticks into versioned slots and log lines into a LineQueue.
+"""One plant tick per `tick_ms` (the plant's second). Each tick the sampler
+
+- writes every machine's readings (hundredths of their unit, shared/plant.py) and the tick number as
+  one record into its single-writer slot of a shared/versioned.py store: a reader on another thread,
+  core or in an IRQ handler gets a consistent record without a lock;
+- writes the tick's log lines (samples every `sample_every` ticks, alarms and state changes as they
+  happen) into the LineQueue with a level: 1 info (samples), 2 warning (alarm events, LOST), 3 error
+  (a state change caused by an interlock trip).
+
+Where it runs: on MicroPython with machine.Timer (RP2040, ESP32) a timer IRQ only counts due ticks
+(`due` is an int attribute: allocation-free, IRQ-safe), and the main loop runs them; on the unix port
+(the virtual board) and CircuitPython the main loop checks the clock (`poll(now)`). Either way the work
+happens in the main loop, never in the IRQ, so plant.step() needs no lock. Allocation-free per tick."""
+from array import array
+
+from shared import plant, versioned
+from firmware.logq import LINE_MAX
+
+try:
+    from micropython import const
+except ImportError:  # CPython
+    const = lambda x: x  # noqa: E731
+
+_TICKS_MASK = const(0x3FFFFFFF)
+_TS = const(21)  # plant lines start with "YYYY-MM-DDTHH:MM:SSZ "
+
+
+def _diff(a, b):
+    return ((a - b + 0x20000000) & _TICKS_MASK) - 0x20000000
+
+
+class Sampler:
+    def __init__(self, queue, seed=1, n_machines=4, sample_every=5, tick_ms=1000, now=0):
+        self.q = queue
+        self.plant = plant.Plant(seed, n_machines=n_machines, sample_every=sample_every)
+        n = self.plant.n
+        self.store = versioned.Versioned(n, width=plant.NCH + 1)
+        self.rec = array("i", bytearray(4 * (plant.NCH + 1)))
+        self.scratch = bytearray(LINE_MAX)
+        self.tick_ms = tick_ms
+        self.next_at = now
+        self.due = 0  # ticks counted by a timer IRQ (where there is one)
+        self.ticks = 0
+        self.timer = None
+
+    def start_timer(self):
+        # MicroPython boards: a periodic timer counts due ticks; False where there is none (unix port)
+        try:
+            from machine import Timer
+        except ImportError:
+            return False
+        try:
+            self.timer = Timer(-1)
+            self.timer.init(period=self.tick_ms, mode=Timer.PERIODIC, callback=self._irq)
+        except (ValueError, OSError, TypeError):
+            self.timer = None
+            return False
+        return True
+
+    def _irq(self, _t):
+        self.due += 1
+
+    def poll(self, now):
+        """Run the ticks that are due; returns how many ran (at most 4 per call: catch up gradually)."""
+        ran = 0
+        while ran < 4:
+            if self.timer is not None:
+                if not self.due:
+                    break
+                self.due -= 1
+            elif _diff(now, self.next_at) < 0:
+                break
+            else:
+                self.next_at = (self.next_at + self.tick_ms) & _TICKS_MASK
+            self.tick(now)
+            ran += 1
+        return ran
+
+    def tick(self, now):
+        p = self.plant
+        n = p.step()
+        self.ticks += 1
+        rec = self.rec
+        nch = plant.NCH
+        for m in range(p.n):
+            for ch in range(nch):
+                rec[ch] = p.meas[m * nch + ch]
+            rec[nch] = p.tick & 0x3FFFFFFF
+            self.store.write_from(m, rec)
+        q = self.q
+        buf = q.buf
+        for i in range(n):
+            off = q.slot()
+            k = self._line(i, off)
+            q.put(k, self._level(buf, off, k), now)
+
+    def _line(self, i, off):
+        # plant.line_into writes at offset 0 of its buffer: write into the scratch line, copy into the slot
+        s = self.scratch
+        k = self.plant.line_into(i, s)
+        buf = self.q.buf
+        for j in range(k):
+            buf[off + j] = s[j]
+        return k
+
+    @staticmethod
+    def _level(buf, off, k):
+        c = buf[off + _TS] if k > _TS else 0
+        if c == 65 or c == 76:  # ALARM ..., LOST ...
+            return 2
+        if c == 83 and k > _TS + 6:  # STATE ...: an interlock trip is an error
+            for j in range(off + _TS, off + k - 9):
+                if buf[j] == 105 and buf[j + 1] == 110 and buf[j + 2] == 116 and buf[j + 8] == 107:  # "interlock"
+                    return 3
+        return 1
+
+    def reading(self, machine, out):
+        """A consistent copy of machine's record (NCH readings, then the tick) into out; returns its version."""
+        return self.store.read_into(machine, out)

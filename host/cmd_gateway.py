@@ -1,0 +1,72 @@
+"""`edgetwin gateway`: serve nodes on serial ports: store their logs, verify their drafts."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from host.errors import UserError
+
+HELP = "run the gateway: one session per serial port, logs into SQLite, drafts verified in batches"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--port", action="append", required=True, metavar="PORT",
+                   help="a node's serial port (a device, a virtual board's UART pty, or a pyserial URL); "
+                        "repeat for more nodes. NAME=PORT names the node in the store (default: the port)")
+    p.add_argument("--db", default="edgetwin.db", help="SQLite log store (created if missing; default edgetwin.db)")
+    p.add_argument("--baud", type=int, default=115200, help="baud rate (default 115200)")
+    p.add_argument("--model", default=None,
+                   help="the target model that verifies drafts: a GGUF / MBF file, or tiny:SEED for the "
+                        "test pair of tools/spec_models.py. Without it, drafts are not verified (logs only)")
+    p.add_argument("--temperature", type=float, default=0.0, help="target sampling temperature (0: greedy)")
+    p.add_argument("--top-k", type=int, default=0, help="target top-k (0: all)")
+    p.add_argument("--seed", type=int, default=1, help="sampling seed")
+    p.add_argument("--status", default=None, help="write a JSON status snapshot here twice a second")
+    p.add_argument("--seconds", type=float, default=None, help="stop after this long (default: until Ctrl-C)")
+
+
+def _split(spec: str) -> tuple[str | None, str]:
+    if "=" in spec and "://" not in spec.split("=", 1)[0]:
+        name, port = spec.split("=", 1)
+        if name and port:
+            return name, port
+    return None, spec
+
+
+def run(args: argparse.Namespace) -> int:
+    from host.gateway import Gateway
+    from host.session import PortError
+    from host.store import StoreError
+
+    pairs = [_split(p) for p in args.port]
+    ports = [p for _, p in pairs]
+    names = [n or p for n, p in pairs]
+    if len(set(ports)) != len(ports):
+        raise UserError("a port is given twice: %s" % ", ".join(sorted({p for p in ports if ports.count(p) > 1})))
+    if len(set(names)) != len(names):
+        raise UserError("two --port options name the same node")
+    if args.baud <= 0:
+        raise UserError("--baud must be positive, got %d" % args.baud)
+    spec_factory = verify = None
+    if args.model is not None:
+        from host import gateway
+
+        try:
+            spec_factory, verify = gateway.make_spec(args.model, temperature=args.temperature, top_k=args.top_k,
+                                                     seed=args.seed)
+        except (OSError, ValueError) as e:
+            raise UserError("cannot load model %s: %s" % (args.model, e)) from None
+    try:
+        gw = Gateway(ports, Path(args.db), baud=args.baud, names=names, spec_factory=spec_factory, verify=verify,
+                     status_path=args.status)
+    except (StoreError, ValueError) as e:
+        raise UserError(str(e)) from None
+    try:
+        gw.open()
+    except PortError as e:
+        gw.close()
+        raise UserError(str(e)) from None
+    print("edgetwin gateway: %d port(s), store %s%s" % (len(ports), args.db,
+                                                        ", model %s" % args.model if args.model else ""), flush=True)
+    return gw.run(seconds=args.seconds)

@@ -1,0 +1,364 @@
+"""The gateway process: one session per serial port, one log store, one batched verifier.
+
+    gw = Gateway(["/dev/ttyACM0", "/dev/ttyUSB1"], db="edgetwin.db", target=None)
+    gw.run()                      # until SIGINT/SIGTERM (or gw.stop())
+
+Each round: every session polls its link (reads, delivers LOG/PROMPT/DRAFT, acks, retransmits); then
+the pending draft blocks of all nodes are verified in ONE batched target pass (host/verifier.py:
+Verifier.verify over every session's Stream) and a VERDICT goes back to each node; committed
+annotation tokens are decoded and stored. The loop sleeps in select() on the ports' fds (at most
+`tick_s`) when nothing is pending.
+
+Restart safety: everything a node was acknowledged is in the store (sessions commit before writing);
+a restarted gateway restores each link's receive state from the store, and each node learns of the
+restart from the new HELLO epoch and resends what was not acknowledged, plus (drafting nodes) its
+recent token window as PROMPT frames so a fresh target cache is rebuilt (docs/GATEWAY.md).
+
+With `status_path`, a JSON snapshot of every session (and its stream) is written there atomically every
+`status_s` seconds and at exit: what the tests and an operator read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import zlib
+import signal
+import time
+from pathlib import Path
+from typing import Callable
+
+from host.session import PortError, Session
+from host.store import LogStore
+
+
+class Gateway:
+    def __init__(self, ports: list[str], db: str | Path, baud: int = 115200, names: list[str] | None = None,
+                 spec_factory: Callable | None = None, verify: Callable[[list], None] | None = None,
+                 status_path: str | Path | None = None, status_s: float = 0.5, tick_s: float = 0.002) -> None:
+        if not ports:
+            raise ValueError("at least one --port is needed")
+        if len(set(ports)) != len(ports):
+            raise ValueError("a port is given twice: %s" % ", ".join(sorted(p for p in ports if ports.count(p) > 1)))
+        self.store = LogStore(db)
+        names = names or [None] * len(ports)  # type: ignore[list-item]
+        self.sessions = [Session(p, self.store, name=n, baud=baud, spec_factory=spec_factory)
+                         for p, n in zip(ports, names)]
+        self.verify = verify
+        self.status_path = Path(status_path) if status_path else None
+        self.status_s = status_s
+        self.tick_s = tick_s
+        self._stop = False
+        self._last_status = 0.0
+        self.rounds = 0
+        self.started = time.time()
+
+    def open(self) -> None:
+        """Open every port now: PortError for the first that cannot be (a user mistake at start-up)."""
+        for s in self.sessions:
+            if s.transport is None:
+                s.open()
+
+    def stop(self, *_: object) -> None:
+        self._stop = True
+
+    def round(self) -> None:
+        for s in self.sessions:
+            s.poll()
+        if self.verify is not None:
+            streams = [s for s in self.sessions if s.spec is not None]
+            if streams:
+                self.verify(streams)
+                for s in self.sessions:  # send the verdicts now, not a tick later
+                    s.poll()
+        self.rounds += 1
+
+    def wait(self) -> None:
+        fds = [fd for fd in (s.fileno() for s in self.sessions) if fd is not None]
+        if fds:
+            select.select(fds, [], [], self.tick_s)
+        else:
+            time.sleep(self.tick_s)
+
+    def run(self, seconds: float | None = None, handle_signals: bool = True) -> int:
+        old = {}
+        if handle_signals:
+            old = {sig: signal.signal(sig, self.stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        end = None if seconds is None else time.monotonic() + seconds
+        try:
+            while not self._stop and (end is None or time.monotonic() < end):
+                self.round()
+                self.write_status()
+                self.wait()
+        finally:
+            for sig, h in old.items():
+                signal.signal(sig, h)
+            self.close()
+        return 0
+
+    def status(self) -> dict:
+        return {"pid": os.getpid(), "rounds": self.rounds, "uptime_s": round(time.time() - self.started, 3),
+                "logs_stored": self.store.count_logs(), "sessions": [s.status() for s in self.sessions]}
+
+    def write_status(self, force: bool = False) -> None:
+        if self.status_path is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._last_status < self.status_s:
+            return
+        self._last_status = now
+        tmp = self.status_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.status()))
+        os.replace(tmp, self.status_path)
+
+    def close(self) -> None:
+        for s in self.sessions:
+            s.close()
+        try:
+            self.write_status(force=True)
+        finally:
+            self.store.close()
+
+
+# ---- speculative streams: one per drafting node, verified together ----
+
+def _crc_ids(ids: list[int]) -> int:
+    return zlib.crc32(b"".join(int(t).to_bytes(2, "little") for t in ids))
+
+
+class SpecStream:
+    """A drafting node's token stream at the gateway: host/verifier.Stream plus what the gateway keeps
+    about it: the annotation being committed (stored when the episode ends), and a record of
+    (committed count -> CRC of the live ids) to check the node's NODE reports against (lockstep)."""
+
+    HISTORY = 4096
+
+    def __init__(self, session: Session, hello: dict, target, temperature: float, top_k: int, seed: int,
+                 decode: Callable[[list[int]], str]) -> None:
+        from host import verifier
+
+        self.verifier = verifier
+        self.session = session
+        self.decode = decode
+        self.sink = hello["kv_sink"]
+        self.window = hello["kv_window"]
+        staged = max(16, 2 * max(1, hello["draft_k"]) * 2 + 1)
+        self.stream = verifier.Stream(target, self.sink, self.window, staged, temperature=temperature,
+                                      top_k=top_k, seed=seed, name=session.name)
+        # a new gateway (or a new session) does not know where the node's stream is: adopt the base of
+        # its first PROMPT (0 for a fresh stream, committed - live for a resend_history after our restart)
+        self.stream.reset(None)
+        self.fresh = True  # adopted mid-stream, the node's resend (UNVERIFIED PROMPT) not yet in
+        self.desynced = False
+        self.ann: list[int] = []
+        self.ann_t0 = 0
+        self.ann_verified = True
+        self.history: dict[int, int] = {}
+        self.order: list[int] = []
+        self.claims: list[tuple[int, int, int]] = []
+        self.hook: Callable | None = None  # hook(kind, self, data): "log" text, "prompt" ids, "verdict" dict, "note" text
+        self.counts = {"desync": 0, "resets": 0, "rebuilds": 0, "tokens_verified": 0, "tokens_unverified": 0,
+                       "annotations": 0,
+                       "lockstep_ok": 0, "lockstep_bad": 0, "lockstep_unknown": 0, "verdicts": 0}
+
+    # frames from the node (via Session.on_frame)
+    def on_prompt(self, body: bytes) -> None:
+        base = int.from_bytes(body[:4], "little") & 0x3FFFFFFF
+        unverified = bool(body[5] & 1) if len(body) > 5 else False
+        if base == 0 and not unverified:  # the node (re)starts its stream: so do we
+            self._restart(0)
+        try:
+            ids, unv = self.stream.on_prompt(body)
+        except self.verifier.StreamDesync:
+            if unverified and self.fresh:
+                # a new gateway adopted a frame the node had queued for the old one before the node's
+                # resend of its cache (UNVERIFIED, from committed - live): rebuild from the resend
+                self._restart(None)
+                self.counts["rebuilds"] += 1
+                ids, unv = self.stream.on_prompt(body)
+            else:
+                self.counts["desync"] += 1
+                self.desynced = True  # until the node restarts its stream (after our STALE verdict)
+                self.last_desync = {"base": base, "committed": self.stream.committed, "unverified": unverified}
+                return
+        self.record()
+        if self.hook is not None:
+            self.hook("prompt", self, list(ids))
+        if unv:
+            self.fresh = False  # the node's resend (or offline ids) is in: from now on a wrong base is a desync
+            self.counts["tokens_unverified"] += len(ids)
+            if self.ann and self.ann_verified:
+                self._flush()
+            if not self.ann:
+                self.ann_t0 = self.session.wall()
+            self.ann_verified = False
+            self.ann += list(ids)
+        else:
+            self._flush()
+
+    def _restart(self, committed: int | None) -> None:
+        self._flush()
+        self.stream.reset(committed)
+        self._forget()
+        self.fresh = committed is None and self.fresh
+        self.desynced = False
+        self.counts["resets"] += 1
+
+    def on_draft(self, body: bytes) -> None:
+        self.stream.on_draft(body)
+
+    def on_verdict(self, body: bytes, ids: list[int]) -> None:
+        self.counts["verdicts"] += 1
+        self.counts["tokens_verified"] += len(ids)
+        if self.hook is not None:  # docs/PROTOCOL.md 3.7: accepted at 6, flags at 7 (bit 0 CORRECTION)
+            self.hook("verdict", self, {"ids": list(ids), "accepted": body[6] if len(body) > 7 else 0,
+                                        "correction": bool(len(body) > 7 and body[7] & 1)})
+        if self.ann and not self.ann_verified:
+            self._flush()
+        if not self.ann:
+            self.ann_t0 = self.session.wall()
+        self.ann_verified = True
+        self.ann += list(ids)
+
+    def on_reboot(self) -> None:  # the node rebooted: its new stream starts at base 0
+        self._restart(0)
+
+    def on_log(self, text: str) -> None:
+        if self.hook is not None:
+            self.hook("log", self, text)
+        if not text.startswith("NODE "):
+            return
+        f = dict(kv.split("=", 1) for kv in text.split()[1:] if "=" in kv)
+        try:
+            self.claims.append((int(f["committed"]), int(f["live"]), int(f["crc"], 16)))
+        except (KeyError, ValueError):
+            return
+        if self.desynced:
+            self.claims.clear()
+            self.counts["lockstep_unknown"] += 1
+            return
+        self._check_claims()
+
+    # bookkeeping after a verify pass
+    def record(self) -> None:
+        n = self.stream.committed
+        if n in self.history or self.desynced:  # a desynced stream is not the node's: nothing to compare
+            return
+        ring = self.stream.ids
+        if ring.live != min(n, ring.capacity):
+            # adopted mid-stream (a frame queued for an earlier gateway): we hold fewer ids than the
+            # node's cache does, so a report about this count cannot be compared (until a rebuild)
+            return
+        ids = ring.tolist()
+        self.history[n] = (len(ids), _crc_ids(ids))  # type: ignore[assignment]
+        self.order.append(n)
+        if len(self.order) > self.HISTORY:
+            self.history.pop(self.order.pop(0), None)
+        self._check_claims()
+
+    def _check_claims(self) -> None:
+        keep = []
+        top = self.stream.committed
+        for n, live, crc in self.claims:
+            if n in self.history:
+                ok = self.history[n] == (live, crc)
+                self.counts["lockstep_ok" if ok else "lockstep_bad"] += 1
+                if not ok:
+                    self.last_bad = {"committed": n, "node": (live, crc), "gateway": self.history[n]}
+            elif n > top and len(self.claims) < 64:
+                keep.append((n, live, crc))  # the gateway gets there after its next pass
+            else:
+                self.counts["lockstep_unknown"] += 1
+        self.claims = keep
+
+    def _forget(self) -> None:
+        self.history.clear()
+        self.order.clear()
+        self.claims.clear()
+
+    def _flush(self) -> None:
+        if not self.ann:
+            return
+        text = self.decode(self.ann)
+        if self.hook is not None:
+            self.hook("note", self, text)
+        self.session.store.add_annotation(self.session.name, self.ann_t0, max(self.ann_t0, self.session.wall()),
+                                          text, self.ann_verified, len(self.ann), commit=False)
+        self.counts["annotations"] += 1
+        self.ann = []
+
+    def status(self) -> dict:
+        st = dict(self.counts)
+        st["committed"] = self.stream.committed
+        ids = self.stream.ids.tolist()
+        st["live"] = len(ids)
+        st["live_crc"] = "%08x" % _crc_ids(ids)
+        for k in ("last_bad", "last_desync"):
+            if hasattr(self, k):
+                st[k] = getattr(self, k)
+        return st
+
+
+def load_target(model: str):
+    """(target, decode) for --model: tiny:SEED (tools/spec_models.make_pair(SEED, seq_len=128), token ids
+    as text) or a GGUF file (Target.from_gguf; ids as text too: the node's text is decoded where read)."""
+    if model.startswith("tiny:"):
+        from tools import spec_models
+
+        try:
+            seed = int(model[5:])
+        except ValueError:
+            raise ValueError("tiny:SEED needs an integer seed, got %r" % model[5:]) from None
+        pair = spec_models.make_pair(seed, seq_len=TINY_SEQ_LEN)
+        return pair.target, lambda ids: " ".join(str(t) for t in ids)
+    path = Path(model)
+    if not path.is_file():
+        raise OSError("no such model file %s" % path)
+    from host.target import Target
+
+    return Target.from_gguf(path), lambda ids: " ".join(str(t) for t in ids)
+
+
+TINY_SEQ_LEN = 512
+
+
+def make_spec(model: str, temperature: float = 0.0, top_k: int = 0, seed: int = 1, loaded: tuple | None = None,
+              hook: Callable | None = None):
+    """(spec_factory, verify) for Gateway: one SpecStream per drafting node, one batched pass per round.
+    loaded: (target, decode) already loaded (e.g. with a text decoder: tools/demo.py), instead of `model`;
+    hook: set as every SpecStream's hook (see SpecStream.hook)."""
+    from host import verifier
+
+    target, decode = loaded if loaded is not None else load_target(model)
+    ver = verifier.Verifier(target)
+
+    def factory(session: Session, hello: bytes):
+        from shared import frame
+
+        h = frame.parse_body(frame.HELLO, hello)
+        if not h["draft_k"]:
+            return None  # a node that does not draft: logs only
+        sp = SpecStream(session, h, target, temperature, top_k, seed, decode)
+        sp.hook = hook
+        return sp
+
+    def verify(sessions: list[Session]) -> None:
+        specs = [s.spec for s in sessions if s.spec is not None]
+        streams = [sp.stream for sp in specs]
+        if not streams:
+            return
+        by_stream = {id(sp.stream): sp for sp in specs}
+        for stream, body, ids in ver.verify(streams):
+            sp = by_stream[id(stream)]
+            if not sp.session.send(0x12, body):
+                sp.session.counts["verdicts_unsent"] = sp.session.counts.get("verdicts_unsent", 0) + 1
+            sp.session.counts["verdicts"] += 1
+            sp.on_verdict(body, ids)
+        for sp in specs:
+            sp.record()
+
+    return factory, verify
+
+
+__all__ = ["Gateway", "PortError", "SpecStream", "make_spec"]

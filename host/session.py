@@ -1,0 +1,337 @@
+"""One gateway session: a serial port (pyserial), the gateway end of the link, and what arrives on it.
+
+A session owns:
+
+- a `SerialTransport`: the port opened as DESIGN 4.1 says (``serial_for_url(..., do_not_open=True)``,
+  DTR and RTS False before ``open()`` so an ESP32 board is not reset, ``exclusive=True``), read and
+  written without blocking, with the link's ``readinto(buf)`` / ``write(buf, n)`` interface. Before any
+  byte is written, the log store commits: every frame the gateway sends carries the cumulative ack,
+  so nothing acknowledged to the node can be lost by a gateway crash.
+- a `shared.link.Link` with the gateway role (selective acks: reorder=8). After a restart the link is
+  restored from the receive state persisted with the lines (``Link.restore``): its first HELLO acks
+  what was stored, the node resends only the rest.
+- the frame handler `on_frame`: LOG lines into the store (idempotent by node, epoch, seq: the link's
+  sequence number unwrapped to 64 bits per boot epoch); PROMPT and DRAFT into the speculative stream
+  (`spec`, see host/gateway.py); anything malformed is counted and dropped, never raised.
+
+On SerialException/OSError (unplugged board, closed pty) the port is closed and reopened every
+`reopen_s`; the link keeps its state, so the node and gateway carry on where they were.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import os
+import time
+from typing import Callable
+
+import serial
+
+from host.store import LogStore
+from shared import frame, link
+
+TICKS_MASK = 0x3FFFFFFF
+PROMPT = frame.PROMPT  # docs/PROTOCOL.md 3.9: base u30, n u8, flags u8, ids u16 x n
+
+
+def ticks_ms() -> int:
+    return int(time.monotonic() * 1000) & TICKS_MASK
+
+
+class PortError(OSError):
+    """A serial port that cannot be opened: missing, busy, or not a serial device."""
+
+
+def open_serial(url: str, baud: int) -> serial.Serial:
+    """Open a port as DESIGN 4.1 says; PortError with a one-line reason if it cannot be."""
+    try:
+        s = serial.serial_for_url(url, baudrate=baud, timeout=0, write_timeout=0, do_not_open=True,
+                                  exclusive=True)
+    except (serial.SerialException, ValueError) as e:
+        raise PortError("cannot use serial port %s: %s" % (url, e)) from None
+    s.dtr = False  # before open(): toggling DTR/RTS resets ESP32 boards
+    s.rts = False
+    try:
+        s.open()
+    except serial.SerialException as e:
+        text = str(e)
+        if "exclusively lock" in text or "Resource temporarily unavailable" in text or getattr(e, "errno", 0) in (
+                errno.EAGAIN, errno.EBUSY):
+            raise PortError("serial port %s is busy: another program (a gateway, mpremote, a terminal) has it "
+                            "open" % url) from None
+        if getattr(e, "errno", 0) == errno.ENOENT or "No such file" in text:
+            raise PortError("serial port %s does not exist: is the board plugged in (or the virtual board "
+                            "running)?" % url) from None
+        raise PortError("cannot open serial port %s: %s" % (url, text)) from None
+    return s
+
+
+def usb_identity(url: str) -> tuple | None:
+    """(vid, pid, serial number) of the USB device behind a port path, or None (ptys, sockets, no USB)."""
+    try:
+        from serial.tools import list_ports
+
+        real = os.path.realpath(url)
+        for p in list_ports.comports():
+            if p.vid is not None and os.path.realpath(p.device) == real:
+                return (p.vid, p.pid, p.serial_number)
+    except Exception:  # noqa: BLE001  (no sysfs, odd platforms: no identity, plain reopen)
+        return None
+    return None
+
+
+def find_same_device(ident: tuple) -> str | None:
+    try:
+        from serial.tools import list_ports
+
+        for p in list_ports.comports():
+            if (p.vid, p.pid, p.serial_number) == ident:
+                return p.device
+    except Exception:  # noqa: BLE001
+        return None
+    return None
+
+
+class SerialTransport:
+    """pyserial port with the link's transport interface; never blocks; errors surface as OSError."""
+
+    def __init__(self, port: serial.Serial, before_write: Callable[[], None] | None = None) -> None:
+        self.port = port
+        self.before_write = before_write
+        self._fd = getattr(port, "fd", None)  # posix ports: direct non-blocking os.read/os.write
+
+    def fileno(self) -> int | None:
+        return self._fd
+
+    def readinto(self, buf: bytearray) -> int:
+        if self._fd is not None:
+            try:
+                data = os.read(self._fd, len(buf))
+            except BlockingIOError:
+                return 0
+            if not data:
+                return 0
+        else:
+            data = self.port.read(len(buf))
+        n = len(data)
+        buf[:n] = data
+        return n
+
+    def write(self, buf: bytearray, n: int | None = None) -> int:
+        if n is None:
+            n = len(buf)
+        if self.before_write is not None:
+            self.before_write()
+        view = memoryview(buf)[:n]
+        if self._fd is not None:
+            try:
+                return os.write(self._fd, view)
+            except BlockingIOError:
+                return 0
+        return self.port.write(view) or 0
+
+    def close(self) -> None:
+        try:
+            self.port.close()
+        except Exception:  # noqa: BLE001  (closing a port that is already gone)
+            pass
+
+
+class Session:
+    """The gateway side of one node's link. Call poll() often (every few ms); see the module docstring."""
+
+    def __init__(self, url: str, store: LogStore, name: str | None = None, baud: int = 115200,
+                 spec_factory: Callable[["Session", bytes], object] | None = None, reopen_s: float = 0.5,
+                 clock: Callable[[], int] = ticks_ms, wall: Callable[[], int] | None = None) -> None:
+        self.url = url
+        self.name = name or url
+        self.store = store
+        self.baud = baud
+        self.reopen_s = reopen_s
+        self.clock = clock
+        self.wall = wall or (lambda: int(time.time() * 1000))
+        self.spec_factory = spec_factory
+        self.spec: object | None = None  # the speculative stream of this node (host/gateway.py)
+        self.transport: SerialTransport | None = None
+        self.usb_id: tuple | None = None  # (vid, pid, serial number) of a USB serial adapter, once seen
+        self._next_open = 0.0
+        self.opens = 0
+        self.disconnects = 0
+        self.last_error = ""
+        self.counts = {"logs": 0, "log_dups": 0, "bad_frames": 0, "prompts": 0, "drafts": 0, "verdicts": 0,
+                       "reboots": 0, "lost": 0, "other": 0}
+        self.outbox: collections.deque = collections.deque()
+        self._seq_base: dict[int, int] = {}  # peer epoch -> last full (64-bit) seq delivered
+        self.link = link.Link(self, on_frame=self.on_frame, on_event=self.on_event, role=frame.ROLE_GATEWAY,
+                              rxbuf=4096, reorder=8, board_id=b"gateway", now=clock())
+        state = store.rx_state(self.name)
+        self._mute = False
+        if state is not None:  # restarted: resume after what is stored
+            self.link.restore(state[0], state[1])
+            # Work-around for shared/link.py: a restored link addresses its first frames to the node
+            # with limit 0 (it has no credit anchor yet), and the node adopts that 0 as its credit
+            # limit; while its txoff is in the upper half of 2**16 no later limit looks newer, and it
+            # never sends again. So the session stays mute (its bytes go nowhere, like line noise)
+            # until a frame from the node gave the link its anchor (the node's HELLOs, every 0.5 s).
+            self._mute = True
+        self.store.node_id(self.name)
+
+    # ---- transport for the link (delegates to the open port; disconnected = nothing moves) ----
+
+    def readinto(self, buf: bytearray) -> int:
+        t = self.transport
+        if t is None:
+            return 0
+        try:
+            return t.readinto(buf)
+        except (OSError, serial.SerialException) as e:
+            self._lost_port(e)
+            return 0
+
+    def write(self, buf: bytearray, n: int | None = None) -> int:
+        t = self.transport
+        if self._mute:
+            if not getattr(self.link, "_anchor_ok", True):
+                return len(buf) if n is None else n
+            self._mute = False
+        if t is None:
+            return len(buf) if n is None else n  # the bytes go nowhere, as on an unplugged cable
+        try:
+            return t.write(buf, n)
+        except (OSError, serial.SerialException) as e:
+            self._lost_port(e)
+            return len(buf) if n is None else n
+
+    def _commit(self) -> None:
+        if self.store.pending:
+            self.store.commit()
+
+    def _lost_port(self, e: BaseException) -> None:
+        self.last_error = str(e)
+        self.disconnects += 1
+        if self.transport is not None:
+            self.transport.close()
+        self.transport = None
+        self._next_open = time.monotonic() + self.reopen_s
+
+    # ---- port ----
+
+    def open(self) -> None:
+        """Open the port now; PortError if it cannot be (the caller decides whether that is fatal).
+
+        A USB adapter that was unplugged may come back under another name (/dev/ttyACM0 -> ACM1): when
+        the port is missing, a device with the same VID, PID and serial number is opened instead."""
+        try:
+            port = open_serial(self.url, self.baud)
+        except PortError:
+            alt = find_same_device(self.usb_id) if self.usb_id else None
+            if alt is None:
+                raise
+            port = open_serial(alt, self.baud)
+            self.url = alt
+        if self.usb_id is None:
+            self.usb_id = usb_identity(self.url)
+        self.transport = SerialTransport(port, before_write=self._commit)
+        self.opens += 1
+
+    def fileno(self) -> int | None:
+        return self.transport.fileno() if self.transport is not None else None
+
+    def poll(self) -> None:
+        if self.transport is None and time.monotonic() >= self._next_open:
+            try:
+                self.open()
+            except PortError as e:
+                self.last_error = str(e)
+                self._next_open = time.monotonic() + self.reopen_s
+        self._flush_outbox()
+        self.link.poll(self.clock())
+        self._commit()
+
+    def close(self) -> None:
+        self._commit()
+        if self.transport is not None:
+            self.transport.close()
+            self.transport = None
+
+    # ---- what arrives ----
+
+    def _full_seq(self, epoch: bytes, seq16: int) -> int:
+        key = int.from_bytes(epoch, "little")
+        base = self._seq_base.get(key)
+        if base is None:
+            base = self.store.last_seq(self.name, epoch)
+        full = seq16 if base is None else base + ((seq16 - base) & 0xFFFF)
+        self._seq_base[key] = full
+        return full
+
+    def on_frame(self, ftype: int, buf: bytearray, off: int, n: int) -> None:
+        """Called by the link for each data frame, in order and exactly once. Never raises."""
+        try:
+            epoch, seq16, _ = self.link.rx_state()
+            if ftype == frame.LOG:
+                self._log(epoch, seq16, buf, off, n)
+            elif ftype in (PROMPT, frame.DRAFT) and self.spec is not None:
+                body = bytes(buf[off:off + n])
+                if ftype == PROMPT:
+                    self.counts["prompts"] += 1
+                    self.spec.on_prompt(body)  # type: ignore[attr-defined]
+                else:
+                    self.counts["drafts"] += 1
+                    self.spec.on_draft(body)  # type: ignore[attr-defined]
+            else:
+                self.counts["other"] += 1
+            # the receive state goes into the same transaction as the lines it covers
+            self.store.set_rx_state(self.name, epoch, seq16, commit=False)
+        except ValueError:  # a malformed body (spec's errors are ValueError subclasses): count, drop
+            self.counts["bad_frames"] += 1
+
+    def _log(self, epoch: bytes, seq16: int, buf: bytearray, off: int, n: int) -> None:
+        ts = frame.u32s(buf, off)
+        level = buf[off + 4] & 7
+        text = bytes(buf[off + frame.LG_TEXT:off + n]).decode("utf-8", "replace")
+        full = self._full_seq(epoch, seq16)
+        if self.store.add_log(self.name, epoch, full, ts, self.wall(), level, text, commit=False):
+            self.counts["logs"] += 1
+            if self.spec is not None and hasattr(self.spec, "on_log"):
+                self.spec.on_log(text)  # type: ignore[attr-defined]
+        else:
+            self.counts["log_dups"] += 1
+
+    def on_event(self, code: int, value: int) -> None:
+        if code == link.EV_ESTABLISHED:
+            ph = frame.parse_body(frame.HELLO, bytes(self.link.peer_hello))
+            bid = ph["board_id"].decode("ascii", "replace")
+            self.store.node_id(self.name, bid)
+            self.board_id = bid
+            if self.spec is None and self.spec_factory is not None:
+                self.spec = self.spec_factory(self, bytes(self.link.peer_hello))
+        elif code == link.EV_PEER_REBOOT:
+            self.counts["reboots"] += 1
+            if self.spec is not None and hasattr(self.spec, "on_reboot"):
+                self.spec.on_reboot()  # type: ignore[attr-defined]
+        elif code == link.EV_PEER_LOST:
+            self.counts["lost"] += 1
+
+    def send(self, ftype: int, body: bytes) -> bool:
+        """Queue a data frame (a VERDICT); it waits in order in the outbox while the link window is full."""
+        self.outbox.append((ftype, bytes(body)))
+        self._flush_outbox()
+        return True
+
+    def _flush_outbox(self) -> None:
+        while self.outbox and self.link.send(*self.outbox[0]):
+            self.outbox.popleft()
+
+    def status(self) -> dict:
+        st = {"name": self.name, "url": self.url, "open": self.transport is not None,
+              "established": self.link.established, "opens": self.opens, "disconnects": self.disconnects,
+              "last_error": self.last_error}
+        st.update(self.counts)
+        ls = self.link.stats()
+        for k in ("rx_delivered", "rx_dup", "tx_retx", "tx_data", "peer_reboots", "err_crc", "err_cobs"):
+            st["link_" + k] = ls[k]
+        if self.spec is not None and hasattr(self.spec, "status"):
+            st["spec"] = self.spec.status()  # type: ignore[attr-defined]
+        return st

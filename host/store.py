@@ -1,0 +1,431 @@
+"""The gateway's log store: SQLite in WAL mode with an FTS5 index over the log lines.
+
+What it holds (schema version 1):
+
+- ``nodes``: one row per node (its name, usually the serial port or a name given on the command line;
+  the board id from its HELLO; first/last seen; the link receive state ``peer_epoch`` + ``last_seq``
+  that a restarted gateway gives back to ``Link.restore`` so nothing is delivered twice);
+- ``logs``: every log line a node sent: node, boot epoch (the node link's 32-bit epoch), seq (the LOG
+  frame's link sequence number, unwrapped to 64 bits per epoch), the node's ticks (ms, mod 2**30),
+  the gateway's wall time in ms, level (0..7) and text. (node, epoch, seq) is unique, so a line
+  delivered again (a retransmission after a gateway restart) is stored once: ``add_log`` returns False;
+- ``logs_fts``: an FTS5 index (external content) over ``logs.text``, filled by a trigger;
+- ``annotations``: committed annotation text per node: wall span t0..t1 (ms), text, verified flag
+  (0: the node drafted it alone while the gateway was away), token count.
+
+Durability: ``journal_mode=WAL`` with ``synchronous=FULL``, so every committed transaction survives a
+crash of the process or the machine. ``add_log(..., commit=False)`` batches lines in one transaction;
+the gateway session commits before it writes any byte to the node (every frame it sends carries the
+cumulative ack), so nothing acknowledged to a node is ever lost.
+
+Retrieval: ``windows(query)`` runs an FTS5 match (bm25), and for each hit returns the consecutive lines
+of that node around it, plus the annotations in that span, as one ``Window``.
+
+Readers (operator Q&A) open with ``LogStore(path, readonly=True)``; WAL lets them read while the
+gateway writes.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMA_NAME = "edgetwin-store"
+SCHEMA_VERSION = 1
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "LEVEL5", "LEVEL6", "LEVEL7")
+
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE nodes (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    board_id TEXT NOT NULL DEFAULT '',
+    first_seen_ms INTEGER NOT NULL,
+    last_seen_ms INTEGER NOT NULL,
+    peer_epoch INTEGER,
+    last_seq INTEGER
+);
+CREATE TABLE logs (
+    id INTEGER PRIMARY KEY,
+    node INTEGER NOT NULL REFERENCES nodes(id),
+    epoch INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    ticks INTEGER NOT NULL,
+    wall_ms INTEGER NOT NULL,
+    level INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    UNIQUE (node, epoch, seq)
+);
+CREATE INDEX logs_node_time ON logs (node, wall_ms, id);
+CREATE VIRTUAL TABLE logs_fts USING fts5(text, content='logs', content_rowid='id');
+CREATE TRIGGER logs_ai AFTER INSERT ON logs BEGIN
+    INSERT INTO logs_fts(rowid, text) VALUES (new.id, new.text);
+END;
+CREATE TABLE annotations (
+    id INTEGER PRIMARY KEY,
+    node INTEGER NOT NULL REFERENCES nodes(id),
+    t0_ms INTEGER NOT NULL,
+    t1_ms INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    verified INTEGER NOT NULL,
+    tokens INTEGER NOT NULL,
+    created_ms INTEGER NOT NULL
+);
+CREATE INDEX annotations_node_time ON annotations (node, t0_ms);
+"""
+
+# words that carry no retrieval signal in an operator's question
+_STOP = frozenset("a an and are at be by did do does for from had has have how i in is it its me of on or so "
+                  "that the then this to was were what when where which who why will with".split())
+_WORD = re.compile(r"[A-Za-z0-9_]+(?:[-.][A-Za-z0-9_]+)*")  # P-101, 81.2, bearing_temp stay whole
+
+
+class StoreError(ValueError):
+    """The store file is missing, corrupt, not an edgetwin store, or was given bad values."""
+
+
+@dataclass
+class Window:
+    """Consecutive log lines of one node around an FTS5 hit (plus annotations in that span)."""
+
+    node: str
+    t0_ms: int
+    t1_ms: int
+    text: str
+    score: float
+    first_id: int = 0
+    last_id: int = 0
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def fts_query(query: str) -> str:
+    """An FTS5 MATCH expression from free text: its words (tags like P-101 as phrases), quoted and
+    OR-ed; stop words and single letters are dropped unless nothing else is left."""
+    words = [w.lower() for w in _WORD.findall(query)]
+    keep = [w for w in words if w not in _STOP and len(w) > 1] or words
+    seen: list[str] = []
+    for w in keep:
+        if w not in seen:
+            seen.append(w)
+    return " OR ".join('"%s"' % w for w in seen)
+
+
+def _check_int(name: str, v: object, lo: int, hi: int) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        raise StoreError("%s must be an int in %d..%d, got %r" % (name, lo, hi, v))
+    return v
+
+
+def _epoch_int(epoch: object) -> int:
+    if isinstance(epoch, (bytes, bytearray)):
+        if len(epoch) != 4:
+            raise StoreError("epoch must be 4 bytes, got %d" % len(epoch))
+        return int.from_bytes(bytes(epoch), "little")
+    return _check_int("epoch", epoch, 0, 0xFFFFFFFF)
+
+
+class LogStore:
+    """One SQLite store file. Thread-safe for one process (a lock around the connection)."""
+
+    def __init__(self, path: str | Path, readonly: bool = False) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        self._lock = threading.RLock()
+        self._node_ids: dict[str, int] = {}
+        if readonly and not self.path.is_file():
+            raise StoreError("log store %s does not exist: start the gateway with --db %s first"
+                             % (self.path, self.path))
+        if not readonly:
+            if self.path.exists() and not self.path.is_file():
+                raise StoreError("log store path %s is not a file" % self.path)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        fresh = not self.path.exists() or self.path.stat().st_size == 0
+        try:
+            if readonly:
+                self._db = sqlite3.connect("file:%s?mode=ro" % self.path, uri=True, check_same_thread=False)
+            else:
+                self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA busy_timeout=5000")
+            if not readonly:
+                mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise StoreError("log store %s: cannot switch to WAL (journal mode %s)" % (self.path, mode))
+                self._db.execute("PRAGMA synchronous=FULL")
+            if fresh and not readonly:
+                self._create()
+            self._check()
+        except sqlite3.DatabaseError as e:
+            self._close_quietly()
+            raise StoreError("log store %s is not a usable SQLite database (%s): move it away or give another "
+                             "--db path" % (self.path, e)) from None
+        except StoreError:
+            self._close_quietly()
+            raise
+        self._in_tx = False
+
+    # ---- set-up ----
+
+    def _create(self) -> None:
+        # one transaction: a crash while creating leaves an empty file, which the next start recreates
+        with self._lock:
+            self._db.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "INSERT INTO meta VALUES ('schema', '%s'), "
+                                   "('version', '%d'); COMMIT;" % (SCHEMA_NAME, SCHEMA_VERSION))
+
+    def _check(self) -> None:
+        try:
+            rows = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+        except sqlite3.OperationalError:
+            raise StoreError("%s is an SQLite database but not an edgetwin log store (no meta table): "
+                             "give another --db path" % self.path) from None
+        if rows.get("schema") != SCHEMA_NAME:
+            raise StoreError("%s is not an edgetwin log store (schema %r)" % (self.path, rows.get("schema")))
+        if rows.get("version") != str(SCHEMA_VERSION):
+            raise StoreError("%s is an edgetwin log store of version %s; this gateway reads version %d"
+                             % (self.path, rows.get("version"), SCHEMA_VERSION))
+        ok = self._db.execute("PRAGMA quick_check").fetchone()[0]
+        if ok != "ok":
+            raise StoreError("log store %s is corrupt (%s): move it away and restore a backup" % (self.path, ok))
+
+    def _close_quietly(self) -> None:
+        try:
+            self._db.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _writable(self) -> None:
+        if self.readonly:
+            raise StoreError("log store %s is open read-only" % self.path)
+
+    # ---- nodes ----
+
+    def node_id(self, name: str, board_id: str = "") -> int:
+        """The id of node `name`, created on first use; `board_id` updates the stored one if given."""
+        if not isinstance(name, str) or not name:
+            raise StoreError("node name must be a non-empty str, got %r" % (name,))
+        with self._lock:
+            nid = self._node_ids.get(name)
+            if nid is None:
+                row = self._db.execute("SELECT id FROM nodes WHERE name=?", (name,)).fetchone()
+                if row is None:
+                    self._writable()
+                    t = now_ms()
+                    cur = self._db.execute("INSERT INTO nodes (name, board_id, first_seen_ms, last_seen_ms) "
+                                           "VALUES (?, ?, ?, ?)", (name, board_id, t, t))
+                    nid = int(cur.lastrowid)
+                else:
+                    nid = int(row[0])
+                self._node_ids[name] = nid
+            if board_id:
+                self._writable()
+                self._db.execute("UPDATE nodes SET board_id=? WHERE id=? AND board_id!=?", (board_id, nid, board_id))
+            return nid
+
+    def nodes(self) -> list[dict]:
+        with self._lock:
+            cur = self._db.execute("SELECT name, board_id, first_seen_ms, last_seen_ms, peer_epoch, last_seq, "
+                                   "(SELECT count(*) FROM logs WHERE logs.node=nodes.id), "
+                                   "(SELECT count(*) FROM annotations WHERE annotations.node=nodes.id) "
+                                   "FROM nodes ORDER BY id")
+            keys = ("name", "board_id", "first_seen_ms", "last_seen_ms", "peer_epoch", "last_seq", "logs",
+                    "annotations")
+            return [dict(zip(keys, r)) for r in cur.fetchall()]
+
+    def set_rx_state(self, node: str, peer_epoch: bytes | int, last_seq: int, commit: bool = True) -> None:
+        """Persist the link receive state (peer epoch, last seq delivered in order) for Link.restore."""
+        self._writable()
+        ep = _epoch_int(peer_epoch)
+        _check_int("last_seq", last_seq, 0, 0xFFFF)
+        with self._lock:
+            nid = self.node_id(node)
+            self._begin()
+            self._db.execute("UPDATE nodes SET peer_epoch=?, last_seq=?, last_seen_ms=? WHERE id=?",
+                             (ep, last_seq, now_ms(), nid))
+            if commit:
+                self.commit()
+
+    def rx_state(self, node: str) -> tuple[bytes, int] | None:
+        """(peer epoch as 4 bytes, last seq) persisted for `node`, or None."""
+        with self._lock:
+            row = self._db.execute("SELECT peer_epoch, last_seq FROM nodes WHERE name=?", (node,)).fetchone()
+        if row is None or row[0] is None or not row[0]:
+            return None
+        return int(row[0]).to_bytes(4, "little"), int(row[1])
+
+    # ---- writes ----
+
+    def _begin(self) -> None:
+        if not self._in_tx:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._in_tx = True
+
+    def commit(self) -> None:
+        """Make every write so far durable (fsync of the WAL)."""
+        with self._lock:
+            if self._in_tx:
+                self._db.execute("COMMIT")
+                self._in_tx = False
+
+    def rollback(self) -> None:
+        with self._lock:
+            if self._in_tx:
+                self._db.execute("ROLLBACK")
+                self._in_tx = False
+
+    @property
+    def pending(self) -> bool:
+        """True while writes wait for commit()."""
+        return self._in_tx
+
+    def add_log(self, node: str, epoch: bytes | int, seq: int, ticks: int, wall_ms: int, level: int, text: str,
+                commit: bool = True) -> bool:
+        """Store one log line; False if (node, epoch, seq) is already stored (a duplicate: nothing changes).
+
+        commit=False leaves it in the open transaction until commit()."""
+        self._writable()
+        ep = _epoch_int(epoch)
+        _check_int("seq", seq, 0, (1 << 63) - 1)
+        _check_int("ticks", ticks, 0, (1 << 30) - 1)
+        _check_int("wall_ms", wall_ms, 0, (1 << 63) - 1)
+        _check_int("level", level, 0, 7)
+        if isinstance(text, (bytes, bytearray)):
+            text = bytes(text).decode("utf-8", "replace")
+        if not isinstance(text, str):
+            raise StoreError("text must be str or bytes, got %s" % type(text).__name__)
+        with self._lock:
+            nid = self.node_id(node)
+            self._begin()
+            cur = self._db.execute("INSERT OR IGNORE INTO logs (node, epoch, seq, ticks, wall_ms, level, text) "
+                                   "VALUES (?, ?, ?, ?, ?, ?, ?)", (nid, ep, seq, ticks, wall_ms, level, text))
+            added = cur.rowcount == 1
+            if commit:
+                self.commit()
+            return added
+
+    def last_seq(self, node: str, epoch: bytes | int) -> int | None:
+        """The highest stored seq of (node, epoch), or None."""
+        ep = _epoch_int(epoch)
+        with self._lock:
+            row = self._db.execute("SELECT max(seq) FROM logs JOIN nodes ON nodes.id=logs.node "
+                                   "WHERE nodes.name=? AND epoch=?", (node, ep)).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def add_annotation(self, node: str, t0_ms: int, t1_ms: int, text: str, verified: bool, tokens: int,
+                       commit: bool = True) -> int:
+        """Store one committed annotation; returns its id."""
+        self._writable()
+        _check_int("t0_ms", t0_ms, 0, (1 << 63) - 1)
+        _check_int("t1_ms", t1_ms, t0_ms, (1 << 63) - 1)
+        _check_int("tokens", tokens, 0, 1 << 31)
+        if not isinstance(text, str):
+            raise StoreError("text must be a str, got %s" % type(text).__name__)
+        with self._lock:
+            nid = self.node_id(node)
+            self._begin()
+            cur = self._db.execute("INSERT INTO annotations (node, t0_ms, t1_ms, text, verified, tokens, created_ms) "
+                                   "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                   (nid, t0_ms, t1_ms, text, 1 if verified else 0, tokens, now_ms()))
+            if commit:
+                self.commit()
+            return int(cur.lastrowid)
+
+    # ---- reads ----
+
+    def logs(self, node: str | None = None, limit: int = 1000000) -> list[dict]:
+        """Stored lines in arrival order (all nodes, or one)."""
+        sql = ("SELECT nodes.name, epoch, seq, ticks, wall_ms, level, text FROM logs JOIN nodes ON nodes.id=logs.node")
+        args: tuple = ()
+        if node is not None:
+            sql += " WHERE nodes.name=?"
+            args = (node,)
+        sql += " ORDER BY logs.id LIMIT ?"
+        keys = ("node", "epoch", "seq", "ticks", "wall_ms", "level", "text")
+        with self._lock:
+            return [dict(zip(keys, r)) for r in self._db.execute(sql, args + (limit,)).fetchall()]
+
+    def annotations(self, node: str | None = None) -> list[dict]:
+        sql = ("SELECT nodes.name, t0_ms, t1_ms, text, verified, tokens FROM annotations "
+               "JOIN nodes ON nodes.id=annotations.node")
+        args: tuple = ()
+        if node is not None:
+            sql += " WHERE nodes.name=?"
+            args = (node,)
+        keys = ("node", "t0_ms", "t1_ms", "text", "verified", "tokens")
+        with self._lock:
+            return [dict(zip(keys, r)) for r in self._db.execute(sql + " ORDER BY annotations.id", args).fetchall()]
+
+    def count_logs(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT count(*) FROM logs").fetchone()[0])
+
+    def windows(self, query: str, limit: int = 20, lines: int = 8) -> list[Window]:
+        """Log windows for a free-text query, best first.
+
+        Each FTS5 hit (bm25 rank) becomes the `lines` consecutive lines of its node around it (half
+        before, half after, in arrival order), with the annotations of that node whose span overlaps
+        the window's wall time appended as "NOTE: ..." lines. Hits inside a window already returned
+        add to its score instead of making another. score = -bm25 (higher is better)."""
+        if not isinstance(query, str):
+            raise StoreError("query must be a str, got %s" % type(query).__name__)
+        _check_int("limit", limit, 1, 10000)
+        _check_int("lines", lines, 1, 1000)
+        match = fts_query(query)
+        if not match:
+            return []
+        out: list[Window] = []
+        with self._lock:
+            try:
+                hits = self._db.execute(
+                    "SELECT logs.id, logs.node, bm25(logs_fts) FROM logs_fts JOIN logs ON logs.id=logs_fts.rowid "
+                    "WHERE logs_fts MATCH ? ORDER BY bm25(logs_fts) LIMIT ?", (match, limit * lines * 4)).fetchall()
+            except sqlite3.OperationalError as e:
+                raise StoreError("query %r could not be searched: %s" % (query, e)) from None
+            names = dict(self._db.execute("SELECT id, name FROM nodes").fetchall())
+            spans: list[tuple[int, int, int, Window]] = []  # node, first id, last id, window
+            before = (lines - 1) // 2
+            after = lines - 1 - before
+            for lid, nid, rank in hits:
+                score = -float(rank)
+                covered = next((w for n, a, b, w in spans if n == nid and a <= lid <= b), None)
+                if covered is not None:
+                    covered.score += score
+                    continue
+                if len(out) >= limit:
+                    continue
+                prev = self._db.execute("SELECT id, wall_ms, level, text FROM logs WHERE node=? AND id<? "
+                                        "ORDER BY id DESC LIMIT ?", (nid, lid, before)).fetchall()[::-1]
+                rest = self._db.execute("SELECT id, wall_ms, level, text FROM logs WHERE node=? AND id>=? "
+                                        "ORDER BY id LIMIT ?", (nid, lid, after + 1 + (before - len(prev))))
+                rows = prev + rest.fetchall()
+                t0 = rows[0][1]
+                t1 = rows[-1][1]
+                text = [r[3] for r in rows]
+                notes = self._db.execute("SELECT text, verified FROM annotations WHERE node=? AND t1_ms>=? "
+                                         "AND t0_ms<=? ORDER BY t0_ms, id", (nid, t0, t1)).fetchall()
+                text += ["NOTE%s: %s" % ("" if v else " (unverified)", t) for t, v in notes]
+                w = Window(names.get(nid, "?"), t0, t1, "\n".join(text), score, rows[0][0], rows[-1][0])
+                spans.append((nid, rows[0][0], rows[-1][0], w))
+                out.append(w)
+        out.sort(key=lambda w: -w.score)
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            if getattr(self, "_db", None) is None:
+                return
+            if not self.readonly:
+                self.commit()
+            self._db.close()
+            self._db = None  # type: ignore[assignment]
+
+    def __enter__(self) -> "LogStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

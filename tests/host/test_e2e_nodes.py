@@ -1,0 +1,90 @@
+"""End to end: two virtual boards run firmware/node.py, one gateway process verifies both streams.
+
+Node A: the rp2040_pico profile (KV 4 + 28 + 8), node B: the esp32s3_devkitc profile (KV 4 + 60 + 8), both
+with the heap raised to 384 KiB (see below; the esp32s3_n8r8 profile's 4 MiB heap works too, but its
+4 + 252 window makes the node ~5x slower per token here: EDGETWIN_E2E_N8R8=1). Both run the real MicroPython
+unix port, the x64 build deployed with mpremote, the tiny INT4 draft of tools/spec_models (seed 3) from
+their filesystem, and talk to `edgetwin gateway --model tiny:3` (a separate process) over their UART ptys
+through a pass-through interposer, at 921600 baud. The gateway verifies both nodes' blocks in one batched
+pass per round.
+
+Checked: each node's stream reaches TOKENS committed tokens (prompt + verified annotation tokens; both
+caches hold them), the node and gateway agree on the live token ids (the NODE reports' CRC against the
+gateway's record at the same committed count: lockstep), annotations are stored as verified, every log
+line a node saw acknowledged is in SQLite, and each node's heap (gc.mem_alloc after gc.collect, reported
+every second from the board) does not grow after warm-up.
+
+Heap: on this 64-bit unix port the bytecode of frame + link + plant + llama + drafter takes ~250 KB
+(pointers are 8 bytes here, 4 on the boards), so the drafting node does not fit the rp2040_pico's 192 KiB
+here; the logs-only node does (tests/host/test_faults_nodes.py runs one on the true rp2040_pico heap).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+import gwkit
+
+pytestmark = pytest.mark.slow
+
+TOKENS = int(os.environ.get("EDGETWIN_E2E_TOKENS", "10000"))
+NODE_CFG = {"tick_ms": 200, "sample_every": 5, "report_ms": 1000, "max_len": 48, "prompt_max": 12}
+BOARDS = [("rp2040_pico", 393216), ("esp32s3_n8r8", None) if os.environ.get("EDGETWIN_E2E_N8R8")
+          else ("esp32s3_devkitc", 393216)]
+
+
+def test_two_nodes_commit_tokens_with_flat_heaps(tmp_path: Path) -> None:
+    mbf = gwkit.tiny_mbf()
+    nodes = []
+    gw = None
+    t0 = time.monotonic()
+    try:
+        for i, (board, heap) in enumerate(BOARDS):
+            nodes.append(gwkit.VNode(board, tmp_path / ("fs%d" % i), tmp_path / ("node%d" % i), NODE_CFG, heap=heap,
+                                     model=mbf))
+        names = [str(tmp_path / ("node%d" % i)) for i in range(len(nodes))]
+        gw = gwkit.GatewayProc(names, tmp_path / "g.db", tmp_path / "st.json",
+                               extra=["--model", "tiny:%d" % gwkit.TINY_SEED])
+        t_start = time.monotonic()
+
+        def done(st: dict) -> bool:
+            return all(s.get("spec", {}).get("committed", 0) >= TOKENS for s in st["sessions"])
+
+        st = gw.wait_status(done, timeout=max(120.0, TOKENS / 40), what="%d tokens per node" % TOKENS)
+        run_s = time.monotonic() - t_start
+        time.sleep(2.5)  # two more NODE reports: both nodes' heaps after the run
+        st = gw.status()
+        assert gw.stop() == 0
+    finally:
+        if gw is not None:
+            gw.stop()
+        for n in nodes:
+            n.close()
+    db = tmp_path / "g.db"
+    figures = {"run_s": round(run_s, 1), "setup_s": round(t_start - t0, 1)}
+    for i, s in enumerate(st["sessions"]):
+        spec = s["spec"]
+        assert spec["committed"] >= TOKENS, spec
+        assert spec["lockstep_bad"] == 0 and spec["lockstep_ok"] >= 5, spec
+        assert spec["desync"] == 0 and spec["tokens_verified"] > TOKENS // 10, spec
+        reps = [r for r in gwkit.node_reports(db, names[i]) if "crc" in r]
+        heaps = [int(r["heap"]) for r in reps]
+        assert len(heaps) >= 6, heaps
+        warm = heaps[3:]
+        assert max(warm) - min(warm) == 0, "node %d heap moved after warm-up: %s" % (i, heaps)
+        gwkit.check_logs_acked(db, names[i])
+        figures["node%d" % i] = {"board": BOARDS[i][0], "committed": spec["committed"],
+                                 "verified_tokens": spec["tokens_verified"], "heap_bytes": warm[-1],
+                                 "reports": len(heaps), "lockstep_ok": spec["lockstep_ok"],
+                                 "annotations": spec["annotations"]}
+    from host.store import LogStore
+
+    store = LogStore(db, readonly=True)
+    notes = store.annotations()
+    store.close()
+    assert notes and all(n["verified"] == 1 for n in notes)
+    print("E2E-NODES %s" % figures)
