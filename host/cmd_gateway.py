@@ -17,8 +17,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", default="edgetwin.db", help="SQLite log store (created if missing; default edgetwin.db)")
     p.add_argument("--baud", type=int, default=115200, help="baud rate (default 115200)")
     p.add_argument("--model", default=None,
-                   help="the target model that verifies drafts: a GGUF / MBF file, or tiny:SEED for the "
-                        "test pair of tools/spec_models.py. Without it, drafts are not verified (logs only)")
+                   help="the target model that verifies drafts: smollm2 (the shipped SmolLM2-135M-Instruct), a GGUF "
+                        "file, or tiny:SEED for the test pair of tools/spec_models.py. Without it, drafts are not "
+                        "verified (logs only)")
     p.add_argument("--temperature", type=float, default=0.0, help="target sampling temperature (0: greedy)")
     p.add_argument("--top-k", type=int, default=0, help="target top-k (0: all)")
     p.add_argument("--seed", type=int, default=1, help="sampling seed")
@@ -49,6 +50,13 @@ def run(args: argparse.Namespace) -> int:
     if args.baud <= 0:
         raise UserError("--baud must be positive, got %d" % args.baud)
     spec_factory = verify = None
+    if args.model == "smollm2":
+        from host import models
+
+        try:
+            args.model = str(models.smollm2_gguf())
+        except models.ModelNotInstalled as e:
+            raise UserError(str(e)) from None
     if args.model is not None:
         from host import gateway
 
