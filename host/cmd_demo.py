@@ -1,0 +1,45 @@
+"""`edgetwin demo`: two virtual nodes (rp2040_pico, esp32s3_devkitc) and the gateway, live, then operator Q&A.
+
+The nodes run the real MicroPython unix port with the shipped INT4 draft (and its tokenizer); the gateway
+verifies their drafts with SmolLM2-135M-Instruct in one batched pass per round; a live view (rich) shows
+each node's log lines, the annotation being committed (accepted draft tokens vs the target's corrections),
+acceptance, tokens/s, link bytes and heap. Then two operator questions are answered from the store (PRISM
+top K + the target), everything stops, and a summary (or with --json one JSON object) is printed.
+See tools/demo.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from host.errors import UserError
+
+HELP = "run two virtual nodes and the gateway with a live view, then answer operator questions (--json: headless)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--duration", type=float, default=60.0, help="seconds the nodes run (default 60)")
+    p.add_argument("--nodes", type=int, default=2,
+                   help="virtual nodes (default 2: rp2040_pico + esp32s3_devkitc; more repeat the profiles)")
+    p.add_argument("--json", action="store_true", help="no live view: print one JSON object at the end")
+    p.add_argument("--k", type=int, default=4, help="draft tokens per block (default 4)")
+    p.add_argument("--model", choices=("smollm2", "tiny"), default="smollm2",
+                   help="smollm2 (default: SmolLM2-135M target + the shipped draft, real text) or tiny "
+                        "(the tiny test pair: token ids only)")
+    p.add_argument("--max-answer", type=int, default=64, help="longest answer in tokens (default 64)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tools import demo
+
+    if not math.isfinite(args.duration) or args.duration <= 0:
+        raise UserError("--duration must be a positive number of seconds, got %s" % args.duration)
+    if args.max_answer < 1:
+        raise UserError("--max-answer must be at least 1, got %d" % args.max_answer)
+    try:
+        demo.check_args(args.duration, args.nodes, args.k)
+        return demo.run(args.duration, args.nodes, as_json=args.json, k=args.k, model=args.model,
+                        max_answer=args.max_answer)
+    except demo.DemoError as e:
+        raise UserError(str(e)) from None
