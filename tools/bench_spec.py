@@ -13,6 +13,10 @@ one BLAS thread, so other load on the machine barely moves it; drafting is not c
 nodes). Prompt prefill is identical in both modes and is not timed. Every stream decodes exactly
 `--tokens` tokens in both modes (no stop ids).
 
+Prompts (--format): "episode" (default), the node's own stream format from shared/episode.py (system
+prompt, the last event lines of a plant, the note cue): what the shipped draft was trained on; "free",
+a one-line instruction and six log lines ending in "Note:".
+
 Draft: models/draft/*.mbf if one exists with its card (a file named *card* or README.md), else the INT4
 MBF of the target: build/models/smollm2-135m-q4a.mbf
 (asymmetric INT4, which reproduces the GGUF's Q4_1 layers), else smollm2-135m-q4.mbf (symmetric INT4: about
@@ -69,6 +73,18 @@ def plant_prompts(n: int, lines: int = 6, seconds: int = 900) -> list[str]:
         if len(tail) < lines:
             tail = got[-lines:]
         out.append("%s\n\nLog:\n%s\nNote:" % (SYSTEM, "\n".join(tail)))
+    return out
+
+
+def episode_prompts(n: int, seconds: int = 900) -> list[tuple[str, str]]:
+    """One episode per node in the node's own stream format (shared/episode.py, what the distilled draft
+    was trained on): (system prompt, the last event lines + the note cue), plant seed = node index + 1."""
+    from shared import episode
+
+    out = []
+    for text in plant_prompts(n, lines=episode.MAX_LINES, seconds=seconds):
+        lines = text.split("\nLog:\n", 1)[1].rsplit("\nNote:", 1)[0].split("\n")
+        out.append((episode.system_prompt(), episode.prompt_text(lines)))
     return out
 
 
@@ -227,8 +243,13 @@ def run(args) -> dict:
         draft_desc = {"source": source, "path": str(draft_path.relative_to(ROOT) if draft_path.is_relative_to(ROOT)
                                                       else draft_path)}
         tok = bpe.BPE(bytes(tokenizer_export.build_blob(tokenizer_export.read_gguf(gguf))))  # the target's
-        prompts = plant_prompts(max(args.nodes))
-        prompts_ids = [list(tok.encode(p)) for p in prompts]
+        if args.format == "episode":
+            pairs = episode_prompts(max(args.nodes))
+            prompts = [a + b for a, b in pairs]
+            prompts_ids = [list(tok.encode(a, special=True)) + list(tok.encode(b)) for a, b in pairs]
+        else:
+            prompts = plant_prompts(max(args.nodes))
+            prompts_ids = [list(tok.encode(p)) for p in prompts]
     from tools import spec_models as sm
 
     t0 = time.time()
@@ -304,6 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="tiny matched models instead of SmolLM2 (seconds)")
     ap.add_argument("--target", help="target GGUF (default: SmolLM2-135M-Instruct)")
     ap.add_argument("--draft", help="draft MBF (default: models/draft/*.mbf, else the target's INT4 MBF)")
+    ap.add_argument("--format", choices=("episode", "free"), default="episode",
+                    help="prompts: the node's episode format (shared/episode.py, what the shipped draft was "
+                         "trained on; default) or a free instruction prompt")
     ap.add_argument("--k", type=int, default=4, help="draft tokens per block (default 4)")
     ap.add_argument("--max-pending", type=int, default=2, help="blocks in flight per node (default 2)")
     ap.add_argument("--tokens", type=int, default=48, help="tokens decoded per stream and mode (default 48)")
