@@ -122,7 +122,21 @@ def node_model(src: bytes | str | Path, sink: int, window: int, staged: int, **k
     return llama.Model(reader, node_kv(reader.config, sink, window, staged), **kw)
 
 
-class FloatModel:
+class _FullVocab:
+    """The llama.Model token interface of a model whose logits cover the whole vocabulary."""
+
+    n_out: int
+
+    def row_of(self, token: int) -> int:
+        if not (isinstance(token, int) and 0 <= token < self.n_out):
+            raise ValueError("token id %r out of range 0..%d" % (token, self.n_out - 1))
+        return token
+
+    def token_of(self, i: int) -> int:
+        return i
+
+
+class FloatModel(_FullVocab):
     """A float Target behind the llama.Model interface shared/drafter.py uses (host twin, tests).
 
     kv is the KVCache's RingKV; logits are Q16 ints (round(logit * 65536)); flogits the float32 row."""
@@ -139,14 +153,6 @@ class FloatModel:
     def _set(self, row: np.ndarray) -> None:
         self.flogits = np.asarray(row, np.float32)
         self._view[:] = np.clip(np.rint(self.flogits.astype(np.float64) * 65536.0), -LIM, LIM).astype(np.int32)
-
-    def row_of(self, token: int) -> int:
-        if not (isinstance(token, int) and 0 <= token < self.n_out):
-            raise ValueError("token id %r out of range 0..%d" % (token, self.n_out - 1))
-        return token
-
-    def token_of(self, i: int) -> int:
-        return i
 
     def step(self, token: int) -> int:
         s = self.kv.pending
@@ -257,7 +263,7 @@ class MarkovTarget(Target):
         return out
 
 
-class TableModel:
+class TableModel(_FullVocab):
     """The llama.Model interface over a bigram logits table (Q16 ints): for drafts in statistical tests."""
 
     def __init__(self, table: np.ndarray, sink: int, window: int, staged: int):
@@ -266,14 +272,6 @@ class TableModel:
                      for r in table]
         self.kv = ringkv.RingKV(1, 1, sink, window, staged, "b", 1)
         self.logits = array("i", bytes(4 * self.n_out))
-
-    def row_of(self, token: int) -> int:
-        if not (isinstance(token, int) and 0 <= token < self.n_out):
-            raise ValueError("token id %r out of range 0..%d" % (token, self.n_out - 1))
-        return token
-
-    def token_of(self, i: int) -> int:
-        return i
 
     def step(self, token: int) -> int:
         s = self.kv.stage()
