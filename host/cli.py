@@ -1,4 +1,6 @@
-"""The `edgetwin` command: build and deploy boards, run the gateway and the demo, ask questions, benchmarks. User mistakes exit 2 with one line."""
+"""The `edgetwin` command: build and deploy boards, run the gateway and the demo, ask questions, benchmarks.
+
+User mistakes exit 2 with one line."""
 
 from __future__ import annotations
 
