@@ -68,6 +68,15 @@ def main(argv: list[str] | None = None) -> int:
                     "its length: a reproducible cut of a longer run)")
     ap.add_argument("--init-delta", help="start from these trained tensors (a delta.safetensors) instead of the backbone")
     ap.add_argument("--skip-questions", type=int, default=0, help="skip the first N train questions (a later phase)")
+    ap.add_argument("--deep-supervision", type=float, default=None, metavar="W0",
+                    help="early-exit training: the same pooler + classifier on the [CLS] state after EVERY layer "
+                    "(as host/prism/engine.py scores it), loss = sum of per-layer losses with weights rising "
+                    "linearly from W0 (layer 0) to 1.0 (last layer); default off (final layer only)")
+    ap.add_argument("--layer-lr-decay", type=float, default=1.0,
+                    help="lr of trained encoder layer l = lr * decay**(last - l) (default 1.0: one lr for all)")
+    ap.add_argument("--pointwise", type=float, default=0.0,
+                    help="add this weight x binary cross-entropy of sigmoid(logit) against relevance 2 -> 1, "
+                    "1 -> 0.25, 0 -> 0 (anchors the logits' level, which PRISM's sigmoid CV trigger reads); default 0")
     args = ap.parse_args(argv)
 
     import torch
@@ -94,16 +103,31 @@ def main(argv: list[str] | None = None) -> int:
     first = n_layers - args.layers
     trained_prefixes = tuple("bert.encoder.layer.%d." % l for l in range(first, n_layers)) + ("bert.pooler.", "classifier.")
     params = []
+    groups_lr: dict[float, list] = {}
     for name, p in model.named_parameters():
         p.requires_grad = name.startswith(trained_prefixes)
         if p.requires_grad:
             params.append(p)
+            lr = args.lr
+            if name.startswith("bert.encoder.layer."):
+                lr = args.lr * args.layer_lr_decay ** (n_layers - 1 - int(name.split(".")[3]))
+            groups_lr.setdefault(lr, []).append(p)
     print("trainable: %d tensors, %d parameters" % (len(params), sum(p.numel() for p in params)), flush=True)
     tok = wordpiece.load_tokenizer(str(backbone), args.window_tokens)
 
     groups = groups_of(train, args.group, rng)
     steps = int(math.ceil(len(groups) * args.epochs))
-    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01)
+    if args.layer_lr_decay == 1.0:
+        opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01)
+    else:
+        opt = torch.optim.AdamW([{"params": ps, "lr": lr} for lr, ps in sorted(groups_lr.items())], lr=args.lr,
+                                weight_decay=0.01)
+        print("layer lrs: %s" % ", ".join("%.2g" % lr for lr in sorted(groups_lr)), flush=True)
+    if args.deep_supervision is not None:
+        w0 = args.deep_supervision
+        layer_w = [w0 + (1.0 - w0) * l / max(1, n_layers - 1) for l in range(n_layers)]
+        print("deep supervision: layer weights %s" % ", ".join("%.2f" % w for w in layer_w), flush=True)
+    layer_losses: list[list[float]] = []
     warm = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warm) * max(0.05, 1.0 - s / max(1, steps)))
@@ -121,11 +145,29 @@ def main(argv: list[str] | None = None) -> int:
             rng.shuffle(order)
         question, texts, rels = groups[order.pop()]
         ids, types, mask = wordpiece.encode_pairs(tok, question, texts)
-        logits = model(input_ids=torch.from_numpy(ids), token_type_ids=torch.from_numpy(types),
-                       attention_mask=torch.from_numpy(mask)).logits[:, 0]
         target = torch.tensor([2.0 ** r - 1.0 for r in rels])
         target = target / target.sum()
-        loss = -(target * torch.log_softmax(logits, dim=0)).sum()
+        if args.deep_supervision is None and args.pointwise == 0.0:
+            logits = model(input_ids=torch.from_numpy(ids), token_type_ids=torch.from_numpy(types),
+                           attention_mask=torch.from_numpy(mask)).logits[:, 0]
+            loss = -(target * torch.log_softmax(logits, dim=0)).sum()
+        else:
+            # the head on the [CLS] state after each layer: classifier(dropout(tanh(pooler(h[:, 0])))),
+            # in eval mode exactly host/prism/bert.py's head() as the PRISM engine calls it after every layer
+            out = model.bert(input_ids=torch.from_numpy(ids), token_type_ids=torch.from_numpy(types),
+                             attention_mask=torch.from_numpy(mask), output_hidden_states=True)
+            point = torch.tensor([{2: 1.0, 1: 0.25}.get(r, 0.0) for r in rels])
+            sup = range(n_layers) if args.deep_supervision is not None else [n_layers - 1]
+            loss = torch.zeros(())
+            per = []
+            for l in sup:
+                z = model.classifier(model.dropout(model.bert.pooler(out.hidden_states[l + 1])))[:, 0]
+                ll = -(target * torch.log_softmax(z, dim=0)).sum()
+                if args.pointwise:
+                    ll = ll + args.pointwise * torch.nn.functional.binary_cross_entropy_with_logits(z, point)
+                per.append(float(ll))
+                loss = loss + (layer_w[l] if args.deep_supervision is not None else 1.0) * ll
+            layer_losses.append(per)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -136,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
             el = time.time() - t0
             print("step %d/%d loss %.3f (recent) %.1f s/step %.0f s" % (
                 step + 1, steps, float(np.mean(losses[-args.log_every:])), el / (step + 1), el), flush=True)
+            if layer_losses:
+                print("  per-layer loss (recent): %s" % " ".join(
+                    "%.3f" % v for v in np.mean(layer_losses[-args.log_every:], axis=0)), flush=True)
         if args.max_steps is not None and step + 1 >= args.max_steps:
             break
         if time.time() - t_start > args.minutes * 60:
@@ -151,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
         "trained_layers": list(range(first, n_layers)),
         "window_tokens": args.window_tokens, "group": args.group, "questions": len(train), "skip_questions": args.skip_questions,
         "init_delta": args.init_delta, "steps": step + 1,
+        **({"deep_supervision": args.deep_supervision, "layer_lr_decay": args.layer_lr_decay,
+            "pointwise": args.pointwise,
+            "final_layer_losses_last50": [round(float(v), 4) for v in np.mean(layer_losses[-50:], axis=0)]}
+           if layer_losses else {}),
         "epochs": args.epochs, "lr": args.lr, "seed": args.seed, "threads": args.threads,
         "final_loss_last100": round(float(np.mean(losses[-100:])), 4) if losses else None,
         "train_seconds": round(time.time() - t0, 1),
