@@ -81,14 +81,12 @@ def encode(mbf_path: Path, n_tokens: int) -> list[int]:
 
 def child_logits(mbf_path: Path, ids: list[int], sink: int, window: int) -> tuple[np.ndarray, float]:
     """The integer runtime's logits (float, per position) over ids, and its seconds per token."""
-    from shared import kernels, llama, mbf, ringkv
+    from shared import kernels, llama, mbf
+    from tools import spec_models
 
     reader = mbf.open(str(mbf_path), budget=1 << 20)
     kernels.use("numpy")
-    cfg = reader.config
-    n_kv = int(cfg["n_kv_heads"])
-    hd = int(cfg["dim"]) // int(cfg["n_heads"])
-    kv = ringkv.RingKV(int(cfg["n_layers"]), n_kv * hd, sink, window, 8, "b", n_kv)
+    kv = spec_models.node_kv(reader.config, sink, window, 8)
     model = llama.Model(reader, kv)
     child = np.zeros((len(ids), model.n_out), np.float64)
     t0 = time.perf_counter()

@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from host import target as T  # noqa: E402
-from shared import bpe, kernels, llama, mbf, memplan, q4_numpy, ringkv  # noqa: E402
-from tools import bench_fidelity as B  # noqa: E402
+from shared import bpe, kernels, llama, mbf, memplan, q4_numpy  # noqa: E402
+from tools import bench_fidelity as B, spec_models  # noqa: E402
 
 LIM = (1 << 30) - 1
 
@@ -159,9 +159,7 @@ def main(argv=None):
     t0 = ids[0] if args.token is None else args.token
     kernels.use("numpy")
     cfg = reader.config
-    nkv = int(cfg["n_kv_heads"])
-    hd = int(cfg["dim"]) // int(cfg["n_heads"])
-    kv = ringkv.RingKV(int(cfg["n_layers"]), nkv * hd, 4, 64, 8, "b", nkv)
+    kv = spec_models.node_kv(cfg, 4, 64, 8)
     # int_layers reads q, att, scores... after the fact: each buffer its own (no arenas shared by liveness)
     m = llama.Model(reader, kv, plan=memplan.layout(cfg, 4, 64, 8, word=8, reader=reader, share=False))
     c = m.cfg
@@ -286,9 +284,7 @@ def bench(n_tokens=24, s=0, sink=4, window=64):
     ids = tok.encode(B.TEXT)[:n_tokens]
     kernels.use("numpy")
     cfg = reader.config
-    nkv = int(cfg["n_kv_heads"])
-    hd = int(cfg["dim"]) // int(cfg["n_heads"])
-    kv = ringkv.RingKV(int(cfg["n_layers"]), nkv * hd, sink, window, 8, "b", nkv)
+    kv = spec_models.node_kv(cfg, sink, window, 8)
     m = llama.Model(reader, kv)
     if s:
         apply_residual_shift(m, s)
@@ -379,9 +375,7 @@ def ablation(n_tokens=24):
     ids = tok.encode(B.TEXT)[:n_tokens]
     kernels.use("numpy")
     cfg = reader.config
-    nkv = int(cfg["n_kv_heads"])
-    hd = int(cfg["dim"]) // int(cfg["n_heads"])
-    kv = ringkv.RingKV(int(cfg["n_layers"]), nkv * hd, 4, 64, 8, "b", nkv)
+    kv = spec_models.node_kv(cfg, 4, 64, 8)
     m = llama.Model(reader, kv)
     c = m.cfg
     tg = T.Target.from_gguf(B.gguf_path())

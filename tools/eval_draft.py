@@ -48,7 +48,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from shared import episode, llama, mbf, ringkv  # noqa: E402
+from shared import episode, llama, mbf  # noqa: E402
+from tools import spec_models  # noqa: E402
 
 MODEL = ROOT / "models" / "draft" / "draft.mbf"
 SAMPLE = ROOT / "models" / "draft" / "heldout_sample.npz"
@@ -62,9 +63,7 @@ TOP_K = 16  # the most candidates shared/drafter.py sends per position
 
 def open_draft(path: Path = MODEL, sink: int = SINK, window: int = WINDOW, staged: int = STAGED):
     r = mbf.open(str(path), budget=1 << 22)
-    c = r.config
-    hd = c.get("head_dim", c["dim"] // c["n_heads"])
-    kv = ringkv.RingKV(c["n_layers"], c["n_kv_heads"] * hd, sink, window, staged, "b", c["n_kv_heads"])
+    kv = spec_models.node_kv(r.config, sink, window, staged)
     return llama.Model(r, kv), kv, r
 
 
