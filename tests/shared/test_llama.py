@@ -628,6 +628,7 @@ def test_variants_tied_subvocab_rope_style_biases():
         ("rope1", PIN_ROPE1, VOCAB, dict(config={"rope_style": 1})),
         ("bias", PIN_BIAS, VOCAB, dict(add=_biases(), config={"attn_bias": 1, "attn_out_bias": 1})),
     )
+    emb_rows = nib = sc = enib = esc = None  # only the variant files need them: heap for the models
     toks = _tokens(16, seed=5)
     for name, pin, n_out, kw in cases:
         path = _variant(name, **kw)
