@@ -2,8 +2,12 @@
 
 A shared test module is plain MicroPython-compatible Python with `test_*` functions taking no
 arguments. Each becomes two pytest items, `name[cpython]` and `name[micropython]`, so a failure names
-its interpreter. The MicroPython items of one module run in one `micropython` subprocess with the heap
-of a board profile (EDGETWIN_MP_BOARD, default rp2040_pico), started on first use.
+its interpreter. Each MicroPython item runs in its own `micropython` subprocess: a fresh heap per test, as
+a board has after reset, so whether a test fits does not depend on what the tests before it left
+fragmented. The heap is the board profile's (EDGETWIN_MP_BOARD, default rp2040_pico) for the code under
+test, plus what the test module's own code holds once imported (measured per module, see
+own_code_bytes): a board never holds the tests, and without that allowance the length of a test
+module, not the runtime, decided whether a test fitted.
 """
 
 from __future__ import annotations
@@ -71,42 +75,84 @@ def mpy_dir() -> Path:
     return _MPY_DIR
 
 
+_TEST_CODE: dict[str, int] = {}
+
+# Run with a large heap: the bytes held after importing the code under test that a test module imports
+# (shared.*, firmware.*), then after importing the test module itself on top (its code and helpers).
+_MEASURE = """
+import gc, sys
+mod = sys.argv[1]
+if sys.argv[2] == "deps":
+    __import__(mod)
+    print("@@DEPS", " ".join(k for k in sys.modules if k.split(".")[0] in ("shared", "firmware") and "." in k))
+else:
+    for name in sys.argv[3:]:
+        __import__(name)
+    gc.collect()
+    a = gc.mem_alloc()
+    import testkit
+    __import__(mod)
+    gc.collect()
+    print("@@OWN", gc.mem_alloc() - a)
+"""
+
+
+def _mp_env() -> dict:
+    env = dict(os.environ)
+    # Compiled modules first; the source folders stay on the path for data files and fallbacks.
+    env["MICROPYPATH"] = os.pathsep.join([str(mpy_dir()), str(SHARED_TESTS), str(ROOT), ".frozen"])
+    return env
+
+
+def own_code_bytes(module: str) -> int:
+    """Heap the test module's own code holds on the unix port, beyond the shared/firmware modules it
+    imports (measured once per module; rounded up to 1 KB)."""
+    if module not in _TEST_CODE:
+        def run(*args: str) -> str:
+            res = subprocess.run([micropython_exe(), "-X", "heapsize=8M", "-c", _MEASURE, module, *args],
+                                 capture_output=True, text=True, timeout=120, env=_mp_env(), cwd=str(ROOT))
+            for line in res.stdout.splitlines():
+                if line.startswith("@@"):
+                    return line.split(None, 1)[1] if " " in line else ""
+            raise RuntimeError("measuring %s under MicroPython failed:\n%s%s" % (module, res.stdout, res.stderr))
+
+        deps = run("deps").split()
+        own = int(run("own", *deps))
+        _TEST_CODE[module] = (own + 1023) // 1024 * 1024
+    return _TEST_CODE[module]
+
+
 class MicroPythonRun:
-    """One micropython subprocess running all tests of one module; results parsed from '@@' lines."""
+    """Runs the tests of one shared module under MicroPython, each in a fresh subprocess ('@@' lines)."""
 
     def __init__(self, path: Path, names: list[str]):
         self.path = path
         self.names = names
-        self.results: dict[str, tuple[str, str]] | None = None
-        self.crash = ""
+        self.results: dict[str, tuple[str, str]] = {}
+        self.crash: dict[str, str] = {}
 
-    def run(self) -> None:
-        heap = mp_heap_bytes()
-        env = dict(os.environ)
-        # Compiled modules first; the source folders stay on the path for data files and fallbacks.
-        env["MICROPYPATH"] = os.pathsep.join([str(mpy_dir()), str(SHARED_TESTS), str(ROOT), ".frozen"])
-        cmd = [micropython_exe(), "-X", "heapsize=%d" % heap, str(SHARED_TESTS / "mprun.py"), self.path.stem, *self.names]
+    def run(self, name: str) -> None:
+        own = own_code_bytes(self.path.stem)
+        heap = mp_heap_bytes() + own
+        cmd = [micropython_exe(), "-X", "heapsize=%d" % heap, str(SHARED_TESTS / "mprun.py"), self.path.stem, name]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MP_TIMEOUT_S, env=env, cwd=str(ROOT))
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MP_TIMEOUT_S, env=_mp_env(),
+                                  cwd=str(ROOT))
             out, err, code = proc.stdout, proc.stderr, proc.returncode
         except subprocess.TimeoutExpired as e:
             out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
             err, code = "timed out after %d s" % MP_TIMEOUT_S, -1
-        results: dict[str, tuple[str, str]] = {}
         current = None
         for line in out.splitlines():
             if line.startswith("@@PASS ") or line.startswith("@@FAIL ") or line.startswith("@@SKIP "):
-                status, name = line[2:6], line.split()[1]
-                results[name] = (status, "")
-                current = name
+                status, current = line[2:6], line.split()[1]
+                self.results[current] = (status, "")
             elif line.startswith("|") and current is not None:
-                status, text = results[current]
-                results[current] = (status, text + line[1:] + "\n")
-        ended = "@@END" in out
-        if not ended:
-            self.crash = "micropython (heap %d B, board %s) exited with %s before finishing:\n%s\n%s" % (
-                heap, MP_BOARD, code, out[-3000:], err[-3000:])
-        self.results = results
+                status, text = self.results[current]
+                self.results[current] = (status, text + line[1:] + "\n")
+        if "@@END" not in out:
+            self.crash[name] = "micropython (heap %d B: board %s + %d B of test code) exited with %s before " \
+                "finishing:\n%s\n%s" % (heap, MP_BOARD, own, code, out[-3000:], err[-3000:])
 
 
 class SharedFunction(pytest.Function):
@@ -128,12 +174,10 @@ class MicroPythonItem(pytest.Item):
         self.testname = testname
 
     def runtest(self) -> None:
-        if self.mp_run.results is None:
-            self.mp_run.run()
-        assert self.mp_run.results is not None
+        self.mp_run.run(self.testname)
         got = self.mp_run.results.get(self.testname)
         if got is None:
-            raise MicroPythonFailure(self.mp_run.crash or "no result reported for %s" % self.testname)
+            raise MicroPythonFailure(self.mp_run.crash.get(self.testname) or "no result reported for %s" % self.testname)
         status, text = got
         if status == "SKIP":
             pytest.skip("MicroPython: %s" % text.strip())
@@ -142,7 +186,7 @@ class MicroPythonItem(pytest.Item):
 
     def repr_failure(self, excinfo, style=None):  # type: ignore[override]
         if isinstance(excinfo.value, MicroPythonFailure):
-            return "[MicroPython %s, heap of %s] %s failed:\n%s" % (
+            return "[MicroPython %s, heap of %s + the test code] %s failed:\n%s" % (
                 ".".join(str(v) for v in mp_version()), MP_BOARD, self.testname, excinfo.value)
         return super().repr_failure(excinfo)
 
@@ -199,7 +243,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return ", ".join("%d %s" % (c.get(k, 0), k) for k in ("passed", "failed", "skipped") if c.get(k, 0) or k == "passed")
 
     # Printed in pytest_unconfigure, so it is the line right after pytest's own summary line.
-    config._edgetwin_shared_line = "shared tests: CPython %s: %s | MicroPython (unix port, heap of %s: %d B): %s" % (
+    config._edgetwin_shared_line = "shared tests: CPython %s: %s | MicroPython (unix port, heap of %s: %d B + the test module's code): %s" % (
         sys.version.split()[0], fmt(counts["cpython"]), MP_BOARD, mp_heap_bytes(), fmt(counts["micropython"]))
 
 
