@@ -166,15 +166,8 @@ class Session:
         self.link = link.Link(self, on_frame=self.on_frame, on_event=self.on_event, role=frame.ROLE_GATEWAY,
                               rxbuf=4096, reorder=8, board_id=b"gateway", now=clock())
         state = store.rx_state(self.name)
-        self._mute = False
         if state is not None:  # restarted: resume after what is stored
             self.link.restore(state[0], state[1])
-            # Work-around for shared/link.py: a restored link addresses its first frames to the node
-            # with limit 0 (it has no credit anchor yet), and the node adopts that 0 as its credit
-            # limit; while its txoff is in the upper half of 2**16 no later limit looks newer, and it
-            # never sends again. So the session stays mute (its bytes go nowhere, like line noise)
-            # until a frame from the node gave the link its anchor (the node's HELLOs, every 0.5 s).
-            self._mute = True
         self.store.node_id(self.name)
 
     # ---- transport for the link (delegates to the open port; disconnected = nothing moves) ----
@@ -191,10 +184,6 @@ class Session:
 
     def write(self, buf: bytearray, n: int | None = None) -> int:
         t = self.transport
-        if self._mute:
-            if not getattr(self.link, "_anchor_ok", True):
-                return len(buf) if n is None else n
-            self._mute = False
         if t is None:
             return len(buf) if n is None else n  # the bytes go nowhere, as on an unplugged cable
         try:

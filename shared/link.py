@@ -184,6 +184,7 @@ class Link:
         self.rx_budget = rx_budget if rx_budget is not None else rxbuf
         self._epoch = bytearray(epoch)
         self._peer = bytearray(4)
+        self._nopeer = bytes(4)  # the header's peer while no frame of this run came from the peer
         self._peer_known = False
         self._peer_hello_ok = False
         self.peer_hello = bytearray(HELLO_SIZE)
@@ -368,8 +369,9 @@ class Link:
 
     def restore(self, peer_epoch, last_seq, peer_counter=None):
         # Before the first poll: resume receiving from peer_epoch after last_seq (persisted by the app
-        # from rx_state()). The first HELLO then acks last_seq to that peer, so it resends only what
-        # came after; peer_counter (signed links) keeps replays of older frames out.
+        # from rx_state()). Once the peer's first frame arrived (its HELLO), the answer acks last_seq
+        # to it, so it resends only what came after; peer_counter (signed links) keeps replays of older
+        # frames out.
         if len(peer_epoch) != 4 or bytes(peer_epoch) == b"\x00\x00\x00\x00":
             raise LinkError("peer_epoch must be 4 bytes, not all zero")
         _int(last_seq, "last_seq", 0, 0xFFFF)
@@ -783,6 +785,11 @@ class Link:
 
     # ---- sending ----
 
+    def _to(self):
+        # A restored link knows its peer but has no credit anchor until the peer's first frame: it must
+        # not address that peer yet, or the peer would take the header's limit 0 as a grant (4.4).
+        return self._peer if self._anchor_ok else self._nopeer
+
     def _limit_adv(self):
         if not self._anchor_ok:
             return 0
@@ -849,7 +856,7 @@ class Link:
         raw = enc.raw
         if self._sig:
             ftype |= SIGNED
-        put_header(raw, 0, ftype, blen, self._next_seq, (self._rx_next - 1) & 0xFFFF, self._epoch, self._peer,
+        put_header(raw, 0, ftype, blen, self._next_seq, (self._rx_next - 1) & 0xFFFF, self._epoch, self._to(),
                    self._tx_off, self._limit_adv())
         for i in range(blen):
             raw[HDR + i] = body[i]
@@ -890,7 +897,7 @@ class Link:
                 self.credit_waits += 1
             return 0
         self._blocked = False
-        put_header(w, off, w[off + 1], blen, seq, (self._rx_next - 1) & 0xFFFF, self._epoch, self._peer,
+        put_header(w, off, w[off + 1], blen, seq, (self._rx_next - 1) & 0xFFFF, self._epoch, self._to(),
                    self._tx_off, self._limit_adv())
         if self._sig:
             frame.counter_inc(self._ctr)

@@ -155,8 +155,12 @@ def test_peer_reboot_is_seen_at_once_and_traffic_resumes():
 
 
 def test_gateway_restore_resumes_without_loss_or_duplicates():
-    for restore in (True, False):
+    # The node's wire offset at the restart: ~0x0bc4, ~0x7e00 (a false grant of 0 from the restored
+    # gateway would block it and look older than every real limit after it: a stall until the link
+    # dies) and ~0xabc4 (0 would look 0x5400 bytes ahead: it would flood the gateway's buffer)
+    for restore, txoff in ((True, 0), (True, 0x723C), (True, 0xA000), (False, 0)):
         p = Pair(msgs=40, msgs_b=0)
+        p.a._tx_off = txoff
         p.run(200, until_done=False)
         p.ch.ba.cut = True  # B gets A's frames but its acks never reach A
         p.run(400, until_done=False)
@@ -164,12 +168,14 @@ def test_gateway_restore_resumes_without_loss_or_duplicates():
         assert state[0] == A_EP and p.a.queued() > 0
         p.new_b(b"\x0d\x0d\x0d\x0d", restore=state[:2] if restore else None)  # B restarts from its store
         p.ch.ba.cut = False
-        p.run(30000)
+        used = p.run(30000)
         assert p.done()
+        assert used < 3000 and p.ch.ab.overflow == 0, (txoff, used, p.ch.ab.overflow)
+        assert ((p.a._limit - p.a._tx_off) & 0xFFFF) <= 1024, (txoff, p.a._limit, p.a._tx_off)  # a real grant
         once, dup, lost = p.ta.tally(40)
         assert lost == 0 and p.ta.corrupt == 0
         if restore:
-            assert dup == 0 and once == 40, (once, dup)
+            assert dup == 0 and once == 40, (txoff, once, dup)
             assert p.ev_a[link.EV_PEER_REBOOT] == 1
         else:
             assert dup > 0  # what restore() prevents
