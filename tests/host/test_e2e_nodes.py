@@ -1,7 +1,7 @@
 """End to end: two virtual boards run firmware/node.py, one gateway process verifies both streams.
 
-Node A: the rp2040_pico profile (KV 4 + 28 + 8), node B: the esp32s3_devkitc profile (KV 4 + 60 + 8), both
-with the heap raised to 384 KiB (see below; the esp32s3_n8r8 profile's 4 MiB heap works too, but its
+Node A: the rp2040_pico profile (KV 4 + 28 + 8), node B: the esp32s3_devkitc profile (KV 4 + 60 + 8), each
+with its profile's heap in words (see below; the esp32s3_n8r8 profile's 4 MiB heap works too, but its
 4 + 252 window makes the node ~5x slower per token here: EDGETWIN_E2E_N8R8=1). Both run the real MicroPython
 unix port, the x64 build deployed with mpremote, the tiny INT4 draft of tools/spec_models (seed 3) from
 their filesystem, and talk to `edgetwin gateway --model tiny:3` (a separate process) over their UART ptys
@@ -14,9 +14,11 @@ gateway's record at the same committed count: lockstep), annotations are stored 
 line a node saw acknowledged is in SQLite, and each node's heap (gc.mem_alloc after gc.collect, reported
 every second from the board) does not grow after warm-up.
 
-Heap: on this 64-bit unix port the bytecode of frame + link + plant + llama + drafter takes ~250 KB
-(pointers are 8 bytes here, 4 on the boards), so the drafting node does not fit the rp2040_pico's 192 KiB
-here; the logs-only node does (tests/host/test_faults_nodes.py runs one on the true rp2040_pico heap).
+Heap: MicroPython's heap is counted in words; they are 8 bytes on this 64-bit unix port and 4 on the
+boards, so each node gets its profile's heap_bytes x WORD_RATIO (rp2040_pico 393,216 B, esp32s3_devkitc
+409,600 B): the same number of words. In bytes the bytecode of frame + link + plant + llama + drafter
+alone takes ~250 KB here, more than the rp2040_pico's 192 KiB; the logs-only node fits that byte count
+(tests/host/test_faults_nodes.py runs one on the unscaled rp2040_pico heap).
 """
 
 from __future__ import annotations
@@ -28,13 +30,23 @@ from pathlib import Path
 import pytest
 
 import gwkit
+from shared import profile
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 
 TOKENS = int(os.environ.get("EDGETWIN_E2E_TOKENS", "10000"))
 NODE_CFG = {"tick_ms": 200, "sample_every": 5, "report_ms": 1000, "max_len": 48, "prompt_max": 12}
-BOARDS = [("rp2040_pico", 393216), ("esp32s3_n8r8", None) if os.environ.get("EDGETWIN_E2E_N8R8")
-          else ("esp32s3_devkitc", 393216)]
+WORD_RATIO = 2  # bytes per heap word here (8) over the boards' (4)
+
+
+def _heap(board: str) -> int:
+    return int(profile.load(str(ROOT / "boards" / (board + ".json")))["heap_bytes"]) * WORD_RATIO
+
+
+BOARDS = [("rp2040_pico", _heap("rp2040_pico")), ("esp32s3_n8r8", None) if os.environ.get("EDGETWIN_E2E_N8R8")
+          else ("esp32s3_devkitc", _heap("esp32s3_devkitc"))]
 
 
 def test_two_nodes_commit_tokens_with_flat_heaps(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """Faults between virtual nodes and the gateway, one test each, with the invariants checked after each.
 
-Two virtual boards for the whole module: a drafting node (rp2040_pico profile, heap raised to 384 KiB as
-in test_e2e_nodes.py, the tiny INT4 draft) and a logs-only node on the true rp2040_pico heap (196608 B).
+Two virtual boards for the whole module: a drafting node (rp2040_pico profile, heap 393,216 B: the profile's heap in
+8-byte words, as in test_e2e_nodes.py; the tiny INT4 draft) and a logs-only node on the true rp2040_pico heap (196608 B).
 Each test starts a fresh `edgetwin gateway --model tiny:3` process on a fresh store (for the nodes, a
 gateway restart), applies one fault on the UART path through the interposer (tests/host/gwkit.py) or to
 a process, and then checks:
