@@ -99,9 +99,10 @@ def layer_shapes(cfg):
 
 
 def reserve(reader, cfg):
-    """Every resident INT4 matrix, allocated (empty) before anything else, largest first: on a
+    """Every resident weight matrix, allocated (empty) before anything else, largest first: on a
     fragmented MicroPython heap the big blocks must be taken before small objects split the holes.
-    Returns {segment name: Q4Matrix} for q4_resident to fill. Checks each matrix's shape."""
+    Each is the form its segment holds (Q4Matrix, with mins for q4a; Q8Matrix for q8), so nothing
+    reserved is thrown away. Returns {segment name: matrix} for q4_resident to fill. Checks shapes."""
     want = []
     shapes = layer_shapes(cfg)
     for layer in range(cfg.n_layers):
@@ -109,17 +110,27 @@ def reserve(reader, cfg):
             rows, cols = shapes[p]
             name = "%s%d.%s" % (mbf.LAYER_PREFIX, layer, p)
             q4_shape(reader, name, rows, cols)
-            want.append((rows * cols, name, rows, cols))
+            want.append((reader.seg(name).length, name, rows, cols))
     rows = q4_shape(reader, "token_embd", None, cfg.dim)
-    want.append((rows * cfg.dim, "token_embd", rows, cfg.dim))
+    want.append((reader.seg("token_embd").length, "token_embd", rows, cfg.dim))
     if not cfg.tied:
         q4_shape(reader, "output", cfg.n_out, cfg.dim)
-        want.append((cfg.n_out * cfg.dim, "output", cfg.n_out, cfg.dim))
+        want.append((reader.seg("output").length, "output", cfg.n_out, cfg.dim))
     want.sort(key=lambda w: -w[0])
     pool = {}
     for w in want:
-        pool[w[1]] = Q4Matrix(w[2], w[3])
+        pool[w[1]] = _empty_matrix(reader.seg(w[1]).dtype, w[2], w[3])
     return pool
+
+
+def _empty_matrix(dtype, rows, cols):
+    if dtype == "q8":
+        from shared import q4w
+        return q4w.Q8Matrix(rows, cols)
+    mat = Q4Matrix(rows, cols)
+    if dtype == "q4a":
+        mat.set_mins(bytearray(rows * (cols // GROUP) * 2))
+    return mat
 
 
 def load_layers(reader, cfg, stream, pool=None, nibbles=None):
@@ -431,13 +442,9 @@ def q4_resident(reader, name, rows, cols, pool=None):
     q4_shape(reader, name, rows, cols)
     dtype = reader.seg(name).dtype
     mat = pool.pop(name, None) if pool else None
-    if dtype == "q8":
-        from shared import q4w
-        mat = q4w.Q8Matrix(rows, cols)  # the pool's blocks are sized for INT4
-    elif mat is None:
-        mat = Q4Matrix(rows, cols)
+    if mat is None:
+        mat = _empty_matrix(dtype, rows, cols)
     if dtype == "q4a":
-        mat.set_mins(bytearray(rows * (cols // GROUP) * 2))
         reader.read_into(name + mbf.MINS_SUFFIX, mat.mins, False)
     reader.read_into(name, memoryview(mat.buf)[0:mat.nib_bytes], False)
     reader.read_into(name + mbf.SCALES_SUFFIX, mat.scales, False)

@@ -27,7 +27,7 @@ from host.models import smollm2_gguf
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from shared import bpe, kernels, llama, mbf, q4, q4_numpy, q4w, ringkv  # noqa: E402
+from shared import bpe, kernels, llama, mbf, model_load, q4, q4_numpy, q4w, ringkv  # noqa: E402
 from tools import convert as C  # noqa: E402
 from tools import llama2c, tokenizer_export  # noqa: E402
 from tools.convert import ConvertError  # noqa: E402
@@ -447,6 +447,12 @@ def test_gguf_q4_1_and_q8_0_lossless_forms(tmp_path: Path) -> None:
         assert dtypes[name] == ("q8" if src_type == "Q8_0" else "q4a"), name
         assert np.array_equal(out[name], held[name]), name  # exact, not merely close
     assert s["max_rel_rms"] == 0.0 and s["forms"]["token_embd"] == "q8" and s["forms"]["attn_q"] == "asym"
+    with mbf.open(str(tmp_path / "a.mbf")) as r:  # the resident pool is reserved in each segment's form
+        pool = model_load.reserve(r, model_load.Config(r.config))
+        for name, mat in pool.items():
+            dt = r.seg(name).dtype
+            assert isinstance(mat, q4w.Q8Matrix) == (dt == "q8") and (mat.mins is not None) == (dt == "q4a"), name
+            assert mat.nib_bytes == r.seg(name).length, name
     toks = [3, 100, 260, 42, 42, 7, 1, 200]
     ref = forward(held, TINY, toks, style=0)
     res = _runtime_logits(tmp_path / "a.mbf", toks, stream=False)
