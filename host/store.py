@@ -370,7 +370,9 @@ class LogStore:
         Each FTS5 hit (bm25 rank) becomes the `lines` consecutive lines of its node around it (half
         before, half after, in arrival order), with the annotations of that node whose span overlaps
         the window's wall time appended as "NOTE: ..." lines. Hits inside a window already returned
-        add to its score instead of making another. score = -bm25 (higher is better)."""
+        add to its score instead of making another. score = -bm25 (higher is better). Level-0 lines
+        (the node's own "NODE heap=..." reports) are diagnostics of the node, not of the plant: they
+        are never a hit nor part of a window."""
         if not isinstance(query, str):
             raise StoreError("query must be a str, got %s" % type(query).__name__)
         _check_int("limit", limit, 1, 10000)
@@ -383,7 +385,7 @@ class LogStore:
             try:
                 hits = self._db.execute(
                     "SELECT logs.id, logs.node, bm25(logs_fts) FROM logs_fts JOIN logs ON logs.id=logs_fts.rowid "
-                    "WHERE logs_fts MATCH ? ORDER BY bm25(logs_fts) LIMIT ?", (match, limit * lines * 4)).fetchall()
+                    "WHERE logs_fts MATCH ? AND logs.level>0 ORDER BY bm25(logs_fts) LIMIT ?", (match, limit * lines * 4)).fetchall()
             except sqlite3.OperationalError as e:
                 raise StoreError("query %r could not be searched: %s" % (query, e)) from None
             names = dict(self._db.execute("SELECT id, name FROM nodes").fetchall())
@@ -399,9 +401,9 @@ class LogStore:
                 if len(out) >= limit:
                     continue
                 prev = self._db.execute("SELECT id, wall_ms, level, text FROM logs WHERE node=? AND id<? "
-                                        "ORDER BY id DESC LIMIT ?", (nid, lid, before)).fetchall()[::-1]
+                                        "AND level>0 ORDER BY id DESC LIMIT ?", (nid, lid, before)).fetchall()[::-1]
                 rest = self._db.execute("SELECT id, wall_ms, level, text FROM logs WHERE node=? AND id>=? "
-                                        "ORDER BY id LIMIT ?", (nid, lid, after + 1 + (before - len(prev))))
+                                        "AND level>0 ORDER BY id LIMIT ?", (nid, lid, after + 1 + (before - len(prev))))
                 rows = prev + rest.fetchall()
                 t0 = rows[0][1]
                 t1 = rows[-1][1]

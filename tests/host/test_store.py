@@ -96,6 +96,10 @@ def test_windows_around_hits_with_annotations(tmp_path: Path) -> None:
     assert len([w for w in wide if w.node == "n1"]) < 4
     assert s.windows("P-101", limit=1)[0].score > 0 and len(s.windows("P-101", limit=1)) == 1
     assert s.windows("zebra unicorn") == [] and s.windows("?!") == []
+    # the node's own level-0 reports are neither hits nor window lines
+    s.add_log("n1", 1, 9000, 0, 13_500, 0, "NODE heap=41000 loops=7 P-101 trip zebra")
+    assert s.windows("zebra") == []
+    assert all("NODE heap" not in w.text for w in s.windows("P-101", limit=10, lines=25))
     assert fts_query('why "did" P-101 trip?') == '"p-101" OR "trip"'
     with pytest.raises(StoreError):
         s.windows(b"P-101")  # type: ignore[arg-type]
