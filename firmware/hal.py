@@ -38,22 +38,6 @@ def _count(buf, n):
     return n
 
 
-# CircuitPython's busio.UART and usb_cdc.Serial refuse readinto's length argument (pyserial
-# compatibility): a whole buffer goes through as is, allocation-free; a partial one needs a memoryview
-# slice, which allocates. On CircuitPython size the buffer to the read you want. (The stream object is
-# passed, not its bound method: taking `u.readinto` as a value allocates on MicroPython.)
-def _read_whole(u, buf, n):
-    if n is None or n == len(buf):
-        return u.readinto(buf) or 0  # None on timeout -> 0
-    return u.readinto(memoryview(buf)[:_count(buf, n)]) or 0
-
-
-def _write_whole(u, buf, n):
-    if n is None or n == len(buf):
-        return u.write(buf) or 0
-    return u.write(memoryview(buf)[:_count(buf, n)]) or 0
-
-
 class MachineUART:
     """MicroPython machine.UART: Raspberry Pi Pico (RP2040) UART0 on GP0/GP1, ESP32-S3 UART1 on
     GPIO17/18. `rxbuf` sizes the driver's receive ring (the ESP32 hardware FIFO is only 128 B, the
@@ -113,7 +97,27 @@ def _board_pin(num):
     return pin
 
 
-class BusioUART:
+class _CircuitPyStream:
+    """What busio.UART and usb_cdc.Serial share: their readinto and write refuse a length argument
+    (pyserial compatibility), so a whole buffer goes through as is, allocation-free, and a partial one
+    needs a memoryview slice, which allocates: on CircuitPython size the buffer to the read you want.
+    Both return None on timeout (-> 0). Subclasses set self._u."""
+
+    def readinto(self, buf, n=None):
+        if n is None or n == len(buf):
+            return self._u.readinto(buf) or 0
+        return self._u.readinto(memoryview(buf)[:_count(buf, n)]) or 0
+
+    def write(self, buf, n=None):
+        if n is None or n == len(buf):
+            return self._u.write(buf) or 0
+        return self._u.write(memoryview(buf)[:_count(buf, n)]) or 0
+
+    def any(self):
+        return self._u.in_waiting
+
+
+class BusioUART(_CircuitPyStream):
     """CircuitPython busio.UART: Raspberry Pi Pico (RP2040) on GP0 (TX) / GP1 (RX), or any board
     whose profile names the pins. busio's timeout is in SECONDS (a float, at most 100); this adapter
     takes milliseconds like MachineUART and converts once, here. receiver_buffer_size plays rxbuf's
@@ -131,20 +135,11 @@ class BusioUART:
         except (ValueError, RuntimeError, OSError) as e:
             raise HalError("busio.UART(tx=%d, rx=%d, baud=%d, rxbuf=%d) failed: %s" % (tx, rx, baud, rxbuf, e))
 
-    def readinto(self, buf, n=None):
-        return _read_whole(self._u, buf, n)
-
-    def write(self, buf, n=None):
-        return _write_whole(self._u, buf, n)
-
-    def any(self):
-        return self._u.in_waiting
-
     def close(self):
         self._u.deinit()
 
 
-class UsbCdcData:
+class UsbCdcData(_CircuitPyStream):
     """CircuitPython usb_cdc.data: the second USB serial channel (RP2040, ESP32-S3 with native USB), so
     the link needs no wiring and the REPL console stays free. It exists only after boot.py ran
     usb_cdc.enable(console=True, data=True) and the board was reset. Its timeout is in seconds too, and
@@ -160,15 +155,6 @@ class UsbCdcData:
                            "boot.py and reset the board")
         self._u = usb_cdc.data
         self._u.timeout = timeout_ms / 1000
-
-    def readinto(self, buf, n=None):
-        return _read_whole(self._u, buf, n)
-
-    def write(self, buf, n=None):
-        return _write_whole(self._u, buf, n)
-
-    def any(self):
-        return self._u.in_waiting
 
     def close(self):
         pass  # the channel belongs to the USB stack: nothing to release
