@@ -1,0 +1,65 @@
+"""boards/manifest.py (tools/freeze_manifest.py): current, valid for MicroPython's manifest functions, and
+freezing every module the node imports, but no host-only backend."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tools import build, freeze_manifest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _frozen() -> tuple[list[str], set[str]]:
+    """Run the manifest with stand-ins for MicroPython's include()/package(): (includes, frozen paths)."""
+    includes: list[str] = []
+    frozen: set[str] = set()
+    manifest = ROOT / "boards" / "manifest.py"
+
+    def include(path: str) -> None:
+        includes.append(path)
+
+    def package(name: str, files: tuple[str, ...] = (), base_path: str = ".", opt: int | None = None) -> None:
+        base = (manifest.parent / base_path).resolve()
+        for f in files:
+            p = base / name / f
+            assert p.is_file(), p
+            frozen.add(str(p.relative_to(ROOT)))
+
+    exec(compile(manifest.read_text(), str(manifest), "exec"), {"include": include, "package": package})
+    return includes, frozen
+
+
+def _imports(path: Path) -> set[str]:
+    """Project modules a file imports anywhere (shared.x / firmware.x), as repository paths."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module in ("shared", "firmware"):
+            out |= {"%s/%s.py" % (node.module, a.name) for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("shared", "firmware"):
+            out.add(node.module.replace(".", "/") + ".py")
+        elif isinstance(node, ast.Import):
+            out |= {a.name.replace(".", "/") + ".py" for a in node.names if a.name.split(".")[0] in ("shared", "firmware")}
+    return {p for p in out if (ROOT / p).is_file()}
+
+
+def test_manifest_is_current() -> None:
+    assert freeze_manifest.main(["--check"]) == 0, "run python -m tools.freeze_manifest"
+
+
+def test_manifest_freezes_the_node_closure_and_no_host_backend() -> None:
+    includes, frozen = _frozen()
+    assert includes == ["$(PORT_DIR)/boards/manifest.py"]  # the port's own frozen modules stay
+    assert frozen == {str(p.relative_to(ROOT)) for p in build.sources("micropython")}
+    assert "shared/q4_numpy.py" not in frozen and "shared/q4_ulab.py" not in frozen
+    todo, seen = ["firmware/node.py"], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        todo += sorted(_imports(ROOT / p))
+    assert {"shared/llama.py", "shared/link.py", "shared/drafter.py", "firmware/annotator.py"} <= seen
+    missing = {p for p in seen if p not in frozen and p not in build.EXCLUDED["micropython"]}
+    assert not missing, missing
