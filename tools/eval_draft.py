@@ -53,6 +53,9 @@ from tools import spec_models  # noqa: E402
 
 MODEL = ROOT / "models" / "draft" / "draft.mbf"
 SAMPLE = ROOT / "models" / "draft" / "heldout_sample.npz"
+# the held-out streams themselves (~200 KB), shipped so `edgetwin bench models` reproduces the card's
+# acceptance on a clean clone without the target writing them (~30 min); keyed by the corpus config
+SHIPPED = ROOT / "models" / "draft" / "heldout"
 FLOAT = ROOT / "build" / "draft" / "draft.pt"
 K = 4
 SINK, WINDOW, STAGED = 4, 28, 8  # rp2040_pico's kv
@@ -74,6 +77,11 @@ def _streams(split: str, quick: bool, generate: bool = False) -> list[dict]:
     paths = [corpus.stream_path(s) for s in seeds]
     if quick and split == "heldout" and not all(p.is_file() for p in paths) and SAMPLE.is_file():
         return [corpus.load_stream(SAMPLE)]
+    shipped = [SHIPPED / p.parent.name / p.name for p in paths]
+    if split == "heldout" and not all(p.is_file() for p in paths) and all(p.is_file() for p in shipped):
+        paths = shipped
+        streams = [corpus.load_stream(p) for p in paths]
+        return [cut(s, QUICK_EPISODES) for s in streams] if quick else streams
     missing = [p for p in paths if not p.is_file()]
     if missing and not generate:
         raise FileNotFoundError("%d %s streams are not in the corpus cache (%s): run `python -m tools.corpus` "
@@ -318,6 +326,21 @@ def save_sample(dst: Path = SAMPLE) -> Path:
     np.savez_compressed(dst, ids=s["ids"], note=s["note"], topk_ids=s["topk_ids"], topk_logits=s["topk_logits"],
                         lse=s["lse"], meta=np.frombuffer(json.dumps(s["meta"]).encode(), np.uint8))
     return dst
+
+
+def ship_heldout() -> list[Path]:
+    """Copy the held-out streams of the corpus cache to models/draft/heldout/<config key>/ (make_draft)."""
+    import shutil
+
+    from tools import corpus
+    out = []
+    for seed in corpus.seeds_of("heldout", corpus.DEFAULT_STREAMS["heldout"]):
+        src = corpus.stream_path(seed)
+        dst = SHIPPED / src.parent.name / src.name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+        out.append(dst)
+    return out
 
 
 def sampled_run(split: str = "heldout", n_streams: int | None = None, temperature: float = T07, target_top_k: int = 40,

@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                                  "config", "threads")},
               "export": summ, "corpus": {sp: corpus.summary(corpus.load_split(sp)) for sp in corpus.SPLITS}}
     eval_draft.save_sample()
+    eval_draft.ship_heldout()
     if not args.skip_eval:
         report["metrics"] = eval_draft.draft_metrics("heldout")
         report["quick"] = eval_draft.draft_metrics("heldout", quick=True)

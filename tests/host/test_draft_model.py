@@ -176,6 +176,18 @@ def test_quick_eval_matches_the_card():
     assert got["draft_mbf_bytes"] == MBF.stat().st_size
 
 
+@pytest.mark.slow
+def test_full_heldout_eval_reproduces_the_card_from_shipped_streams(tmp_path, monkeypatch):
+    """A clean clone has no corpus cache: the held-out figures come from models/draft/heldout (~40 s)."""
+    monkeypatch.setattr(corpus, "CACHE", tmp_path)  # an empty cache, as on a fresh machine
+    card = json.loads(METRICS.read_text())["metrics"]
+    got = eval_draft.draft_metrics("heldout")
+    assert got["streams"] == 6 and got["note_tokens"] == card["note_tokens"]
+    for key in ("acceptance_rate_greedy_k4", "greedy_accepted", "greedy_drafted", "acceptance_rate_t07_k4", "draft_top1"):
+        assert got[key] == card[key], key
+    assert got["acceptance_rate_greedy_k4"] >= 0.6  # issue 4's bar
+
+
 def test_greedy_block_replay_counts():
     """The replay rule on a hand-made case: notes at 3..6; the draft is right except at index 5."""
     ids = np.array([10, 11, 12, 20, 21, 22, 23, 30])
