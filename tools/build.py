@@ -73,13 +73,13 @@ def board_profile(board: str) -> dict:
     return profile.load(str(path))
 
 
-def sources(flavour: str | None = None) -> list[Path]:
-    """The .py files a board of `flavour` gets (all of them for None)."""
+def sources(flavour: str | None = None, root: Path = ROOT) -> list[Path]:
+    """The .py files a board of `flavour` gets (all of them for None), from the checkout at root."""
     skip = EXCLUDED.get(flavour or "", set())
     out: list[Path] = []
     for pkg in PACKAGES:
-        out += sorted(p for p in (ROOT / pkg).rglob("*.py")
-                      if "__pycache__" not in p.parts and str(p.relative_to(ROOT)) not in skip)
+        out += sorted(p for p in (root / pkg).rglob("*.py")
+                      if "__pycache__" not in p.parts and str(p.relative_to(root)) not in skip)
     return out
 
 

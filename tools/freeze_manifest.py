@@ -23,7 +23,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tools import build  # noqa: E402
+from tools import build, generated  # noqa: E402
 
 ROOT = build.ROOT
 OUT = ROOT / "boards" / "manifest.py"
@@ -54,16 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if boards/manifest.py is out of date")
     args = ap.parse_args(argv)
-    text = render()
-    if args.check:
-        if not OUT.exists() or OUT.read_text() != text:
-            print("boards/manifest.py is out of date: run python -m tools.freeze_manifest", file=sys.stderr)
-            return 1
-        return 0
-    OUT.write_text(text)
-    print("wrote %s (%d files)" % (OUT.relative_to(ROOT), sum(len(f) for f in packages().values())))
-    return 0
-
+    return generated.write_or_check(OUT, render(), args.check, "python -m tools.freeze_manifest",
+                                    "%d files" % sum(len(f) for f in packages().values()))
 
 if __name__ == "__main__":
     sys.exit(main())

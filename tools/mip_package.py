@@ -18,10 +18,12 @@ import json
 import sys
 from pathlib import Path
 
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tools import build, generated  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("shared", "firmware")
-# what tools/build.py leaves out of a MicroPython build; duplicated by name only, the test checks both agree
-HOST_ONLY = ("shared/q4_numpy.py", "shared/q4_ulab.py")
 
 
 def version() -> str:
@@ -32,8 +34,7 @@ def version() -> str:
 
 
 def manifest() -> dict:
-    files = sorted(str(p.relative_to(ROOT)) for pkg in PACKAGES for p in (ROOT / pkg).glob("*.py"))
-    files = [f for f in files if f not in HOST_ONLY]
+    files = sorted(str(p.relative_to(ROOT)) for p in build.sources("micropython", ROOT))  # what a board gets
     return {"urls": [[f, f] for f in files], "deps": [], "version": version()}
 
 
@@ -45,17 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if package.json differs from what would be written")
     args = ap.parse_args(argv)
-    path = ROOT / "package.json"
-    text = render()
-    if args.check:
-        if not path.exists() or path.read_text() != text:
-            print("package.json is out of date: run python -m tools.mip_package", file=sys.stderr)
-            return 1
-        return 0
-    path.write_text(text)
-    print(f"wrote {path} ({len(manifest()['urls'])} files)")
-    return 0
-
+    return generated.write_or_check(ROOT / "package.json", render(), args.check, "python -m tools.mip_package",
+                                    "%d files" % len(manifest()["urls"]))
 
 if __name__ == "__main__":
     sys.exit(main())
