@@ -130,7 +130,7 @@ class Annotator:
         from shared import episode
 
         d = self.d
-        cap = d.episode >= d.max_len  # the last note hit max_len before its newline
+        cap = d.capped  # the last note hit max_len without a newline: episode.py puts one first
         try:
             text = episode.prompt_text(str(bytes(line[off:off + n]), "utf-8"), cap)
         except ValueError:  # EpisodeError, UnicodeError: a line the format cannot hold

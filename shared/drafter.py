@@ -240,6 +240,7 @@ class Drafter:
         self.stopped = True  # the episode is over (no pending block); prompt() starts the next
         self.halt = False  # a stop id was drafted: no more drafting until its verdict
         self.episode = 0  # annotation tokens committed in this episode
+        self.capped = False  # the episode ended at max_len, its last token not a stop id
         self.hist.reset()
         self.out_w = 0
         self.out_r = 0
@@ -280,9 +281,11 @@ class Drafter:
         return False
 
     def _end_check(self, t):
-        if self._is_stop(t) or self.episode >= self.max_len:
+        stop = self._is_stop(t)
+        if stop or self.episode >= self.max_len:
             self.stopped = True
             self.halt = False
+            self.capped = not stop
 
     def prompt(self, ids, n=-1, offline=False):
         """Commit ids[0:n] (all by default) as PROMPT tokens and start an episode; returns the position
@@ -309,6 +312,7 @@ class Drafter:
         self.stopped = False
         self.halt = False
         self.episode = 0
+        self.capped = False
         return base
 
     # ---- drafting ----

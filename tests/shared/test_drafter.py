@@ -290,14 +290,24 @@ def test_stop_ids_and_max_len_end_the_episode():
     while r.round():
         pass
     first = [i for i in range(N) if ref[i] == stop][0]
-    assert d.stopped and list(r.got[:r.ngot]) == list(ref[:first + 1])
+    assert d.stopped and not d.capped and list(r.got[:r.ngot]) == list(ref[:first + 1])
+    # a stop id as the max_len-th token: the note ended by its stop, not capped (no newline put first)
+    d1 = drafter.Drafter(m, 4, temperature=0, max_pending=2, stop_ids=(stop,), max_len=first + 1)
+    d1.reset()
+    d1.prompt(PROMPT)
+    r = Run(d1, Gate(ref, len(PROMPT)))
+    while r.round():
+        pass
+    assert d1.stopped and d1.episode == first + 1 and not d1.capped
     d2 = drafter.Drafter(m, 4, temperature=0, max_pending=2, max_len=7)
     d2.reset()
     d2.prompt(PROMPT)
     r = Run(d2, Gate(ref, len(PROMPT)))
     while r.round():
         pass
-    assert d2.stopped and d2.episode == 7 and list(r.got[:r.ngot]) == list(ref[:7])
+    assert d2.stopped and d2.episode == 7 and d2.capped and list(r.got[:r.ngot]) == list(ref[:7])
+    d2.prompt(PROMPT)
+    assert not d2.capped  # a new episode
 
 
 def test_offline_commits_resend_as_unverified_prompts():
