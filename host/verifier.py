@@ -12,7 +12,8 @@ keeps them) and the target row p after the last committed token.
 
 verify() runs ONE target.forward_many over every stream's queued work: the prompt tokens (and the
 correction of its last verdict, whose K/V the target has not computed yet) followed by its pending
-blocks, chained (block n+1 was drafted on top of block n). Then, per stream and block, the exact rule
+blocks, chained (block n+1 was drafted on top of block n); prompt ids beyond the staging room go first,
+every stream's in the same chunked passes (feed_batched). Then, per stream and block, the exact rule
 of docs/SPECDEC.md (deferred): draft token i is tested against the target row before it; on the first
 rejection the correction is drawn from norm(max(0, p - q)) and the block stops; a fully accepted block
 gets no bonus token, its last row is row 0 of the next block (kept across calls in `row`). Greedy
@@ -348,8 +349,38 @@ class Stream:
                 self.stats["dropped"] += dropped
                 return out
         cache.commit(commit)
-        self.row = rows[r] if r >= 0 else self.row
+        if not chain:  # prompt ids only: the pass may have computed their last row alone (last_only)
+            self.row = rows[-1]
+        elif r >= 0:
+            self.row = rows[r]
         return out
+
+
+def feed_batched(target: Target, items: Sequence[tuple[KVCache, Sequence[int]]]) -> tuple[list, int]:
+    """Feed and commit each (cache, ids) (caches with nothing staged), all in the same passes: one
+    forward_many per chunk of at most each cache's staging room. -> (each one's last logits row, or None
+    for no ids; the passes run)."""
+    pos = [0] * len(items)
+    last: list = [None] * len(items)
+    passes = 0
+    for cache, _ in items:
+        if cache.pending or cache.ring.room() < 1:
+            raise VerifierError("feed_batched needs caches with nothing staged")
+    while True:
+        batch, who = [], []
+        for j, (cache, ids) in enumerate(items):
+            if pos[j] < len(ids):
+                m = min(len(ids) - pos[j], cache.ring.room())
+                batch.append((cache, ids[pos[j]:pos[j] + m]))
+                who.append((j, m))
+        if not batch:
+            return last, passes
+        rows = target.forward_many(batch, last_only=True)
+        passes += 1
+        for (j, m), (cache, _), r in zip(who, batch, rows):
+            cache.commit(m)
+            pos[j] += m
+            last[j] = r[-1]
 
 
 class Verifier:
@@ -368,27 +399,32 @@ class Verifier:
         out: list = []
         batch = []
         plans = []
+        heads: list = []
         for s in streams:
             if s.target is not self.target:
                 raise VerifierError("stream %r belongs to another target" % s.name)
             stale, chain = s._plan()
             out.extend(stale)
             room = s.cache.ring.room() - sum(len(b.tokens) for b in chain)
-            if len(s.prefix) > room:  # a long prompt: prefill all but the last `room` ids on their own
-                head = s.prefix[:len(s.prefix) - room]
+            if len(s.prefix) > room:  # a long prompt: prefill all but the last `room` ids first
+                heads.append((s, s.prefix[:len(s.prefix) - room]))
                 s.prefix = s.prefix[len(s.prefix) - room:]
-                last = self.target.feed(s.cache, head, last_only=True)[-1]
-                if not s.prefix:
-                    s.row = last
-                self.passes += 1
-                self.tokens_fed += len(head)
             toks = s.prefix + [t for b in chain for t in b.tokens]
             if toks:
                 batch.append((s.cache, toks))
                 plans.append((s, chain))
+        if heads:  # every stream's head in the same chunked passes (batched like the pass below)
+            lasts, n = feed_batched(self.target, [(s.cache, h) for s, h in heads])
+            self.passes += n
+            self.tokens_fed += sum(len(h) for _, h in heads)
+            for (s, _), last in zip(heads, lasts):
+                if not s.prefix:
+                    s.row = last
         if not batch:
             return out
-        rows = self.target.forward_many(batch)
+        # a pass of prompt ids only needs each stream's last row: the others' logits (a vocab-wide matmul
+        # per token) are not computed
+        rows = self.target.forward_many(batch, last_only=all(not chain for _, chain in plans))
         self.passes += 1
         self.tokens_fed += sum(len(t) for _, t in batch)
         for (s, chain), r in zip(plans, rows):

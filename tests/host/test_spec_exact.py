@@ -163,11 +163,12 @@ def test_bench_spec_quick_smoke():
     import argparse
 
     ns = argparse.Namespace(json=True, quick=True, target=None, draft=None, k=4, max_pending=2, tokens=12,
-                            integer_max_mb=0, nodes=[1, 2], temps=[0.0, 0.7], sink=4, window=16, seed=1)
+                            integer_max_mb=0, nodes=[1, 2], temps=[0.0, 0.7], sink=4, window=16, seed=1,
+                            format="free", episodes=1, board="rp2040_pico", draft_top_k=8)
     out = bench_spec.run(ns)
     assert "llama.py" in out["draft"]["twin"]  # --quick drafts on the node's integer runtime itself
-    for key in ("speedup_n1", "speedup_n2", "acceptance_rate", "wire_bytes_per_draft_token",
-                "target_passes_per_committed_token", "prompts", "draft"):
+    for key in ("speedup_n1", "speedup_n2", "speedup_with_prefill_n2", "acceptance_rate", "wire_bytes_per_draft_token",
+                "target_passes_per_committed_token", "streams", "draft"):
         assert key in out, key
     g = out["results"]["greedy"]
     assert g["n2"]["speculative"]["equals_baseline_greedy"] and g["n1"]["speculative"]["equals_baseline_greedy"]
