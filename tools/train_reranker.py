@@ -51,6 +51,12 @@ def groups_of(questions: list[dict], size: int, rng: random.Random) -> list[tupl
     return out
 
 
+def _trained(model, prefixes: tuple[str, ...]) -> dict:
+    """The trained tensors of `model` in float16 (what delta.safetensors holds)."""
+    return {k: v.detach().cpu().numpy().astype(np.float16) for k, v in model.state_dict().items()
+            if k.startswith(prefixes)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="train_reranker", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="models/reranker", help="where the trained tensors go")
@@ -68,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
                     "its length: a reproducible cut of a longer run)")
     ap.add_argument("--init-delta", help="start from these trained tensors (a delta.safetensors) instead of the backbone")
     ap.add_argument("--skip-questions", type=int, default=0, help="skip the first N train questions (a later phase)")
+    ap.add_argument("--save-every", type=int, default=None, metavar="N",
+                    help="also write the trained tensors every N steps to OUT/step_N/delta.safetensors "
+                    "(checkpoints to choose from by validation nDCG)")
     ap.add_argument("--deep-supervision", type=float, default=None, metavar="W0",
                     help="early-exit training: the same pooler + classifier on the [CLS] state after EVERY layer "
                     "(as host/prism/engine.py scores it), loss = sum of per-layer losses with weights rising "
@@ -181,6 +190,11 @@ def main(argv: list[str] | None = None) -> int:
             if layer_losses:
                 print("  per-layer loss (recent): %s" % " ".join(
                     "%.3f" % v for v in np.mean(layer_losses[-args.log_every:], axis=0)), flush=True)
+        if args.save_every and (step + 1) % args.save_every == 0:
+            ckpt = Path(args.out) / ("step_%d" % (step + 1))
+            ckpt.mkdir(parents=True, exist_ok=True)
+            save_file(_trained(model, trained_prefixes), str(ckpt / DELTA_FILE), metadata={"format": "pt"})
+            print("checkpoint %s" % ckpt, flush=True)
         if args.max_steps is not None and step + 1 >= args.max_steps:
             break
         if time.time() - t_start > args.minutes * 60:
@@ -189,9 +203,7 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    state = model.state_dict()
-    tensors = {k: v.detach().cpu().numpy().astype(np.float16) for k, v in state.items() if k.startswith(trained_prefixes)}
-    save_file(tensors, str(out / DELTA_FILE), metadata={"format": "pt"})
+    save_file(_trained(model, trained_prefixes), str(out / DELTA_FILE), metadata={"format": "pt"})
     info = {
         "trained_layers": list(range(first, n_layers)),
         "window_tokens": args.window_tokens, "group": args.group, "questions": len(train), "skip_questions": args.skip_questions,

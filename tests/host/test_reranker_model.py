@@ -31,6 +31,30 @@ def test_shipped_files_are_small_and_described():
     assert "tools.make_reranker" in card and "reranker_assemble" in card
 
 
+def test_card_states_every_phase_and_both_benches():
+    """The card's phases table and figures come from the shipped training_*.json / bench*.json of this model."""
+    card = (SHIPPED / "CARD.md").read_text()
+    manifest = ra.read_manifest(SHIPPED)
+    phases = [json.loads(p.read_text()) for p in sorted(SHIPPED.glob("training_phase*.json"))]
+    phases.append(json.loads((SHIPPED / "training.json").read_text()))
+    for i, ph in enumerate(phases):
+        row = next(line for line in card.splitlines() if line.startswith("| %d, from " % (i + 1)))
+        assert "| %d |" % ph["steps"] in row and "%.1f min |" % (ph["train_seconds"] / 60) in row, row
+    assert not any(line.startswith("| %d, from " % (len(phases) + 1)) for line in card.splitlines())
+    benches = [json.loads((SHIPPED / "bench.json").read_text())]
+    if (SHIPPED / "bench_wide.json").is_file():
+        benches.append(json.loads((SHIPPED / "bench_wide.json").read_text()))
+        assert benches[1]["questions"] > benches[0]["questions"]
+    for b in benches:
+        assert b["model_sha256"] == manifest["model_sha256"]  # figures of the shipped model, not an older one
+        for key in ("reranker_ndcg10", "bm25_ndcg10", "reranker_top5_recall", "bm25_top5_recall"):
+            assert "%.3f" % b[key] in card, key
+    beats = [b["reranker_ndcg10"] > b["bm25_ndcg10"] for b in benches]
+    status = "Beats bm25" if all(beats) else "Only just at the goal" if beats[0] else "Not yet the goal"
+    assert status in card  # the Limits paragraph follows the figures
+    assert sum(s in card for s in ("Beats bm25", "Only just at the goal", "Not yet the goal")) == 1
+
+
 def test_loads_without_torch_and_matches_reference():
     code = (
         "import sys, json\n"
