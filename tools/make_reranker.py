@@ -212,8 +212,11 @@ def _selection(phases: list[dict]) -> str:
     sel = phases[-1].get("selection")
     if not sel:
         return ""
-    points = ", ".join(("step %s %.3f" if k != "0" else "at the start (phase %d's tensors) %%.3f" % (len(phases) - 1)) % (
-        (k, v) if k != "0" else (v,)) for k, v in sorted(sel["validation_ndcg10"].items(), key=lambda kv: int(kv[0])))
+    points = []
+    for k, v in sorted(sel["validation_ndcg10"].items(), key=lambda kv: int(kv[0])):
+        where = "at the start (phase %d's tensors)" % (len(phases) - 1) if k == "0" else "step %s" % k
+        points.append("%s %.3f" % (where, v))
+    points = ", ".join(points)
     return ("\nPhase %d's checkpoint was chosen by nDCG@10 on the validation split (plant seeds 1000-1999, never "
             "trained on; %s; bm25 %.3f there): %s; shipped: step %d.\n"
             % (len(phases), sel["on"], sel["bm25_ndcg10"], points, sel["chosen_step"]))
