@@ -50,6 +50,7 @@ for p in (str(ROOT), str(ROOT / "tests" / "shared")):
 import link_ref  # noqa: E402  (tests/shared: the simulated UART shared with the tests)
 
 from shared import frame, link  # noqa: E402
+from tools.vboard import write_all  # noqa: E402
 
 RATES = (("1e-4", 100), ("1e-3", 1000))
 BAUDS = (115200, 921600)
@@ -293,16 +294,8 @@ class PacedRelay:
             wait = free_at - time.perf_counter()
             if wait > 0:
                 time.sleep(wait)
-            out = self._noise(data)
-            while out and not self.stop_flag:
-                try:
-                    n = os.write(dst, out)
-                except BlockingIOError:
-                    time.sleep(0.0005)
-                    continue
-                except OSError:
-                    return
-                out = out[n:]
+            if not write_all(dst, self._noise(data), lambda: self.stop_flag):
+                return
 
 
 def pty_run(ppm: int, seed: int, baud: int, seconds: float, body: int = 80) -> dict:

@@ -143,6 +143,23 @@ class _PtyEnd:
                 pass
 
 
+def write_all(fd: int, data: bytes, stopped=None) -> bool:
+    """Write all of data to a non-blocking fd, waiting out a full buffer. False if the fd failed (the peer
+    went away) or stopped() turned true before everything was written."""
+    while data:
+        if stopped is not None and stopped():
+            return False
+        try:
+            n = os.write(fd, data)
+        except BlockingIOError:
+            time.sleep(0.0005)
+            continue
+        except OSError:
+            return False
+        data = data[n:]
+    return True
+
+
 class _Outbox:
     """Bytes waiting to be written to a non-blocking fd; the oldest are dropped past `limit`."""
 

@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from tools.vboard import set_raw
+from tools.vboard import set_raw, write_all
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -131,17 +131,6 @@ class Interposer:
         with self._lock:
             self._plug()
 
-    def _write_all(self, fd: int, data: bytes) -> None:
-        while data:
-            try:
-                n = os.write(fd, data)
-            except BlockingIOError:
-                time.sleep(0.0005)
-                continue
-            except OSError:
-                return
-            data = data[n:]
-
     def _run(self) -> None:
         sec_per_byte = 10.0 / self.baud if self.baud else 0.0
         while not self._stop:
@@ -164,11 +153,11 @@ class Interposer:
                         out = self.to_gw.apply(data)
                         self.bytes_to_gw += len(out)
                         if self.master >= 0:
-                            self._write_all(self.master, out)
+                            write_all(self.master, out)
                     elif fd == self.master:
                         out = self.to_node.apply(data)
                         self.bytes_to_node += len(out)
-                        self._write_all(self.node_fd, out)
+                        write_all(self.node_fd, out)
                 if sec_per_byte:
                     time.sleep(len(data) * sec_per_byte)
 
