@@ -53,6 +53,24 @@ from shared import frame, link  # noqa: E402
 from tools.vboard import write_all  # noqa: E402
 
 RATES = (("1e-4", 100), ("1e-3", 1000))
+
+
+def byte_errors(data: bytes, ppm: int, rng: random.Random) -> tuple[bytes, int]:
+    """data with each byte hit at `ppm` per million by one error event, equally often a flipped bit, a
+    dropped byte or an inserted random byte after it -> (the bytes that arrive, error events)."""
+    out = bytearray()
+    events = 0
+    for x in data:
+        if rng.random() * 1e6 < ppm:
+            events += 1
+            k = rng.randrange(3)
+            if k == 0:
+                out.append(x ^ (1 << rng.randrange(8)))
+            elif k == 2:
+                out += bytes((x, rng.randrange(256)))
+        else:
+            out.append(x)
+    return bytes(out), events
 BAUDS = (115200, 921600)
 # the recommended configuration: each side keeps as many frames after a gap as the peer's window holds
 # (8): the gateway any size (8 KB of host RAM), the node bodies up to 128 bytes (1 KB: verdicts, acks
@@ -262,19 +280,10 @@ class PacedRelay:
     def _noise(self, data: bytes) -> bytes:
         if not self.ppm:
             return data
-        out = bytearray()
         with self._lock:
-            for x in data:
-                if self.rng.random() * 1e6 < self.ppm:
-                    self.events += 1
-                    k = self.rng.randrange(3)
-                    if k == 0:
-                        out.append(x ^ (1 << self.rng.randrange(8)))
-                    elif k == 2:
-                        out += bytes((x, self.rng.randrange(256)))
-                else:
-                    out.append(x)
-        return bytes(out)
+            out, events = byte_errors(data, self.ppm, self.rng)
+            self.events += events
+        return out
 
     def _pump(self, src: int, dst: int) -> None:
         per_byte = 10.0 / self.baud

@@ -21,6 +21,7 @@ import threading
 import time
 from pathlib import Path
 
+from tools.bench_link import byte_errors
 from tools.vboard import set_raw, write_all
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,23 +42,9 @@ class Faults:
     def _bytes(self, data: bytes) -> bytes:
         if not self.ppm:
             return data
-        out = bytearray()
-        rng = self.rng
-        p = self.ppm / 1e6
-        for b in data:
-            if rng.random() < p:
-                self.events += 1
-                kind = rng.randrange(3)
-                if kind == 0:
-                    out.append(b ^ (1 << rng.randrange(8)))
-                elif kind == 1:
-                    pass  # dropped
-                else:
-                    out.append(b)
-                    out.append(rng.randrange(256))
-            else:
-                out.append(b)
-        return bytes(out)
+        out, events = byte_errors(data, self.ppm, self.rng)
+        self.events += events
+        return out
 
     def apply(self, data: bytes) -> bytes:
         if not (self.drop_frames or self.dup_frames):
