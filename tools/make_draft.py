@@ -1,10 +1,11 @@
 """The `make models` step for the node's draft: corpus -> train -> export -> card figures.
 
-    python -m tools.make_draft [--minutes 10] [--skip-train] [--skip-eval] [--out models/draft]
+    python -m tools.make_draft [--steps N | --minutes M] [--threads 1] [--skip-train] [--skip-eval] [--out models/draft]
 
 1. tools/corpus.py: the train / validation / held-out streams (cached under build/corpus/);
-2. tools/train_draft.py: distillation (build/draft/draft.pt and draft.bin, llama2.c with the compact
-   vocabulary);
+2. tools/train_draft.py: distillation on corpus.DEFAULT_STREAMS["train"] streams, STEPS optimiser steps
+   on THREADS torch threads (the shipped run; --minutes trains on a wall-time budget instead)
+   (build/draft/draft.pt and draft.bin, llama2.c with the compact vocabulary);
 3. export: `python -m tools.convert build/draft/draft.bin ... --tokenizer none` (the project's converter:
    INT4 quantisation and its check against the floats), then the compact vocabulary becomes the
    target's: vocab_size 49152, sub_vocab = the compact rows, `vocab_map` (row -> target id) and
@@ -36,6 +37,8 @@ OUT = ROOT / "models" / "draft"
 BUILD = ROOT / "build" / "draft"
 MBF_NAME = "draft.mbf"
 TOKENIZER_KEEP = 2048
+STEPS = 2000  # the shipped draft's training run (the schedule runs on the step count: reproducible)
+THREADS = 1
 FULL_VOCAB = 49152
 
 
@@ -86,8 +89,9 @@ def export(bin_path: Path, vocab: list[int], dst: Path, tokenizer: bytes | None 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.make_draft", description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(OUT))
-    ap.add_argument("--minutes", type=float, default=10.0, help="training wall-time budget")
-    ap.add_argument("--steps", type=int, help="train exactly this many steps (overrides --minutes)")
+    ap.add_argument("--steps", type=int, default=STEPS, help="train exactly this many steps (default: %(default)s)")
+    ap.add_argument("--minutes", type=float, help="train on this wall-time budget instead of --steps")
+    ap.add_argument("--threads", type=int, default=THREADS, help="torch threads (default: %(default)s)")
     ap.add_argument("--skip-train", action="store_true", help="reuse build/draft/draft.pt")
     ap.add_argument("--skip-eval", action="store_true")
     args = ap.parse_args(argv)
@@ -97,11 +101,13 @@ def main(argv: list[str] | None = None) -> int:
     corpus.generate_default(log=lambda m: print(m, file=sys.stderr))  # step 1 (cached)
     corpus_s = time.time() - t0
     if not args.skip_train:
-        train_draft.train(BUILD, minutes=args.minutes, log=lambda m: print(m, file=sys.stderr), steps=args.steps)
+        timed = args.minutes is not None
+        train_draft.train(BUILD, minutes=args.minutes if timed else 10.0, log=lambda m: print(m, file=sys.stderr),
+                          steps=None if timed else args.steps, threads=args.threads)
     _, info = train_draft.load(BUILD / "draft.pt")
     summ = export(BUILD / "draft.bin", info["vocab"], out / MBF_NAME, restricted_tokenizer())
     report = {"corpus_seconds": round(corpus_s), "train": {k: info[k] for k in ("params", "steps", "train_seconds", "val",
-                                                                                 "config", "threads")},
+                                                                                 "config", "threads", "train_streams")},
               "export": summ, "corpus": {sp: corpus.summary(corpus.load_split(sp)) for sp in corpus.SPLITS}}
     eval_draft.save_sample()
     eval_draft.ship_heldout()
