@@ -38,7 +38,7 @@ excluded in both modes; speedup_with_prefill charges it in both (both prefill al
 staging room first, all streams in the same chunked passes, then one batched pass). Also per N and
 temperature: committed note tokens, episodes, acceptance_rate (accepted / drafted, counting the
 blocks drafted on top of a rejected block, which the gateway drops unjudged; `acceptance_judged_blocks`
-= accepted / tokens of judged blocks is the draft card's 0.603 definition, `acceptance_per_test` =
+= accepted / tokens of judged blocks is the draft card's acceptance definition, `acceptance_per_test` =
 accepted / tokens tested), target passes per committed token (decode passes x N / committed tokens),
 wire bytes per draft token (DRAFT frames, framing included). Timings on a shared machine move by
 +-15 % between runs; acceptance, passes and tokens do not.
