@@ -189,14 +189,16 @@ def _cpu(info: dict) -> str:
     return "%.1f min" % (c / 60) if c else "not recorded"
 
 
-_FROM = ("the backbone", "phase 1", "phase 2", "phase 3")
+def _span(p: dict) -> str:
+    """The train questions a phase saw, "first-last"."""
+    skip = p.get("skip_questions", 0) or 0
+    return "%d-%d" % (skip, skip + p.get("questions", 0) - 1)
 
 
 def _phase_row(i: int, p: dict) -> str:
-    skip = p.get("skip_questions", 0) or 0
-    return "| %d, from %s | %s | %d-%d | %s tokens | %s | %s | %s | %.1f min | %s |" % (
-        i + 1, _FROM[min(i, 3)], ", ".join(str(l) for l in p.get("trained_layers", [])), skip,
-        skip + p.get("questions", 0) - 1, p.get("window_tokens"), p.get("group"),
+    return "| %d, from %s | %s | %s | %s tokens | %s | %s | %s | %.1f min | %s |" % (
+        i + 1, "phase %d" % i if i else "the backbone", ", ".join(str(l) for l in p.get("trained_layers", [])),
+        _span(p), p.get("window_tokens"), p.get("group"),
         p.get("lr"), p.get("steps"), p.get("train_seconds", 0) / 60, _cpu(p))
 
 
@@ -237,10 +239,7 @@ def write_card(shipped: Path, bench: dict, phases: list[dict], manifest: dict, w
     delta_mb = (shipped / ra.DELTA_FILE).stat().st_size / 1e6
     last = phases[-1]
     layers = ", ".join(str(l) for l in last.get("trained_layers", []))
-    spans = []
-    for i, p in enumerate(phases):
-        skip = p.get("skip_questions", 0) or 0
-        spans.append("phase %d: questions %d-%d" % (i + 1, skip, skip + p.get("questions", 0) - 1))
+    spans = ["phase %d: questions %s" % (i + 1, _span(p)) for i, p in enumerate(phases)]
     text = CARD.format(
         n_delta=len(manifest["trained_tensors"]), delta_mb=delta_mb, layers=layers, full_mb=90.9,
         train_q="; ".join(spans), n_phases=("One", "Two", "Three", "Four")[min(len(phases), 4) - 1],
@@ -254,14 +253,14 @@ def write_card(shipped: Path, bench: dict, phases: list[dict], manifest: dict, w
     (shipped / "CARD.md").write_text(text)
 
 
+def _phase_files(shipped: Path) -> list[Path]:
+    """The earlier phases' training_phaseN.json, in phase order."""
+    return sorted(shipped.glob("training_phase*.json"), key=lambda f: int(f.stem[len("training_phase"):]))
+
+
 def _phases(shipped: Path) -> list[dict]:
-    """training_phase1.json .. training_phase3.json (when present), then training.json (the last phase)."""
-    out = []
-    for name in ("training_phase1.json", "training_phase2.json", "training_phase3.json"):
-        if (shipped / name).is_file():
-            out.append(json.loads((shipped / name).read_text()))
-    out.append(json.loads((shipped / "training.json").read_text()))
-    return out
+    """Every earlier phase's training_phaseN.json, then training.json (the last phase)."""
+    return [json.loads(f.read_text()) for f in _phase_files(shipped) + [shipped / "training.json"]]
 
 
 def _bench(model_dir: Path, extra: list[str], manifest: dict) -> dict:
@@ -310,15 +309,13 @@ def main(argv: list[str] | None = None) -> int:
     shipped = args.shipped
     if not args.skip_train:
         from tools import train_reranker
+        for old in _phase_files(shipped):  # a previous run's phases
+            old.unlink()
         train_reranker.main(["--out", str(shipped)] + args.train_args.split())
-        (shipped / "training.json").replace(shipped / "training_phase1.json")
-        (shipped / "training_phase2.json").unlink(missing_ok=True)
-        (shipped / "training_phase3.json").unlink(missing_ok=True)
         for i, extra in ((2, args.train2_args), (3, args.train3_args), (4, args.train4_args)):
             if not extra:
                 break
-            if i >= 3:
-                (shipped / "training.json").replace(shipped / ("training_phase%d.json" % (i - 1)))
+            (shipped / "training.json").replace(shipped / ("training_phase%d.json" % (i - 1)))
             train_reranker.main(["--out", str(shipped), "--init-delta", str(shipped / ra.DELTA_FILE)]
                                 + extra.split())
     phases = _phases(shipped)
