@@ -143,11 +143,11 @@ def run_full(model_dir: str, init_head: bool, questions: list[dict], k: int) -> 
 
 
 def run_prism(model_dir: str, init_head: bool, questions: list[dict], k: int, threshold: float,
-              references: list[list[int]] | None) -> dict:
+              references: list[list[int]] | None, clusters: int = 3) -> dict:
     from host.prism.engine import Prism
 
     b0 = _traced()
-    prism = Prism.from_pretrained(model_dir, init_head=init_head, seed=0, threshold=threshold)
+    prism = Prism.from_pretrained(model_dir, init_head=init_head, seed=0, threshold=threshold, clusters=clusters)
     resident = _traced() - b0
     rows = []
     cache = prism.weights.cache
@@ -233,7 +233,8 @@ def _status(key: str) -> int:
     return 0
 
 
-def worker(variant: str, model_dir: str, init_head: bool, qfile: str, k: int, threshold: float, threads: int) -> dict:
+def worker(variant: str, model_dir: str, init_head: bool, qfile: str, k: int, threshold: float, threads: int,
+           clusters: int = 3) -> dict:
     """Runs in a fresh subprocess: peak RSS of one variant above the RSS after its imports."""
     import numpy  # noqa: F401
 
@@ -252,7 +253,7 @@ def worker(variant: str, model_dir: str, init_head: bool, qfile: str, k: int, th
         for q in questions:
             monolithic.rank_full(m, q["question"], [c["text"] for c in q["candidates"]], k)
     elif variant == "prism":
-        p = engine.Prism.from_pretrained(model_dir, init_head=init_head, seed=0, threshold=threshold)
+        p = engine.Prism.from_pretrained(model_dir, init_head=init_head, seed=0, threshold=threshold, clusters=clusters)
         for q in questions:
             p.rank(q["question"], [c["text"] for c in q["candidates"]], k)
         p.close()
@@ -264,12 +265,13 @@ def worker(variant: str, model_dir: str, init_head: bool, qfile: str, k: int, th
 
 
 def rss_variant(variant: str, model_dir: str, init_head: bool, questions: list[dict], k: int, threshold: float,
-                threads: int) -> dict:
+                threads: int, clusters: int = 3) -> dict:
     with tempfile.TemporaryDirectory() as td:
         qf = os.path.join(td, "q.json")
         Path(qf).write_text(json.dumps(questions))
         cmd = [sys.executable, "-m", "tools.bench_prism", "--worker", variant, "--model", model_dir, "--qfile", qf,
-               "--k", str(k), "--threshold", repr(threshold)] + (["--init-head"] if init_head else [])
+               "--k", str(k), "--threshold", repr(threshold), "--clusters", str(clusters)] + (
+                   ["--init-head"] if init_head else [])
         env = dict(os.environ, EDGETWIN_BENCH_THREADS=str(threads))
         res = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=3600)
         if res.returncode != 0:
@@ -326,6 +328,8 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", type=float, default=0.99, help="top-K agreement the calibration must reach")
     ap.add_argument("--calib-questions", type=int, default=10, help="questions (not held out) to calibrate on")
     ap.add_argument("--threshold", type=float, help="skip calibration and use this CV threshold")
+    ap.add_argument("--clusters", default="3,4,5,6", help="k-means cluster counts the calibration chooses from "
+                    "(one number with --threshold; default 3,4,5,6)")
     ap.add_argument("--curve", default="10,20,50,100", help="candidate counts for the curve ('' for none)")
     ap.add_argument("--curve-questions", type=int, default=3, help="questions per curve point other than --candidates")
     ap.add_argument("--rss-questions", type=int, default=2, help="questions per RSS subprocess (0: skip)")
@@ -337,9 +341,19 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("--init-head", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     threads = int(_THREADS)
+    try:
+        counts = [int(c) for c in args.clusters.split(",") if c.strip()]
+        if not counts or min(counts) < 2:
+            raise ValueError
+    except ValueError:
+        ap.error("--clusters: comma-separated integers >= 2, got %r" % args.clusters)
+    if args.threshold is not None and len(counts) != 1:
+        ap.error("--threshold skips calibration: give one --clusters count with it")
+    clusters = counts[0]
 
     if args.worker:
-        res = worker(args.worker, args.model, args.init_head, args.qfile, args.k, args.threshold or 0.3, threads)
+        res = worker(args.worker, args.model, args.init_head, args.qfile, args.k, args.threshold or 0.3, threads,
+                     clusters)
         print(json.dumps(res))
         return 0
 
@@ -358,14 +372,15 @@ def _main(argv: list[str] | None = None) -> int:
     if threshold is None:
         cq, csource = load_questions("validation", args.calib_questions, args.candidates, args.window_tokens, args.seed)
         cf = run_full(model_dir, init_head, cq, args.k)
-        cal = calibrate([r["layer_probs"] for r in cf["rows"]], args.k, args.target)
-        threshold = cal["threshold"]
+        cal = calibrate([r["layer_probs"] for r in cf["rows"]], args.k, args.target, clusters=counts)
+        threshold, clusters = cal["threshold"], cal["clusters"]
         calib_info = {"questions": len(cq), "source": csource, "target": args.target, "met": cal["met"],
+                      "clusters_tried": counts,
                       "agreement": round(cal["agreement"], 4), "layers_per_candidate": round(cal["layers_per_candidate"], 3)}
 
     full = run_full(model_dir, init_head, questions, args.k)
     refs = [r["top"] for r in full["rows"]]
-    prism = run_prism(model_dir, init_head, questions, args.k, threshold, refs)
+    prism = run_prism(model_dir, init_head, questions, args.k, threshold, refs, clusters)
     main_cmp = compare(full, prism)
     tracemalloc.stop()
 
@@ -376,7 +391,7 @@ def _main(argv: list[str] | None = None) -> int:
         "window_tokens": args.window_tokens, "tokens_per_candidate": full["rows"][0]["tokens"] if full["rows"] else None,
         "truncated_candidates_mean": _mean(r["truncated"] for r in full["rows"]),
         "k": args.k, "threads": threads,
-        "threshold": threshold, "calibration": calib_info or {"given": True},
+        "threshold": threshold, "clusters": clusters, "calibration": calib_info or {"given": True},
         "peak_mem_method": "tracemalloc: bytes kept between queries (weights, caches, layer slots) + the query's transient peak",
     }
     out.update(main_cmp)
@@ -405,7 +420,7 @@ def _main(argv: list[str] | None = None) -> int:
     if args.rss_questions > 0:
         sub = questions[: args.rss_questions]
         variants = ("full", "prism") + (() if args.no_torch else ("torch",))
-        rss = {v: rss_variant(v, model_dir, init_head, sub, args.k, threshold, threads) for v in variants}
+        rss = {v: rss_variant(v, model_dir, init_head, sub, args.k, threshold, threads, clusters) for v in variants}
         out["rss"] = rss
         out["rss_method"] = "peak RSS (VmHWM) of a fresh subprocess per variant above its RSS after imports, %d questions" % len(sub)
         try:
@@ -424,7 +439,7 @@ def _main(argv: list[str] | None = None) -> int:
         qs, _ = load_questions("heldout", args.curve_questions, n, args.window_tokens, args.seed)
         tracemalloc.start()
         f = run_full(model_dir, init_head, qs, args.k)
-        p = run_prism(model_dir, init_head, qs, args.k, threshold, [r["top"] for r in f["rows"]])
+        p = run_prism(model_dir, init_head, qs, args.k, threshold, [r["top"] for r in f["rows"]], clusters)
         tracemalloc.stop()
         curve.append(dict(compare(f, p), candidates=n))
     out["curve"] = curve

@@ -4,8 +4,10 @@ For each sample query the full model is run once (monolithic.layer_probs: every 
 after every layer). The router's decisions depend only on those numbers (pruning.py), so every
 threshold of the grid is replayed exactly, without running the model again. A lower threshold prunes
 earlier (more aggressive); the lowest one whose mean agreement over the queries reaches the target
-wins. If none does, the result says so and falls back to never pruning (threshold = inf), which agrees
-by construction.
+wins. Given several k-means cluster counts, each gets its own most aggressive threshold and the count
+with the fewest layers per candidate (then the fewer clusters) wins: more clusters make the boundary
+cluster that keeps computing smaller, but split close scores more often. If nothing meets the target,
+the result says so and falls back to never pruning (threshold = inf), which agrees by construction.
 """
 
 from __future__ import annotations
@@ -36,8 +38,10 @@ def replay(layer_probs: Sequence[np.ndarray], k: int, threshold: float, clusters
 
 
 def calibrate(layer_probs: Sequence[np.ndarray], k: int, target: float, grid: Iterable[float] = DEFAULT_GRID,
-              clusters: int = 3, start_layer: int = 0) -> dict:
-    """{"threshold", "agreement", "layers_per_candidate", "met", "table"} for the chosen threshold."""
+              clusters: int | Iterable[int] = 3, start_layer: int = 0) -> dict:
+    """{"threshold", "clusters", "agreement", "layers_per_candidate", "met", "table"} for the chosen setting.
+
+    clusters: one k-means cluster count, or several to choose from (the table then covers them all)."""
     lps = [np.asarray(lp, dtype=np.float64) for lp in layer_probs]
     if not lps:
         raise PrismInputError("calibration needs at least one sample query")
@@ -46,10 +50,20 @@ def calibrate(layer_probs: Sequence[np.ndarray], k: int, target: float, grid: It
     for lp in lps:
         if lp.ndim != 2 or lp.shape[1] < k:
             raise PrismInputError("each sample needs a [layers, candidates >= k] probability matrix, got %s" % (lp.shape,))
-    table = [replay(lps, k, float(t), clusters, start_layer) for t in sorted(set(float(g) for g in grid))]
-    ok = [row for row in table if row["agreement"] >= target - 1e-12]
-    if ok:
-        best = min(ok, key=lambda row: row["threshold"])
+    counts = [clusters] if isinstance(clusters, int) else list(clusters)
+    if not counts or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 2 for c in counts):
+        raise PrismInputError("clusters must be an int >= 2 or a non-empty list of them, got %r" % (clusters,))
+    counts = sorted(set(counts))
+    thresholds = sorted(set(float(g) for g in grid))
+    table, picks = [], []
+    for c in counts:
+        rows = [dict(replay(lps, k, t, c, start_layer), clusters=c) for t in thresholds]
+        table += rows
+        ok = [row for row in rows if row["agreement"] >= target - 1e-12]
+        if ok:
+            picks.append(min(ok, key=lambda row: row["threshold"]))
+    if picks:
+        best = min(picks, key=lambda row: (round(row["layers_per_candidate"], 9), row["clusters"]))
         return dict(best, met=True, table=table)
-    never = replay(lps, k, math.inf, clusters, start_layer)
+    never = dict(replay(lps, k, math.inf, counts[0], start_layer), clusters=counts[0])
     return dict(never, met=False, table=table)

@@ -161,6 +161,27 @@ def test_calibration_picks_the_most_aggressive_threshold_meeting_the_target():
         calibrate(lps, 5, 1.5)
 
 
+def test_calibration_over_cluster_counts_picks_the_fewest_layers():
+    rng = np.random.default_rng(11)
+    lps = [_layer_probs(rng, 20, 6, 0.3) for _ in range(10)]
+    target = 0.96
+    per = {c: calibrate(lps, 5, target, clusters=c) for c in (3, 4, 6)}
+    assert all(per[c]["met"] and per[c]["clusters"] == c for c in per)
+    both = calibrate(lps, 5, target, clusters=[6, 3, 4, 3])
+    best = min(per.values(), key=lambda r: (r["layers_per_candidate"], r["clusters"]))
+    assert both["met"] and both["clusters"] == best["clusters"] and both["threshold"] == best["threshold"]
+    assert both["layers_per_candidate"] == best["layers_per_candidate"] <= min(r["layers_per_candidate"] for r in per.values())
+    assert sorted(set(row["clusters"] for row in both["table"])) == [3, 4, 6]  # every count was replayed
+    # the choice replays to what it claims
+    assert replay(lps, 5, both["threshold"], both["clusters"])["layers_per_candidate"] == both["layers_per_candidate"]
+    for bad in ([], [1], [3, "4"], 1, True):
+        with pytest.raises(PrismInputError, match="clusters"):
+            calibrate(lps, 5, target, clusters=bad)
+    # nothing meets an impossible target: never prune, with the first count
+    never = calibrate(lps, 5, 1.0, grid=[0.05], clusters=[4, 3])
+    assert not never["met"] and never["threshold"] == math.inf and never["clusters"] == 3
+
+
 def test_replay_matches_manual_simulation_and_agreement():
     rng = np.random.default_rng(5)
     lp = _layer_probs(rng, 15, 4, 0.3)
