@@ -86,7 +86,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pointwise", type=float, default=0.0,
                     help="add this weight x binary cross-entropy of sigmoid(logit) against relevance 2 -> 1, "
                     "1 -> 0.25, 0 -> 0 (anchors the logits' level, which PRISM's sigmoid CV trigger reads); default 0")
+    ap.add_argument("--layer-weights", metavar="W,W,...",
+                    help="deep supervision with these per-layer weights (one per encoder layer) instead of the "
+                    "linear W0..1 ramp")
+    ap.add_argument("--distill-from", metavar="DELTA",
+                    help="a teacher: the backbone with these trained tensors, frozen; every supervised layer's "
+                    "listwise distribution over the group is also pulled to the teacher's final one (KL), so the "
+                    "early exits learn to rank as the full model does (what PRISM's pruning needs)")
+    ap.add_argument("--distill-weight", type=float, default=1.0, help="weight of the KL-to-teacher term (default 1)")
+    ap.add_argument("--label-weight", type=float, default=1.0, help="weight of the label listwise term (default 1)")
     args = ap.parse_args(argv)
+    if args.layer_weights and args.deep_supervision is None:
+        args.deep_supervision = 0.0  # the explicit weights below replace the ramp
 
     import torch
     from safetensors.numpy import save_file
@@ -135,7 +146,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.deep_supervision is not None:
         w0 = args.deep_supervision
         layer_w = [w0 + (1.0 - w0) * l / max(1, n_layers - 1) for l in range(n_layers)]
+        if args.layer_weights:
+            layer_w = [float(w) for w in args.layer_weights.split(",")]
+            if len(layer_w) != n_layers:
+                ap.error("--layer-weights needs %d weights, got %d" % (n_layers, len(layer_w)))
         print("deep supervision: layer weights %s" % ", ".join("%.2f" % w for w in layer_w), flush=True)
+    teacher = None
+    if args.distill_from:
+        from safetensors.numpy import load_file as _load
+        teacher = BertForSequenceClassification.from_pretrained(str(backbone), num_labels=1)
+        tinit = {k: torch.from_numpy(v.astype(np.float32)) for k, v in _load(args.distill_from).items()}
+        assert not teacher.load_state_dict(tinit, strict=False).unexpected_keys
+        teacher.eval()
+        for p in teacher.parameters():
+            p.requires_grad = False
+        print("teacher: %s (%d tensors)" % (args.distill_from, len(tinit)), flush=True)
     layer_losses: list[list[float]] = []
     warm = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -156,7 +181,13 @@ def main(argv: list[str] | None = None) -> int:
         ids, types, mask = wordpiece.encode_pairs(tok, question, texts)
         target = torch.tensor([2.0 ** r - 1.0 for r in rels])
         target = target / target.sum()
-        if args.deep_supervision is None and args.pointwise == 0.0:
+        t_logp = None
+        if teacher is not None:
+            with torch.no_grad():
+                tz = teacher(input_ids=torch.from_numpy(ids), token_type_ids=torch.from_numpy(types),
+                             attention_mask=torch.from_numpy(mask)).logits[:, 0]
+            t_logp = torch.log_softmax(tz, dim=0)
+        if args.deep_supervision is None and args.pointwise == 0.0 and teacher is None:
             logits = model(input_ids=torch.from_numpy(ids), token_type_ids=torch.from_numpy(types),
                            attention_mask=torch.from_numpy(mask)).logits[:, 0]
             loss = -(target * torch.log_softmax(logits, dim=0)).sum()
@@ -171,10 +202,13 @@ def main(argv: list[str] | None = None) -> int:
             per = []
             for l in sup:
                 z = model.classifier(model.dropout(model.bert.pooler(out.hidden_states[l + 1])))[:, 0]
-                ll = -(target * torch.log_softmax(z, dim=0)).sum()
+                logp = torch.log_softmax(z, dim=0)
+                ll = -args.label_weight * (target * logp).sum()
+                if t_logp is not None:
+                    ll = ll + args.distill_weight * (t_logp.exp() * (t_logp - logp)).sum()
                 if args.pointwise:
                     ll = ll + args.pointwise * torch.nn.functional.binary_cross_entropy_with_logits(z, point)
-                per.append(float(ll))
+                per.append(float(ll.detach()))
                 loss = loss + (layer_w[l] if args.deep_supervision is not None else 1.0) * ll
             layer_losses.append(per)
         opt.zero_grad()
@@ -209,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
         "window_tokens": args.window_tokens, "group": args.group, "questions": len(train), "skip_questions": args.skip_questions,
         "init_delta": args.init_delta, "steps": step + 1,
         **({"deep_supervision": args.deep_supervision, "layer_lr_decay": args.layer_lr_decay,
-            "pointwise": args.pointwise,
+            "pointwise": args.pointwise, "layer_weights": layer_w, "distill_from": args.distill_from,
+            "distill_weight": args.distill_weight, "label_weight": args.label_weight,
             "final_layer_losses_last50": [round(float(v), 4) for v in np.mean(layer_losses[-50:], axis=0)]}
            if layer_losses else {}),
         "epochs": args.epochs, "lr": args.lr, "seed": args.seed, "threads": args.threads,
