@@ -25,7 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lines", type=int, default=8, help="log lines per window (default 8)")
     p.add_argument("--reranker", help="reranker directory (Hugging Face BERT cross-encoder; default: the shipped one)")
     p.add_argument("--target", help="target model GGUF (default: SmolLM2-135M-Instruct)")
-    p.add_argument("--threshold", type=float, default=0.3, help="PRISM pruning CV threshold (default 0.3; inf: never prune)")
+    p.add_argument("--threshold", type=float, default=None, help="PRISM pruning CV threshold (default: the reranker's "
+                   "calibrated one from its prism.json, else 0.3; inf: never prune)")
     p.add_argument("--max-tokens", type=int, default=160, help="longest answer in tokens (default 160)")
     p.add_argument("--no-answer", action="store_true", help="only rank and list the windows (no target model)")
 
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         v = getattr(args, name)
         if v < 1:
             raise UserError("--%s must be at least 1, got %d" % (name.replace("_", "-"), v))
-    if not args.threshold >= 0:
+    if args.threshold is not None and not args.threshold >= 0:
         raise UserError("--threshold must be >= 0, got %s" % args.threshold)
     if args.k > args.candidates:
         raise UserError("--k %d is larger than --candidates %d" % (args.k, args.candidates))

@@ -9,6 +9,7 @@ Steps: tools/train_reranker.py in four phases (1: from the backbone, windows of 
 training_phase2.json, training_phase3.json, training.json (phase 4); manifest.json (SHA-256
 of the backbone, the delta and the assembled model.safetensors); tools/reranker_assemble.py into
 build/models/reranker; reference.json (numpy scores of a few fixed pairs, checked by the tests);
+prism.json (PRISM's pruning settings calibrated on validation questions, host/prism/engine.py's defaults);
 tools/bench_models.py on held-out questions; CARD.md with the figures.
 """
 
@@ -41,6 +42,9 @@ PHASE3 = ("--questions 1200 --skip-questions 480 --epochs 1 --window-tokens 512 
 PHASE4 = ("--questions 2000 --skip-questions 1200 --layers 3 --epochs 1 --window-tokens 512 --group 6 --lr 5e-5 "
           "--seed 3 --threads 1 --max-steps 600 --minutes 120")
 REF_WINDOW_TOKENS = 128
+CALIB_N = 30  # validation questions the shipped pruning settings (prism.json) are calibrated on
+CALIB_TARGET = 0.99  # their top-5 agreement with the full model
+CALIB_CLUSTERS = (3, 4, 5, 6)
 WIDE_N = 90  # held-out questions of the second bench (the first 30 are the standard bench's)
 
 
@@ -263,6 +267,34 @@ def _phases(shipped: Path) -> list[dict]:
     return [json.loads(f.read_text()) for f in _phase_files(shipped) + [shipped / "training.json"]]
 
 
+def write_calibration(model_dir: Path, shipped: Path, manifest: dict, n: int = CALIB_N) -> dict:
+    """prism.json: the most aggressive pruning settings whose top-5 agreement with the full model reaches
+    CALIB_TARGET on the first n validation questions (20 windows of 512 tokens each)."""
+    import numpy as np
+
+    from host.prism.bert import BertCrossEncoder
+    from host.prism.calibrate import calibrate
+    from host.prism.monolithic import layer_probs
+    from tools import qa_corpus
+
+    model = BertCrossEncoder.from_pretrained(str(model_dir), max_length=512)
+    lps = []
+    for q in qa_corpus.load_split("validation", n, n_candidates=20, window_tokens=512):
+        _, lp = layer_probs(model, model.encode(q["question"], [c["text"] for c in q["candidates"]]))
+        lps.append(lp)
+    cal = calibrate(lps, 5, CALIB_TARGET, clusters=CALIB_CLUSTERS)
+    out = {
+        "threshold": None if not np.isfinite(cal["threshold"]) else cal["threshold"], "clusters": cal["clusters"],
+        "k": 5, "target_agreement": CALIB_TARGET, "met": cal["met"], "agreement": round(cal["agreement"], 4),
+        "worst_agreement": round(cal["worst"], 4), "layers_per_candidate": round(cal["layers_per_candidate"], 3),
+        "of_layers": model.config.num_layers, "questions": len(lps), "split": "validation", "candidates": 20,
+        "window_tokens": 512, "clusters_tried": list(CALIB_CLUSTERS), "model_sha256": manifest["model_sha256"],
+        "note": "threshold null = never prune; host/prism/engine.py uses these unless the caller gives its own",
+    }
+    (shipped / ra.SETTINGS_FILE).write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
 def _bench(model_dir: Path, extra: list[str], manifest: dict) -> dict:
     from tools import bench_models
     buf = io.StringIO()
@@ -303,8 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bench-args", default="", help="extra arguments for tools.bench_models")
     ap.add_argument("--wide-n", type=int, default=WIDE_N, help="also bench this many held-out questions "
                     "(bench_wide.json, run in parallel in a subprocess; 0: skip; default %(default)s)")
-    ap.add_argument("--reuse-bench", action="store_true", help="keep bench.json / bench_wide.json when they were "
-                    "made with the same assembled model (their model_sha256 matches the manifest)")
+    ap.add_argument("--reuse-bench", action="store_true", help="keep bench.json / bench_wide.json / prism.json when "
+                    "they were made with the same assembled model (their model_sha256 matches the manifest)")
+    ap.add_argument("--calib-questions", type=int, default=CALIB_N, help="validation questions the pruning settings "
+                    "(prism.json) are calibrated on (default %(default)s; 0: ship none)")
     args = ap.parse_args(argv)
     shipped = args.shipped
     if not args.skip_train:
@@ -323,6 +357,13 @@ def main(argv: list[str] | None = None) -> int:
     manifest = write_manifest(shipped)
     model_dir = ra.assemble(args.out, shipped=shipped, force=True)
     write_reference(model_dir, shipped)
+    settings = shipped / ra.SETTINGS_FILE
+    if args.calib_questions <= 0:
+        settings.unlink(missing_ok=True)
+    elif _reusable(settings, manifest, None) is None or not args.reuse_bench:
+        cal = write_calibration(model_dir, shipped, manifest, args.calib_questions)
+        print("make_reranker: prism.json %s" % json.dumps({k: cal[k] for k in ("threshold", "clusters", "agreement",
+                                                                               "layers_per_candidate")}), file=sys.stderr)
     bench = _reusable(shipped / "bench.json", manifest, None) if args.reuse_bench else None
     wide = None
     if args.wide_n:

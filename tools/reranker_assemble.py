@@ -32,6 +32,7 @@ DELTA_FILE = "delta.safetensors"
 MANIFEST = "manifest.json"
 STAMP = "ASSEMBLED"
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+SETTINGS_FILE = "prism.json"  # the calibrated pruning settings (host/prism/engine.py reads them), copied as is
 DROP = ("embeddings.position_ids",)  # a buffer, not a weight
 
 
@@ -65,7 +66,12 @@ def is_current(out: Path, shipped: Path = SHIPPED) -> bool:
     """True when out holds a finished assembly of the current manifest."""
     try:
         stamp = (out / STAMP).read_text().strip()
-        return stamp == read_manifest(shipped)["model_sha256"] and (out / "model.safetensors").is_file()
+        if stamp != read_manifest(shipped)["model_sha256"] or not (out / "model.safetensors").is_file():
+            return False
+        src, dst = Path(shipped) / SETTINGS_FILE, out / SETTINGS_FILE
+        if src.is_file() != dst.is_file():
+            return False
+        return not src.is_file() or src.read_bytes() == dst.read_bytes()
     except (OSError, AssembleError):
         return False
 
@@ -147,6 +153,8 @@ def assemble(out: Path = DEFAULT_OUT, backbone: Path | None = None, shipped: Pat
             src = Path(backbone) / name
             if src.is_file():
                 shutil.copyfile(src, tmp / name)
+        if (Path(shipped) / SETTINGS_FILE).is_file():
+            shutil.copyfile(Path(shipped) / SETTINGS_FILE, tmp / SETTINGS_FILE)
         card = Path(shipped) / "CARD.md"
         if card.is_file():
             shutil.copyfile(card, tmp / "README.md")

@@ -1,6 +1,6 @@
 """PRISM: the reranker with all five mechanisms on top of bert.py's embed / layer / head steps.
 
-    prism = Prism.from_pretrained(model_dir, threshold=0.3)
+    prism = Prism.from_pretrained(model_dir)      # pruning settings from model_dir/prism.json when it has one
     r = prism.rank(question, windows, k=5)        # Ranking: r.top, r.latency_s, r.layers_per_candidate ...
 
 Per query: the pairs are tokenized; the word-embedding rows of the query's distinct tokens come from
@@ -13,6 +13,8 @@ keeps candidates. The loop stops as soon as the top-k places are filled.
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import time
 import tracemalloc
@@ -33,6 +35,31 @@ from host.prism.streaming import LayerStreamer
 
 DEFAULT_THRESHOLD = 0.3
 DEFAULT_BUDGET = 32 << 20  # bytes of layer temporaries per chunk
+SETTINGS_FILE = "prism.json"  # the model's calibrated pruning settings (written by tools/make_reranker.py)
+
+
+def read_settings(model_dir: str) -> dict:
+    """{"threshold", "clusters"} calibrated for the model in model_dir ({} when it has no prism.json).
+
+    threshold null in the file means never prune (calibration found no threshold meeting its target)."""
+    path = os.path.join(model_dir, SETTINGS_FILE)
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as e:
+        raise PrismModelError("%s: not readable JSON (%s)" % (path, e)) from None
+    if not isinstance(data, dict):
+        raise PrismModelError("%s: expected a JSON object" % path)
+    thr = data.get("threshold", DEFAULT_THRESHOLD)
+    thr = math.inf if thr is None else thr
+    clusters = data.get("clusters", 3)
+    if isinstance(thr, bool) or not isinstance(thr, (int, float)) or not thr >= 0:
+        raise PrismModelError("%s: threshold must be a number >= 0 or null, got %r" % (path, thr))
+    if isinstance(clusters, bool) or not isinstance(clusters, int) or clusters < 2:
+        raise PrismModelError("%s: clusters must be an int >= 2, got %r" % (path, clusters))
+    return {"threshold": float(thr), "clusters": clusters}
 
 
 class Prism:
@@ -77,6 +104,10 @@ class Prism:
             raise PrismModelError("%s: the tokenizer has %d tokens but config.json's vocab_size is %d (tokenizer and "
                                   "weights do not belong together)" % (model_dir, tok.get_vocab_size(), config.vocab_size))
         model = BertCrossEncoder(config, weights, tok, init_head=init_head, seed=seed, max_length=limit)
+        for key, value in read_settings(model_dir).items():  # the model's calibration, unless the caller chose
+            if kw.get(key) is None:
+                kw[key] = value
+        kw = {key: value for key, value in kw.items() if value is not None}
         return cls(model, st, **kw)
 
     @property

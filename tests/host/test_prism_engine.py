@@ -299,3 +299,31 @@ def test_bad_model_directories(tmp_path):
     with pytest.raises(PrismModelError, match="init_head=True"):
         Prism.from_pretrained(str(d))
     assert Prism.from_pretrained(str(d), init_head=True).model.head_initialised
+
+
+def test_calibrated_settings_file(tmp_path):
+    d = make_tiny(tmp_path / "s", num_hidden_layers=2, max_position_embeddings=64)
+    p = Prism.from_pretrained(str(d))  # no prism.json: the defaults
+    assert (p.threshold, p.clusters) == (engine.DEFAULT_THRESHOLD, 3)
+    p.close()
+    (d / engine.SETTINGS_FILE).write_text(json.dumps({"threshold": 0.02, "clusters": 5, "k": 5, "note": "x"}))
+    p = Prism.from_pretrained(str(d))
+    assert (p.threshold, p.clusters) == (0.02, 5)
+    p.close()
+    p = Prism.from_pretrained(str(d), threshold=0.7, clusters=None)  # the caller's choice wins; None = the file's
+    assert (p.threshold, p.clusters) == (0.7, 5)
+    assert p.rank(QUESTION, PASSAGES, 2).stats["threshold"] == 0.7
+    p.close()
+    (d / engine.SETTINGS_FILE).write_text(json.dumps({"threshold": None, "clusters": 4}))
+    p = Prism.from_pretrained(str(d))  # null: calibration found nothing that prunes safely
+    assert p.threshold == float("inf") and p.clusters == 4
+    r = p.rank(QUESTION, PASSAGES, 2)
+    assert (r.exit_layer == 1).all()  # every candidate ran every layer
+    p.close()
+    for bad, msg in (("{not json", "not readable JSON"), ("[1, 2]", "JSON object"),
+                     ('{"threshold": -1}', "threshold must be"), ('{"threshold": "0.1"}', "threshold must be"),
+                     ('{"threshold": true}', "threshold must be"), ('{"clusters": 1}', "clusters must be"),
+                     ('{"clusters": 2.5}', "clusters must be")):
+        (d / engine.SETTINGS_FILE).write_text(bad)
+        with pytest.raises(PrismModelError, match=msg):
+            Prism.from_pretrained(str(d))

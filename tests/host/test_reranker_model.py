@@ -148,3 +148,26 @@ def test_corrupt_model_directory(tmp_path):
         (bad / "model.safetensors").write_bytes(fh.read(1_000_000))  # truncated
     with pytest.raises(PrismModelError):
         BertCrossEncoder.from_pretrained(str(bad))
+
+
+def test_assembly_carries_the_calibrated_settings(tmp_path):
+    """prism.json (the pruning settings host/prism/engine.py reads) follows the shipped one; a change re-assembles."""
+    shipped = _copy_shipped(tmp_path)
+    out = ra.assemble(tmp_path / "rr", shipped=shipped, force=True, check_hash=True)
+    assert ra.is_current(out, shipped) and not (out / ra.SETTINGS_FILE).exists()
+    (shipped / ra.SETTINGS_FILE).write_text(json.dumps({"threshold": 0.05, "clusters": 4}))
+    assert not ra.is_current(out, shipped)  # a new calibration is not silently ignored
+    ra.assemble(out, shipped=shipped)
+    assert ra.is_current(out, shipped)
+    assert json.loads((out / ra.SETTINGS_FILE).read_text()) == {"threshold": 0.05, "clusters": 4}
+    (shipped / ra.SETTINGS_FILE).unlink()
+    assert not ra.is_current(out, shipped)
+
+
+def test_shipped_settings_belong_to_the_shipped_model():
+    from host.prism import engine
+
+    settings = json.loads((SHIPPED / ra.SETTINGS_FILE).read_text())
+    assert settings["model_sha256"] == ra.read_manifest(SHIPPED)["model_sha256"]  # calibrated on this model
+    assert settings["met"] and settings["agreement"] >= settings["target_agreement"]
+    assert engine.read_settings(str(SHIPPED)) == {"threshold": settings["threshold"], "clusters": settings["clusters"]}
