@@ -143,11 +143,15 @@ def main(argv: list[str] | None = None) -> int:
         opt = torch.optim.AdamW([{"params": ps, "lr": lr} for lr, ps in sorted(groups_lr.items())], lr=args.lr,
                                 weight_decay=0.01)
         print("layer lrs: %s" % ", ".join("%.2g" % lr for lr in sorted(groups_lr)), flush=True)
+    layer_w: list[float] | None = None  # None: only the last layer is supervised
     if args.deep_supervision is not None:
         w0 = args.deep_supervision
         layer_w = [w0 + (1.0 - w0) * l / max(1, n_layers - 1) for l in range(n_layers)]
         if args.layer_weights:
-            layer_w = [float(w) for w in args.layer_weights.split(",")]
+            try:
+                layer_w = [float(w) for w in args.layer_weights.split(",")]
+            except ValueError:
+                ap.error("--layer-weights: comma-separated numbers, got %r" % args.layer_weights)
             if len(layer_w) != n_layers:
                 ap.error("--layer-weights needs %d weights, got %d" % (n_layers, len(layer_w)))
         print("deep supervision: layer weights %s" % ", ".join("%.2f" % w for w in layer_w), flush=True)
@@ -209,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.pointwise:
                     ll = ll + args.pointwise * torch.nn.functional.binary_cross_entropy_with_logits(z, point)
                 per.append(float(ll.detach()))
-                loss = loss + (layer_w[l] if args.deep_supervision is not None else 1.0) * ll
+                loss = loss + (layer_w[l] if layer_w is not None else 1.0) * ll
             layer_losses.append(per)
         opt.zero_grad()
         loss.backward()
