@@ -51,6 +51,17 @@ def groups_of(questions: list[dict], size: int, rng: random.Random) -> list[tupl
     return out
 
 
+def _load_delta(model, path: str) -> int:
+    """Put the trained tensors of a delta.safetensors over `model` (float32); returns how many there were."""
+    import torch
+    from safetensors.numpy import load_file
+
+    tensors = {k: torch.from_numpy(v.astype(np.float32)) for k, v in load_file(path).items()}
+    res = model.load_state_dict(tensors, strict=False)
+    assert not res.unexpected_keys, res.unexpected_keys
+    return len(tensors)
+
+
 def _trained(model, prefixes: tuple[str, ...]) -> dict:
     """The trained tensors of `model` in float16 (what delta.safetensors holds)."""
     return {k: v.detach().cpu().numpy().astype(np.float16) for k, v in model.state_dict().items()
@@ -96,8 +107,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--distill-weight", type=float, default=1.0, help="weight of the KL-to-teacher term (default 1)")
     ap.add_argument("--label-weight", type=float, default=1.0, help="weight of the label listwise term (default 1)")
     args = ap.parse_args(argv)
-    if args.layer_weights and args.deep_supervision is None:
-        args.deep_supervision = 0.0  # the explicit weights below replace the ramp
 
     import torch
     from safetensors.numpy import save_file
@@ -114,11 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     backbone = minilm_dir()
     model = BertForSequenceClassification.from_pretrained(str(backbone), num_labels=1)
     if args.init_delta:
-        from safetensors.numpy import load_file
-        init = {k: torch.from_numpy(v.astype(np.float32)) for k, v in load_file(args.init_delta).items()}
-        missing = model.load_state_dict(init, strict=False)
-        assert not missing.unexpected_keys, missing.unexpected_keys
-        print("initialised %d tensors from %s" % (len(init), args.init_delta), flush=True)
+        print("initialised %d tensors from %s" % (_load_delta(model, args.init_delta), args.init_delta), flush=True)
     n_layers = model.config.num_hidden_layers
     first = n_layers - args.layers
     trained_prefixes = tuple("bert.encoder.layer.%d." % l for l in range(first, n_layers)) + ("bert.pooler.", "classifier.")
@@ -144,27 +149,26 @@ def main(argv: list[str] | None = None) -> int:
                                 weight_decay=0.01)
         print("layer lrs: %s" % ", ".join("%.2g" % lr for lr in sorted(groups_lr)), flush=True)
     layer_w: list[float] | None = None  # None: only the last layer is supervised
-    if args.deep_supervision is not None:
+    if args.layer_weights:
+        try:
+            layer_w = [float(w) for w in args.layer_weights.split(",")]
+        except ValueError:
+            ap.error("--layer-weights: comma-separated numbers, got %r" % args.layer_weights)
+        if len(layer_w) != n_layers:
+            ap.error("--layer-weights needs %d weights, got %d" % (n_layers, len(layer_w)))
+    elif args.deep_supervision is not None:
         w0 = args.deep_supervision
         layer_w = [w0 + (1.0 - w0) * l / max(1, n_layers - 1) for l in range(n_layers)]
-        if args.layer_weights:
-            try:
-                layer_w = [float(w) for w in args.layer_weights.split(",")]
-            except ValueError:
-                ap.error("--layer-weights: comma-separated numbers, got %r" % args.layer_weights)
-            if len(layer_w) != n_layers:
-                ap.error("--layer-weights needs %d weights, got %d" % (n_layers, len(layer_w)))
+    if layer_w is not None:
         print("deep supervision: layer weights %s" % ", ".join("%.2f" % w for w in layer_w), flush=True)
     teacher = None
     if args.distill_from:
-        from safetensors.numpy import load_file as _load
         teacher = BertForSequenceClassification.from_pretrained(str(backbone), num_labels=1)
-        tinit = {k: torch.from_numpy(v.astype(np.float32)) for k, v in _load(args.distill_from).items()}
-        assert not teacher.load_state_dict(tinit, strict=False).unexpected_keys
+        n_teacher = _load_delta(teacher, args.distill_from)
         teacher.eval()
         for p in teacher.parameters():
             p.requires_grad = False
-        print("teacher: %s (%d tensors)" % (args.distill_from, len(tinit)), flush=True)
+        print("teacher: %s (%d tensors)" % (args.distill_from, n_teacher), flush=True)
     layer_losses: list[list[float]] = []
     warm = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -191,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                 tz = teacher(input_ids=torch.from_numpy(ids), token_type_ids=torch.from_numpy(types),
                              attention_mask=torch.from_numpy(mask)).logits[:, 0]
             t_logp = torch.log_softmax(tz, dim=0)
-        if args.deep_supervision is None and args.pointwise == 0.0 and teacher is None:
+        if layer_w is None and args.pointwise == 0.0 and teacher is None:
             logits = model(input_ids=torch.from_numpy(ids), token_type_ids=torch.from_numpy(types),
                            attention_mask=torch.from_numpy(mask)).logits[:, 0]
             loss = -(target * torch.log_softmax(logits, dim=0)).sum()
@@ -201,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             out = model.bert(input_ids=torch.from_numpy(ids), token_type_ids=torch.from_numpy(types),
                              attention_mask=torch.from_numpy(mask), output_hidden_states=True)
             point = torch.tensor([{2: 1.0, 1: 0.25}.get(r, 0.0) for r in rels])
-            sup = range(n_layers) if args.deep_supervision is not None else [n_layers - 1]
+            sup = range(n_layers) if layer_w is not None else [n_layers - 1]
             loss = torch.zeros(())
             per = []
             for l in sup:
