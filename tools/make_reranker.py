@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = shipped / ra.SETTINGS_FILE
     if args.calib_questions <= 0:
         settings.unlink(missing_ok=True)
-    elif _reusable(settings, manifest, None) is None or not args.reuse_bench:
+    elif not args.reuse_bench or _reusable(settings, manifest, None) is None:
         cal = write_calibration(model_dir, shipped, manifest, args.calib_questions)
         print("make_reranker: prism.json %s" % json.dumps({k: cal[k] for k in ("threshold", "clusters", "agreement",
                                                                                "layers_per_candidate")}), file=sys.stderr)
