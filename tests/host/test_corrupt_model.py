@@ -1,0 +1,71 @@
+"""A corrupt model never bricks a node (issue 13, point 7), on a virtual board (the real MicroPython unix
+port, the x64 build deployed with mpremote) talking to `edgetwin gateway --model tiny:3` (a process).
+
+The board gets a truncated copy of the tiny draft model: it boots logs-only, its log lines reach the
+store, and so does its level-2 line "NODE model error: truncated: ...", which the gateway also prints
+and lists in its status. Then the good model is copied onto the board's filesystem and the board is
+rebooted: the node drafts again (DRAFT frames reach the gateway, tokens are verified and committed)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+import gwkit
+from host.store import LogStore
+
+pytestmark = pytest.mark.slow
+
+NODE_CFG = {"tick_ms": 100, "sample_every": 2, "report_ms": 1000, "max_len": 16, "prompt_max": 12}
+HEAP = 393216  # the rp2040_pico heap in words of this 64-bit port (see test_e2e_nodes.py)
+
+
+def test_truncated_model_boots_logs_only_and_reports_then_a_good_one_drafts(tmp_path: Path) -> None:
+    good = gwkit.tiny_mbf()
+    bad = good[:len(good) // 2]
+    db = tmp_path / "g.db"
+    link = tmp_path / "node"
+    nd = gw = None
+    t0 = time.monotonic()
+    try:
+        nd = gwkit.VNode("rp2040_pico", tmp_path / "fs", link, NODE_CFG, heap=HEAP, model=bad)
+        gw = gwkit.GatewayProc([str(link)], db, tmp_path / "st.json", extra=["--model", "tiny:%d" % gwkit.TINY_SEED])
+
+        def reported(st: dict) -> bool:
+            return bool(st.get("node_errors", {}).get(str(link))) and st["sessions"][0]["logs"] >= 20
+
+        st = gw.wait_status(reported, timeout=30, what="the node's model error and 20 log lines")
+        errors = st["node_errors"][str(link)]
+        assert len(errors) == 1 and errors[0].startswith("NODE model error: truncated"), errors
+        assert st["sessions"][0]["drafts"] == 0  # logs only
+        # the good model, as a redeploy would leave it, then the next boot
+        (tmp_path / "fs" / "draft.mbf").write_bytes(good)
+        nd.reboot()
+
+        def drafting(st: dict) -> bool:
+            return st["sessions"][0]["drafts"] > 0 and st["sessions"][0].get("spec", {}).get("tokens_verified", 0) > 0
+
+        st = gw.wait_status(drafting, timeout=40, what="DRAFT frames after the good model's boot")
+        assert st["node_errors"][str(link)] == errors  # the second boot reported nothing
+        assert gw.stop() == 0
+        out = gw.proc.stdout.read().decode()
+    finally:
+        if gw is not None:
+            gw.stop()
+        if nd is not None:
+            nd.close()
+    assert "node %s: NODE model error: truncated" % link in out, out
+    store = LogStore(db, readonly=True)
+    try:
+        rows = store.logs(str(link))
+    finally:
+        store.close()
+    notes = [r for r in rows if r["text"].startswith("NODE model error:")]
+    assert len(notes) == 1 and notes[0]["level"] == 2, notes
+    epochs = sorted({r["epoch"] for r in rows})
+    assert len(epochs) == 2  # the logs-only boot and the drafting boot both stored lines
+    first = [r for r in rows if r["epoch"] == notes[0]["epoch"]]
+    assert len(first) >= 20 and any(r["text"].startswith("2026-") for r in first)  # plant lines while logs-only
+    print("CORRUPT-MODEL %.1f s; %s" % (time.monotonic() - t0, notes[0]["text"]))
