@@ -25,7 +25,9 @@ tokens per episode), prompt_max 48 (tokens of the log line in a prompt), offline
 (0: forever), window 8, window_bytes 2048 (the link's retransmit window), stream false (true: the model's
 layers are read from flash at every step instead of held in RAM), tokenizer false (true: prompts are
 shared/episode.py text encoded with the tokenizer the model file carries, read lazily from flash),
-stop_ids [] (token ids that end a note, e.g. the ids holding a newline).
+stop_ids [] (token ids that end a note, e.g. the ids holding a newline). Every value is checked (RULES
+below; docs/NODE.md): a bad /node.json, or a model that cannot be loaded, makes the node run logs-only and
+say why on the console and to the gateway (main, Node.notice), never stop at boot.
 
 Heap: the big buffers (link, queue) are allocated before the plant simulator's modules are imported,
 so they find contiguous room on a heap that module loading fragments (measured on the 64-bit unix
