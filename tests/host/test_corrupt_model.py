@@ -4,7 +4,8 @@ port, the x64 build deployed with mpremote) talking to `edgetwin gateway --model
 The board gets a truncated copy of the tiny draft model: it boots logs-only, its log lines reach the
 store, and so does its level-2 line "NODE model error: truncated: ...", which the gateway also prints
 and lists in its status. Then the good model is copied onto the board's filesystem and the board is
-rebooted: the node drafts again (DRAFT frames reach the gateway, tokens are verified and committed)."""
+rebooted: the node drafts again (DRAFT frames reach the gateway, tokens are verified and committed).
+A board with a bad /node.json likewise boots logs-only with the defaults and reports the key."""
 
 from __future__ import annotations
 
@@ -69,3 +70,34 @@ def test_truncated_model_boots_logs_only_and_reports_then_a_good_one_drafts(tmp_
     first = [r for r in rows if r["epoch"] == notes[0]["epoch"]]
     assert len(first) >= 20 and any(r["text"].startswith("2026-") for r in first)  # plant lines while logs-only
     print("CORRUPT-MODEL %.1f s; %s" % (time.monotonic() - t0, notes[0]["text"]))
+
+
+def test_bad_node_json_boots_logs_only_with_the_defaults_and_reports(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    link = tmp_path / "node"
+    nd = gw = None
+    try:
+        nd = gwkit.VNode("rp2040_pico", tmp_path / "fs", link, {"tick_ms": 0, "report_ms": 500}, heap=HEAP)
+        gw = gwkit.GatewayProc([str(link)], db, tmp_path / "st.json")
+
+        def reported(st: dict) -> bool:
+            return bool(st.get("node_errors", {}).get(str(link))) and st["sessions"][0]["logs"] >= 4
+
+        st = gw.wait_status(reported, timeout=30, what="the node's config error and 4 log lines")
+        assert gw.stop() == 0
+        out = gw.proc.stdout.read().decode()
+    finally:
+        if gw is not None:
+            gw.stop()
+        if nd is not None:
+            nd.close()
+    want = "NODE config error: /node.json: key 'tick_ms' must be an int in 1..3600000, got 0"
+    assert [e[:len(want)] for e in st["node_errors"][str(link)]] == [want]
+    assert want in out
+    store = LogStore(db, readonly=True)
+    try:
+        rows = store.logs(str(link))
+    finally:
+        store.close()
+    assert [r["level"] for r in rows if r["text"].startswith(want)] == [2]
+    assert any(r["text"].startswith("NODE heap=") for r in rows)  # it runs: its reports arrive
