@@ -406,7 +406,16 @@ def main(config=CONFIG):
         vocab = 0
         notes.append("NODE model error: %s; running logs-only" % (e if str(e) else type(e).__name__))
     gc.collect()
-    node = Node(uart, prof, cfg, d, vocab, ticks_ms(), tok)
+    try:
+        node = Node(uart, prof, cfg, d, vocab, ticks_ms(), tok)
+    except (MemoryError, ValueError) as e:  # valid values that do not fit together or in this heap
+        d = tok = None
+        gc.collect()
+        notes.append("NODE config error: %s with %s: %s; running logs-only with the defaults"
+                     % ("the node does not fit the heap" if isinstance(e, MemoryError) else "the node cannot start",
+                        config, e))
+        cfg = {"model": None}
+        node = Node(uart, prof, cfg, None, 0, ticks_ms(), None)
     for text in notes:
         print(text)
         node.notice(text)

@@ -73,17 +73,22 @@ def test_truncated_model_boots_logs_only_and_reports_then_a_good_one_drafts(tmp_
 
 
 def test_bad_node_json_boots_logs_only_with_the_defaults_and_reports(tmp_path: Path) -> None:
+    # the rp2040_pico heap in bytes: a logs-only node fits it, a 256-line queue (32 KB more) does not
     db = tmp_path / "g.db"
     link = tmp_path / "node"
     nd = gw = None
     try:
-        nd = gwkit.VNode("rp2040_pico", tmp_path / "fs", link, {"tick_ms": 0, "report_ms": 500}, heap=HEAP)
+        nd = gwkit.VNode("rp2040_pico", tmp_path / "fs", link, {"tick_ms": 0, "report_ms": 500}, heap=196608)
         gw = gwkit.GatewayProc([str(link)], db, tmp_path / "st.json")
 
-        def reported(st: dict) -> bool:
-            return bool(st.get("node_errors", {}).get(str(link))) and st["sessions"][0]["logs"] >= 4
+        def reported(n: int):
+            return lambda st: len(st.get("node_errors", {}).get(str(link), [])) >= n and st["sessions"][0]["logs"] >= 4
 
-        st = gw.wait_status(reported, timeout=30, what="the node's config error and 4 log lines")
+        st = gw.wait_status(reported(1), timeout=30, what="the node's config error and 4 log lines")
+        # valid values that do not fit this heap: the next boot says so and runs with the defaults
+        (tmp_path / "fs" / "node.json").write_text('{"queue": 256, "model": null}')
+        nd.reboot()
+        st = gw.wait_status(reported(2), timeout=30, what="the second boot's config error")
         assert gw.stop() == 0
         out = gw.proc.stdout.read().decode()
     finally:
@@ -91,13 +96,16 @@ def test_bad_node_json_boots_logs_only_with_the_defaults_and_reports(tmp_path: P
             gw.stop()
         if nd is not None:
             nd.close()
-    want = "NODE config error: /node.json: key 'tick_ms' must be an int in 1..3600000, got 0"
-    assert [e[:len(want)] for e in st["node_errors"][str(link)]] == [want]
-    assert want in out
+    want = ("NODE config error: /node.json: key 'tick_ms' must be an int in 1..3600000, got 0",
+            "NODE config error: the node does not fit the heap with /node.json: memory allocation failed")
+    errors = st["node_errors"][str(link)]
+    assert len(errors) == 2 and all(e.startswith(w) for e, w in zip(errors, want)), errors
+    assert all(w in out for w in want), out
     store = LogStore(db, readonly=True)
     try:
         rows = store.logs(str(link))
     finally:
         store.close()
-    assert [r["level"] for r in rows if r["text"].startswith(want)] == [2]
-    assert any(r["text"].startswith("NODE heap=") for r in rows)  # it runs: its reports arrive
+    for w in want:
+        assert [r["level"] for r in rows if r["text"].startswith(w)] == [2]
+    assert len({r["epoch"] for r in rows if r["text"].startswith("NODE heap=")}) == 2  # both boots run and report
