@@ -105,8 +105,8 @@ def run(args: argparse.Namespace) -> int:
                                                      seed=args.seed)
         except (OSError, ValueError) as e:
             raise UserError("cannot load model %s: %s" % (args.model, e)) from None
-    # A start that fails leaves nothing it created: the store (and its -wal/-shm), the status file.
-    ours = [p for p in side_files(db) if not p.exists()]
+    # A start that fails leaves nothing it created: a new store (and its -wal/-shm), the status file.
+    ours = [] if db.exists() else [p for p in side_files(db) if not p.exists()]
     if status is not None:
         ours += [p for p in (status, status.with_suffix(".tmp")) if not p.exists()]
     try:

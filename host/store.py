@@ -149,8 +149,9 @@ class LogStore:
         if readonly and not self.path.is_file():
             raise StoreError("log store %s does not exist: start the gateway with --db %s first"
                              % (self.path, self.path))
-        # what this open creates (the store file, its WAL and shared-memory files): removed again if it fails
-        created = [] if readonly else [p for p in side_files(self.path) if not p.exists()]
+        # what this open creates (a new store file, its WAL and shared-memory files): removed again if it
+        # fails. Those of a store that was there are SQLite's to remove (it does at the last close).
+        created = [] if readonly or self.path.exists() else [p for p in side_files(self.path) if not p.exists()]
         if not readonly:
             if self.path.exists() and not self.path.is_file():
                 raise StoreError("log store path %s is not a file" % self.path)
