@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 import gwkit
+from firmware import node
 from host.store import LogStore
-
-pytestmark = pytest.mark.slow
 
 NODE_CFG = {"tick_ms": 100, "sample_every": 2, "report_ms": 1000, "max_len": 16, "prompt_max": 12}
 HEAP = 393216  # the rp2040_pico heap in words of this 64-bit port (see test_e2e_nodes.py)
 
 
+@pytest.mark.slow
 def test_truncated_model_boots_logs_only_and_reports_then_a_good_one_drafts(tmp_path: Path) -> None:
     good = gwkit.tiny_mbf()
     bad = good[:len(good) // 2]
@@ -72,6 +72,7 @@ def test_truncated_model_boots_logs_only_and_reports_then_a_good_one_drafts(tmp_
     print("CORRUPT-MODEL %.1f s; %s" % (time.monotonic() - t0, notes[0]["text"]))
 
 
+@pytest.mark.slow
 def test_bad_node_json_boots_logs_only_with_the_defaults_and_reports(tmp_path: Path) -> None:
     # the rp2040_pico heap in bytes: a logs-only node fits it, a 256-line queue (32 KB more) does not
     db = tmp_path / "g.db"
@@ -109,3 +110,36 @@ def test_bad_node_json_boots_logs_only_with_the_defaults_and_reports(tmp_path: P
     for w in want:
         assert [r["level"] for r in rows if r["text"].startswith(w)] == [2]
     assert len({r["epoch"] for r in rows if r["text"].startswith("NODE heap=")}) == 2  # both boots run and report
+
+
+def test_every_corruption_of_a_model_is_an_error_main_catches(tmp_path: Path) -> None:
+    # what firmware/node.py main() turns into "NODE model error: ...": truncations, bit flips in the header,
+    # the tables and the weights, appended bytes. Each raises a ValueError (MBFError, ModelError...) naming the
+    # problem, never another exception; an untouched copy loads.
+    import json
+    import random
+
+    prof = json.loads((Path(__file__).resolve().parents[2] / "boards" / "rp2040_pico.json").read_text())
+    good = gwkit.tiny_mbf()
+    rng = random.Random(13)
+    cases = [good[:n] for n in (0, 1, 4, 31, 32, 33, 100, len(good) // 2, len(good) - 1)]
+    for _ in range(150):
+        b = bytearray(good)
+        b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+        cases.append(bytes(b))
+    cases.append(good + b"\x00" * 32)
+    path = tmp_path / "m.mbf"
+    seen = set()
+    for i, data in enumerate(cases):
+        path.write_bytes(data)
+        try:
+            node.make_drafter(prof, {"model": str(path)})
+        except (ValueError, OSError, MemoryError) as e:
+            assert str(e) and "\n" not in str(e), (i, e)
+            seen.add(type(e).__name__)
+            continue
+        raise AssertionError("case %d (%d bytes) loaded" % (i, len(data)))
+    path.write_bytes(good)
+    d, vocab = node.make_drafter(prof, {"model": str(path)})
+    assert d is not None and vocab > 0
+    assert "MBFError" in seen, seen
