@@ -169,7 +169,11 @@ class LogStore:
         fresh = not self.path.exists() or self.path.stat().st_size == 0
         try:
             if readonly:
-                uri = "file:%s?mode=ro" % urllib.parse.quote(str(self.path.resolve()))
+                # No -wal: no gateway has the store open and every line is in the file. Read it as immutable,
+                # so this reader leaves no -wal/-shm behind (a gateway that opens it meanwhile writes to its
+                # new WAL, not to the file, until a checkpoint: this reader sees the store as it was).
+                ro = "ro" if side_files(self.path)[1].exists() else "ro&immutable=1"
+                uri = "file:%s?mode=%s" % (urllib.parse.quote(str(self.path.resolve())), ro)
                 self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
             else:
                 self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)

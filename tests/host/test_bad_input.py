@@ -161,3 +161,22 @@ def test_a_store_that_fails_to_open_leaves_what_it_found(tmp_path: Path) -> None
         LogStore(bad)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.db"]
     assert bad.read_bytes() == b"SQLite format 3\x00" + b"\x07" * 200 and stat.S_IMODE(bad.stat().st_mode) == 0o604
+
+
+def test_a_reader_leaves_a_closed_store_as_it_found_it(tmp_path: Path) -> None:
+    # `ask` opens the store read-only: on a store no gateway has open it creates no -wal/-shm beside it
+    p = tmp_path / "g.db"
+    s = LogStore(p)
+    s.add_log("n", 1, 1, 0, 0, 1, "P-101 bearing hot")
+    s.close()
+    before = _tree(tmp_path)
+    r = LogStore(p, readonly=True)
+    assert [w.node for w in r.windows("P-101")] == ["n"]
+    r.close()
+    assert _tree(tmp_path) == before
+    w = LogStore(p)  # with a gateway writing, a reader sees its committed lines
+    w.add_log("n", 1, 2, 0, 0, 1, "P-102 bearing hot")
+    r = LogStore(p, readonly=True)
+    assert "P-102" in r.windows("P-102")[0].text
+    r.close()
+    w.close()
