@@ -22,7 +22,10 @@ Retrieval: ``windows(query)`` runs an FTS5 match (bm25), and for each hit return
 of that node around it, plus the annotations in that span, as one ``Window``.
 
 Readers (operator Q&A) open with ``LogStore(path, readonly=True)``; WAL lets them read while the
-gateway writes.
+gateway writes, and a store no gateway has open is read as immutable (no -wal/-shm left beside it).
+
+Files: a new store is created 0640 (SQLite gives its -wal and -shm the same mode), only in a directory
+that exists; an open that fails removes what it created and leaves a file it found as it was.
 """
 
 from __future__ import annotations
