@@ -255,7 +255,7 @@ class ConfigError(ValueError):
 
 # key -> (kind, low, high): "int" (not bool), "num" (int or float, finite), "bool", "model" (str or null),
 # "pow2" (an int power of two), "ids" (a list of at most `high` ints in 0..0xFFFFFF). Keys of DEFAULTS
-# without a rule are checked against the type of their default (an int >= 0, a bool, a str).
+# without a rule are checked against the type of their default (an int or a number >= 0, a bool, a str or null).
 RULES = {"seed": ("int", 0, 0xFFFFFFFF), "machines": ("int", 1, 16), "sample_every": ("int", 1, 3600),
          "tick_ms": ("int", 1, 3600000), "queue": ("int", 1, 256), "report_ms": ("int", 1, 86400000),
          "model": ("model", 0, 0), "k": ("int", 0, 32), "temperature": ("num", 0, 10), "top_k": ("int", 1, 16),
@@ -279,8 +279,8 @@ def check_value(path, key, v):
     rule = RULES.get(key)
     if rule is None:
         d = DEFAULTS[key]
-        rule = ("bool", 0, 0) if d is True or d is False else ("model", 0, 0) if type(d) is str \
-            else ("int", 0, 0x3FFFFFFF)
+        rule = ("bool", 0, 0) if d is True or d is False else ("model", 0, 0) if d is None or type(d) is str \
+            else ("num", 0, 0x3FFFFFFF) if type(d) is float else ("int", 0, 0x3FFFFFFF)
     kind, lo, hi = rule
     if kind == "int" or kind == "pow2":
         if _is_int(v) and lo <= v <= hi and (kind == "int" or not v & (v - 1)):
