@@ -120,7 +120,8 @@ class Gateway:
 
     def status(self) -> dict:
         return {"pid": os.getpid(), "rounds": self.rounds, "uptime_s": round(time.time() - self.started, 3),
-                "logs_stored": self.store.count_logs(), "sessions": [s.status() for s in self.sessions], "node_errors": self.node_errors}
+                "logs_stored": self.store.count_logs(), "sessions": [s.status() for s in self.sessions],
+                "node_errors": self.node_errors}
 
     def write_status(self, force: bool = False) -> None:
         if self.status_path is None:
