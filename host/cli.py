@@ -100,8 +100,15 @@ def _node_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, help="draft .mbf for --node (default models/draft/draft.mbf)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage mistake is one line too (argparse prints the whole usage first): exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, "%s: error: %s (see %s --help)\n" % (self.prog, message, self.prog))
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="edgetwin", description=__doc__)
+    p = _Parser(prog="edgetwin", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     b = sub.add_parser("build", help="compile shared/ and firmware/ with mpy-cross for a board into build/BOARD/")
@@ -158,13 +165,27 @@ def main(argv: list[str] | None = None) -> int:
         # The converter owns its arguments (and --help); argparse's REMAINDER would swallow them badly.
         from tools import convert
 
-        return convert.main(argv[1:])
-    args = parser().parse_args(argv)
+        try:
+            return convert.main(argv[1:])
+        except SystemExit as e:  # a usage error (one line): its code, as the other subcommands'; --help exits
+            if not e.code:
+                raise
+            return e.code if isinstance(e.code, int) else 2
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as e:  # a usage error (one line, code 2) is returned, for in-process callers; --help exits
+        if not e.code:
+            raise
+        return e.code if isinstance(e.code, int) else 2
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
     except UserError as e:
         print(f"edgetwin {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a file or port problem no check above foresaw: still one line naming the file
+        where = " ".join(str(f) for f in (e.filename, e.filename2) if f)
+        print(f"edgetwin {args.command}: error: {where + ': ' if where else ''}{e.strerror or e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

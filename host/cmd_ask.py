@@ -8,6 +8,7 @@ windows as [n], and the windows it cited are listed with their node and time spa
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -71,8 +72,13 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--threshold must be >= 0, got %s" % args.threshold)
     if args.k > args.candidates:
         raise UserError("--k %d is larger than --candidates %d" % (args.k, args.candidates))
-    if not Path(args.db).is_file():
-        raise UserError("log store %s does not exist (give the gateway's --db file)" % args.db)
+    db = Path(args.db)
+    if db.is_dir():
+        raise UserError("--db %s is a directory, not a log store (give the gateway's --db file)" % db)
+    if not db.is_file():
+        raise UserError("log store %s does not exist (give the gateway's --db file)" % db)
+    if not os.access(db, os.R_OK):
+        raise UserError("--db %s: not readable (permission denied)" % db)
     try:
         windows = qa.candidates(args.db, question, limit=args.candidates, lines=args.lines)
         if not windows:

@@ -91,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("unknown arch '%s' (x64 for the virtual board, or armv6m, xtensawin...)" % args.arch)
     word = memfit.word_of(args.arch or prof["mpy_arch"])
     path = Path(args.model)
+    if path.is_dir():
+        raise UserError("--model %s is a directory, not an MBF model file" % path)
     if not path.is_file():
         raise UserError("model file %s does not exist" % path)
     try:
@@ -100,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
             p = memfit.fit(r.config, prof, word, margin, args.reserve, r, modes)
     except ValueError as e:  # MBFError, ModelError, ProfileError: one line
         raise UserError("%s: %s" % (path, e)) from None
+    except OSError as e:  # unreadable
+        raise UserError("--model %s: %s" % (path, e.strerror or e)) from None
     d = describe(p)
     d["model"] = str(path)
     print(json.dumps(d) if args.json else _table(d))

@@ -31,6 +31,7 @@ from typing import Callable
 
 from host.session import PortError, Session
 from host.store import LogStore
+from shared import frame
 
 
 class Gateway:
@@ -45,6 +46,9 @@ class Gateway:
         names = names or [None] * len(ports)  # type: ignore[list-item]
         self.sessions = [Session(p, self.store, name=n, baud=baud, spec_factory=spec_factory)
                          for p, n in zip(ports, names)]
+        self.node_errors: dict[str, list[str]] = {}  # per node: its "NODE ... error: ..." lines (printed)
+        for s in self.sessions:
+            self._watch_errors(s)
         self.verify = verify
         self.status_path = Path(status_path) if status_path else None
         self.status_s = status_s
@@ -53,6 +57,23 @@ class Gateway:
         self._last_status = 0.0
         self.rounds = 0
         self.started = time.time()
+
+    def _watch_errors(self, s: Session) -> None:
+        # A node that boots logs-only (a corrupt model, a bad /node.json: firmware/node.py Node.notice) says
+        # why in a level-2 LOG line "NODE model error: ..."; the store keeps it, the operator sees it here.
+        inner = s.link.on_frame
+
+        def on_frame(t: int, buf: bytearray, off: int, n: int) -> None:
+            before = s.counts["logs"]
+            inner(t, buf, off, n)
+            j = off + frame.LG_TEXT
+            if t == frame.LOG and s.counts["logs"] > before and buf[off + 4] & 7 == 2 and buf[j:j + 5] == b"NODE ":
+                text = bytes(buf[j:off + n]).decode("utf-8", "replace")
+                if " error: " in text:
+                    self.node_errors.setdefault(s.name, []).append(text)
+                    print("edgetwin gateway: node %s: %s" % (s.name, text), flush=True)
+
+        s.link.on_frame = on_frame
 
     def open(self) -> None:
         """Open every port now: PortError for the first that cannot be (a user mistake at start-up)."""
@@ -99,7 +120,8 @@ class Gateway:
 
     def status(self) -> dict:
         return {"pid": os.getpid(), "rounds": self.rounds, "uptime_s": round(time.time() - self.started, 3),
-                "logs_stored": self.store.count_logs(), "sessions": [s.status() for s in self.sessions]}
+                "logs_stored": self.store.count_logs(), "sessions": [s.status() for s in self.sessions],
+                "node_errors": self.node_errors}
 
     def write_status(self, force: bool = False) -> None:
         if self.status_path is None:
