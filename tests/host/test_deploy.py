@@ -144,7 +144,7 @@ def test_verification_catches_missing_and_short_files(x64_build: Path, monkeypat
     del on_board["/lib/shared/profile.mpy"]
     on_board["/board.json"] -= 1
 
-    def fake_tool(tool: str, args: list[str], port: str, timeout: float) -> str:
+    def fake_tool(tool: str, args: list[str], port: str, timeout: float, on_line=None) -> str:
         return "cp ...\n" + deploy.REPORT_MARK + json.dumps({"files": on_board, "mem_alloc": 1, "mem_free": 2})
 
     monkeypatch.setattr(deploy, "_run_tool", fake_tool)
