@@ -23,8 +23,13 @@ class BoardConfigError(ValueError):
 
 
 def load(path=PROFILE_PATH):
-    """The validated board profile (shared.profile.ProfileError, a ValueError, names the bad field)."""
-    return profile.load(path)
+    """The validated board profile. A missing, unreadable or bad file (not JSON, a missing, unknown,
+    mistyped or out-of-range field, a name or model that is a path) raises BoardConfigError naming
+    the file and the field (shared/profile.py's checks, the ones `edgetwin` runs before a deploy)."""
+    try:
+        return profile.load(path)
+    except profile.ProfileError as e:
+        raise BoardConfigError("%s (deploy a checked profile: edgetwin deploy --board ...)" % e)
 
 
 def interpreter():

@@ -184,6 +184,9 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+_PARSER: argparse.ArgumentParser | None = None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"] and len(argv) > 1 and argv[1] in BENCHES:
@@ -195,7 +198,10 @@ def main(argv: list[str] | None = None) -> int:
         from tools import convert
 
         return convert.main(argv[1:])
-    args = parser().parse_args(argv)
+    global _PARSER
+    if _PARSER is None:  # built once per process (argparse takes ~10 ms for all the subcommands)
+        _PARSER = parser()
+    args = _PARSER.parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
