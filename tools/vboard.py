@@ -341,9 +341,9 @@ class VirtualBoard:
             self._out = _Outbox(self._repl.master)
             self._to_gw = _Outbox(self._uart_gw.master)
             self._to_board_uart = _Outbox(self._uart_board.master)
+            self._make_links()
             self._open_log()
             self._spawn()
-            self._make_links()
         except BaseException:
             self._close_fds()
             raise
