@@ -23,13 +23,11 @@ class BoardConfigError(ValueError):
 
 
 def load(path=PROFILE_PATH):
-    """The validated board profile. A missing, unreadable or bad file (not JSON, a missing, unknown,
-    mistyped or out-of-range field, a name or model that is a path) raises BoardConfigError naming
-    the file and the field (shared/profile.py's checks, the ones `edgetwin` runs before a deploy)."""
-    try:
-        return profile.load(path)
-    except profile.ProfileError as e:
-        raise BoardConfigError("%s (deploy a checked profile: edgetwin deploy --board ...)" % e)
+    """The validated board profile. A missing, unreadable or bad file (not JSON, not UTF-8, a missing,
+    unknown, mistyped or out-of-range field, a name or model that is a path) raises an error naming
+    the file and the field: shared.profile.ProfileError, a ValueError (the checks `edgetwin` runs on
+    a profile before it deploys one)."""
+    return profile.load(path)
 
 
 def interpreter():

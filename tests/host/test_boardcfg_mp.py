@@ -1,4 +1,4 @@
-"""firmware/boardcfg.load on the real MicroPython: a bad /board.json is refused with a BoardConfigError that
+"""firmware/boardcfg.load on the real MicroPython: a bad /board.json is refused with a ProfileError that
 names the file and the field, exactly as the host's loader refuses it (one MicroPython process reads
 300 mutated profiles of tests/host/test_profile_fuzz.py; the verdicts and field names must agree)."""
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from test_profile_fuzz import mutate
 
 from firmware import boardcfg
+from shared import profile
 from tools.vboard import micropython_exe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,12 +21,13 @@ N = 300
 SCRIPT = """import sys
 sys.path.insert(0, %(root)r)
 from firmware import boardcfg
+from shared import profile
 for i in range(%(n)d):
     p = %(dir)r + '/p%%d.json' %% i
     try:
         boardcfg.load(p)
         print('@@ OK')
-    except boardcfg.BoardConfigError as e:
+    except profile.ProfileError as e:
         print('@@ ERR', str(e).replace('\\n', ' '))
 """
 
@@ -47,7 +49,7 @@ def test_firmware_refuses_what_the_host_refuses(tmp_path: Path) -> None:
         try:
             boardcfg.load(str(p))
             expect.append("OK")
-        except boardcfg.BoardConfigError as e:
+        except profile.ProfileError as e:
             assert str(p) in str(e)
             expect.append(_field(str(e)))
     code = SCRIPT % {"root": str(ROOT), "n": N, "dir": str(tmp_path)}
