@@ -5,6 +5,7 @@ User mistakes exit 2 with one line."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ BENCHES = tuple(sorted(p.stem[len("bench_"):] for p in (ROOT / "tools").glob("be
 # Subcommands that live in their own module host/cmd_NAME.py, each with HELP (one line),
 # add_arguments(parser) and run(args) -> exit code (raising host.errors.UserError for user mistakes).
 PLUGINS = ("demo", "gateway", "ask", "plan", "doctor")
+BOARD_HELP = "board profile: a name (see boards/) or a path to a profile JSON"
 
 
 def known_boards() -> list[str]:
@@ -130,9 +132,6 @@ def _node_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, help="draft .mbf for --node (default models/draft/draft.mbf)")
 
 
-BOARD_HELP = "board profile: a name (see boards/) or a path to a profile JSON"
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="edgetwin", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -184,7 +183,8 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-_PARSER: argparse.ArgumentParser | None = None
+# Built once per process: argparse takes ~10 ms for all the subcommands (parse_args keeps no state).
+parser = functools.lru_cache(maxsize=1)(parser)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,10 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         from tools import convert
 
         return convert.main(argv[1:])
-    global _PARSER
-    if _PARSER is None:  # built once per process (argparse takes ~10 ms for all the subcommands)
-        _PARSER = parser()
-    args = _PARSER.parse_args(argv)
+    args = parser().parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)

@@ -96,10 +96,8 @@ def run(args: argparse.Namespace) -> int:
             modes = (args.mode,) if args.mode else memplan.MODES
             margin = memfit.MARGIN_PCT if args.margin is None else args.margin
             p = memfit.fit(r.config, prof, word, margin, args.reserve, r, modes)
-    except OSError as e:
-        raise UserError("%s: cannot read the model (%s)" % (path, e.strerror or e)) from None
     except ValueError as e:  # MBFError, ModelError, ProfileError: one line
-        raise UserError("%s: %s" % (path, " ".join(str(e).split()))) from None
+        raise UserError("%s: %s" % (path, e)) from None
     d = describe(p)
     d["model"] = str(path)
     print(json.dumps(d) if args.json else _table(d))

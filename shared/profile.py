@@ -51,6 +51,12 @@ def _plain(src, field, value, suffix=""):
                            % (src, field, _short(value), (" ending in " + suffix) if suffix else ""))
 
 
+_NESTED = {}
+for _f in FIELDS:
+    if "." in _f[0]:
+        _NESTED[_f[0]] = 1
+
+
 def _short(value):
     r = repr(value)
     return r if len(r) <= 40 else r[:37] + "..."
@@ -89,18 +95,16 @@ def validate(doc, src="<profile>"):
         raise ProfileError("%s: a profile must be a JSON object" % src)
     for name, typ, lo, hi in FIELDS:
         _check(src, doc, name, typ, lo, hi)
-    top = {}
-    nested = {}
+    known = {}
     for name, _t, _l, _h in FIELDS:
-        top[name.split(".")[0]] = 1
-        nested[name] = 1
+        known[name.split(".")[0]] = 1
     for key in doc:
-        if key not in top:
-            raise ProfileError("%s: unknown field %s" % (src, _short(key)))
-        if isinstance(doc[key], dict):
-            for sub in doc[key]:
-                if key + "." + sub not in nested:
-                    raise ProfileError("%s: unknown field %s" % (src, _short(key + "." + sub)))
+        if key not in known:
+            raise ProfileError("%s: unknown field '%s'" % (src, key))
+    for table in ("uart", "kv"):  # the nested tables take no unknown keys either
+        for key in doc[table]:
+            if table + "." + key not in _NESTED:
+                raise ProfileError("%s: unknown field %s" % (src, _short(table + "." + key)))
     if doc["flavour"] == "circuitpython" and (doc["native"] or doc["threads"]):
         raise ProfileError("%s: field 'native'/'threads': CircuitPython has no viper and no threads" % src)
     if doc["kv"]["staged"] < doc["draft_k"]:

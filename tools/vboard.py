@@ -938,11 +938,21 @@ def run(board: str | dict, root: Path | str | None = None, heap: int | None = No
         heap_note = "heap %d bytes (--heap; %gx the profile's %d)" % (heap, heap / prof["heap_bytes"], prof["heap_bytes"])
     if base.exists() and not base.is_dir():
         raise VBoardError("%s exists and is not a directory" % base)
-    vb = VirtualBoard(prof, base / "fs", heap_bytes=heap, links_dir=base, console_log=base / "console.log")
+    log = base / "console.log"
+    made = [p for p in (base, base / "fs") if not p.exists()] + ([log] if not log.exists() else [])
+    vb = VirtualBoard(prof, base / "fs", heap_bytes=heap, links_dir=base, console_log=log)
     try:
         vb.start()
-    except KeyboardInterrupt:
-        return 130
+    except (VBoardError, KeyboardInterrupt) as e:
+        # a board that did not start leaves nothing it created; the error says why, in one line
+        for p in reversed(made):
+            try:
+                p.unlink() if p.is_file() else p.rmdir()
+            except OSError:
+                pass
+        if isinstance(e, KeyboardInterrupt):
+            return 130
+        raise VBoardError(" ".join(str(e).split())[:600]) from None
     done = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:

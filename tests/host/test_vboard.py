@@ -408,3 +408,18 @@ def test_stable_links_follow_a_restart_and_the_console_log_keeps_a_boot_crash(tm
 def test_command_line_rejects_unknown_board(capsys: pytest.CaptureFixture[str]) -> None:
     assert vboard.main(["--board", "nope"]) == 2
     assert "unknown board 'nope'" in capsys.readouterr().err
+
+
+def test_command_line_that_cannot_start_creates_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "micropython"
+    fake.write_text("#!/bin/sh\necho 'no such heap' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(vboard, "micropython_exe", lambda: str(fake))
+    root = tmp_path / "board"
+    assert vboard.main(["--board", "rp2040_pico", "--root", str(root), "--heap", "200000"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "failed to boot" in err, err
+    assert not root.exists()
+    assert vboard.main(["--board", "rp2040_pico", "--root", str(root), "--heap", "5"]) == 2
+    assert "--heap 5 is out of range" in capsys.readouterr().err and not root.exists()
