@@ -37,8 +37,10 @@ DRAFT = ROOT / "models" / "draft" / "draft.mbf"
 PROFILES = ("rp2040_pico", "esp32s3_devkitc")
 QUESTIONS = ("Which machine stopped or tripped, and why?",
              "Is pump P-101 running normally, or is an alarm raised on it?")
+# The demo's accelerated plant on top of the node.json deploy writes (host/node_config.derive: stream,
+# tokenizer, stop_ids, k from the profile and the draft's memory plan).
 NODE_CFG = {"tick_ms": 100, "sample_every": 10, "report_ms": 1000, "max_len": 16, "prompt_max": 64,
-            "temperature": 0, "tokenizer": True, "stream": True}
+            "temperature": 0}
 HEAP_FACTOR = 3  # see heap_note in the result: 8-byte objects on the x64 unix port + the whole firmware
 
 
@@ -59,21 +61,10 @@ def check_args(duration: float, nodes: int, k: int = 4) -> None:
 
 
 def stop_ids(mbf_path: Path) -> list[int]:
-    """The draft's output ids whose bytes hold a newline: they end a note (shared/episode.is_stop)."""
-    import numpy as np
+    """The draft's output ids whose bytes hold a newline: they end a note (host/node_config.stop_ids)."""
+    from host import node_config
 
-    from shared import bpe, episode, mbf
-
-    r = mbf.open(str(mbf_path))
-    try:
-        vmap = np.frombuffer(bytes(r.read("vocab_map")), "<u2").tolist()
-        with open(mbf_path, "rb") as f:
-            tok = bpe.BPE(f, offset=r.tok_offset, length=r.tok_length)
-            buf = bytearray(256)
-            out = [t for t in vmap if tok.has_token(t) and episode.is_stop(buf[:tok.token_bytes(t, buf, 0)])]
-    finally:
-        r.close()
-    return out
+    return node_config.stop_ids(mbf_path)
 
 
 class Models:
@@ -193,16 +184,18 @@ class Demo:
             if self.models.model == "tiny":
                 from tools import spec_models
 
-                cfg.update(tokenizer=False, prompt_max=12, max_len=48)
+                cfg.update(tokenizer=False, stream=True, prompt_max=12, max_len=48)
                 model_file = spec_models.make_pair(3, seq_len=512).mbf
-            else:
-                cfg["stop_ids"] = self.models.stops
             for i, b in enumerate(boards):
                 step("node %d: virtual %s, mpremote deploy, boot" % (i + 1, b))
+                from host import node_config
                 from tools.build import board_profile
 
-                heap = int(board_profile(b)["heap_bytes"]) * HEAP_FACTOR
+                prof = board_profile(b)
+                heap = int(prof["heap_bytes"]) * HEAP_FACTOR
                 c = dict(cfg, seed=self.seed + i)
+                if self.models.model != "tiny":  # what deploy --node writes for this board, then the demo's pace
+                    c = dict(node_config.derive(prof, DRAFT)[0], **c)
                 vn = vnode.VNode(b, tmp / ("fs%d" % i), builds[b], c, heap=heap, model=model_file)
                 self.vnodes.append(vn)
                 self.states.append(NodeState("node%d-%s" % (i + 1, b), b, vn.heap_bytes, vn.profile_heap_bytes))
