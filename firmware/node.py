@@ -22,8 +22,10 @@ way when the queue is full, counted as dropped) and annotates alone (offline tok
 tick_ms 1000 (one plant second), queue 16 (lines), report_ms 2000, model (the profile's model file,
 or a path; null: no drafting), k (profile draft_k), temperature 0, top_k 4, max_len 16 (annotation
 tokens per episode), prompt_max 48 (tokens of the log line in a prompt), offline_ms 4000, run_s 0
-(0: forever), window 8, window_bytes 2048 (the link's retransmit window), stream false (true: the model's
-layers are read from flash at every step instead of held in RAM), tokenizer false (true: prompts are
+(0: forever), window 8, window_bytes 2048 (the link's retransmit window), stream false (the memory plan's
+layout: false / "resident" holds the layers in RAM, "layer" / "phase" / "matrix" read them from flash at
+every step, true means "phase"; deploy writes the mode `edgetwin plan` chose), out_rows 64 (classifier
+rows per streamed block, from the same plan), tokenizer false (true: prompts are
 shared/episode.py text encoded with the tokenizer the model file carries, read lazily from flash),
 stop_ids [] (token ids that end a note, e.g. the ids holding a newline). Every value is checked (RULES
 below; docs/NODE.md): a bad /node.json, or a model that cannot be loaded, makes the node run logs-only and
@@ -50,7 +52,7 @@ NOTE_MAX = const(192)  # bytes of a boot-time error line sent to the gateway (No
 _TICKS_MASK = const(0x3FFFFFFF)
 DEFAULTS = {"seed": 1, "machines": 4, "sample_every": 5, "tick_ms": 1000, "queue": 16, "report_ms": 2000,
             "model": "", "k": 0, "temperature": 0, "top_k": 4, "max_len": 16, "prompt_max": 48,
-            "offline_ms": 4000, "run_s": 0, "window": 8, "window_bytes": 2048, "stream": False,
+            "offline_ms": 4000, "run_s": 0, "window": 8, "window_bytes": 2048, "stream": False, "out_rows": 64,
             "tokenizer": False, "stop_ids": []}
 
 try:
@@ -261,7 +263,8 @@ RULES = {"seed": ("int", 0, 0xFFFFFFFF), "machines": ("int", 1, 16), "sample_eve
          "model": ("model", 0, 0), "k": ("int", 0, 32), "temperature": ("num", 0, 10), "top_k": ("int", 1, 16),
          "max_len": ("int", 1, 4096), "prompt_max": ("int", 1, 4096), "offline_ms": ("int", 0, 86400000),
          "run_s": ("int", 0, 500000), "window": ("pow2", 1, 64), "window_bytes": ("int", 64, 0xFFFF),
-         "stream": ("bool", 0, 0), "tokenizer": ("bool", 0, 0), "stop_ids": ("ids", 0, 16)}
+         "stream": ("stream", 0, 0), "out_rows": ("int", 1, 4096), "tokenizer": ("bool", 0, 0), "stop_ids": ("ids", 0, 16)}
+STREAM_MODES = ("resident", "layer", "phase", "matrix")  # shared/memplan.MODES, without importing the planner
 CONFIG_MAX = const(4096)  # bytes: a longer /node.json is refused before it is parsed
 
 
@@ -294,6 +297,10 @@ def check_value(path, key, v):
         if v is True or v is False:
             return v
         want = "true or false"
+    elif kind == "stream":  # the memory plan's layout (shared/memplan.MODES), or true ("phase") / false
+        if v is True or v is False or v in STREAM_MODES:
+            return v
+        want = "true, false or one of %s" % ", ".join(STREAM_MODES)
     elif kind == "model":
         if v is None or (type(v) is str and len(v) <= 128):
             return v
@@ -359,7 +366,8 @@ def make_drafter(prof, cfg):
     kv = prof["kv"]
     ring = ringkv.RingKV(c["n_layers"], c["n_kv_heads"] * c["head_dim"], kv["sink"], kv["window"], kv["staged"],
                          "b", c["n_kv_heads"])
-    model = llama.Model(r, ring, stream=bool(cfg.get("stream", False)))  # stream: weights read per layer
+    # stream: the plan's layout (deploy writes the one `edgetwin plan` chose); out_rows: the streamed classifier's rows
+    model = llama.Model(r, ring, stream=cfg.get("stream", False), out_rows=cfg.get("out_rows", 64))
     k = cfg.get("k") or prof["draft_k"]
     d = drafter.Drafter(model, k, temperature=cfg.get("temperature", 0), top_k=cfg.get("top_k", 4),
                         seed=cfg.get("seed", 1), max_pending=2, max_len=cfg.get("max_len", 16),

@@ -59,7 +59,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 def _print_node(node: dict) -> None:
     plan, cfg = node["plan"], node["config"]
     print(f"node: model {node['model']}, plan {plan['mode']} ({plan['load_peak']} of {plan['budget']} B budget, "
-          f"{8 * plan['word']}-bit objects); node.json: stream {str(cfg['stream']).lower()}, tokenizer "
+          f"{8 * plan['word']}-bit objects); node.json: stream {json.dumps(cfg['stream'])}, out_rows {cfg['out_rows']}, tokenizer "
           f"{str(cfg['tokenizer']).lower()}, k {cfg['k']}, stop_ids {cfg.get('stop_ids', [])}")
 
 

@@ -6,8 +6,9 @@ One function for `edgetwin build --node` / `deploy --node` and the demo, so what
 reports is what the node does: the plan is shared/memfit.py's for the profile (its heap, its KV
 geometry, its word size), the same call `edgetwin plan` makes;
 
-- stream: true unless the plan is resident (firmware/node.py then reads the layer matrices from
-  flash at every step instead of holding them in RAM);
+- stream: the plan's mode ("matrix", "phase", "layer": firmware/node.py then reads the layer
+  matrices from flash at every step instead of holding them in RAM; false when it is resident) and
+  out_rows, the streamed classifier's rows per block, so the node builds the layout that was planned;
 - tokenizer: true when the model file carries its BPE tokenizer (the shipped draft does): prompts are
   the episode text encoded with it, not one token per byte;
 - stop_ids: the model's output ids whose bytes hold a newline (they end a note, shared/episode.is_stop);
@@ -67,7 +68,8 @@ def derive(prof: dict, model: Path, word: int | None = None) -> tuple[dict, dict
     except ValueError as e:  # MBFError, ModelError, ProfileError
         raise UserError("%s: %s (see edgetwin plan --board %s --model %s)"
                         % (path, " ".join(str(e).split()), prof["name"], path)) from None
-    cfg = {"stream": p.mode != "resident", "tokenizer": tokenizer, "k": prof["draft_k"]}
+    cfg = {"stream": p.mode if p.mode != "resident" else False, "out_rows": p.out_rows, "tokenizer": tokenizer,
+           "k": prof["draft_k"]}
     if tokenizer:
         cfg["stop_ids"] = stop_ids(path)
     return cfg, plan_facts(p)

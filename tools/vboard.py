@@ -912,9 +912,8 @@ def node_heap(prof: dict, model: Path | None = None) -> tuple[int, float, str]:
         cfg, _plan = node_config.derive(prof, model)
         with mbf.open(str(model)) as r:
             kv = prof["kv"]
-            mode = "phase" if cfg["stream"] else "resident"  # what firmware/node.py builds for stream true/false
-            p8 = memplan.layout(r.config, kv["sink"], kv["window"], kv["staged"], mode,
-                                64 if cfg["stream"] else 1, 8, r)
+            mode = cfg["stream"] or "resident"  # the planned mode, which firmware/node.py builds
+            p8 = memplan.layout(r.config, kv["sink"], kv["window"], kv["staged"], mode, cfg["out_rows"], 8, r)
     except (UserError, OSError, ValueError) as e:
         return heap * 2, 2.0, "no drafting plan for %s (%s): twice the heap, for 8-byte objects" % (prof["name"], e)
     need = (NODE_BASE_X64 + p8.peak) * (100 + NODE_HEADROOM_PCT) // 100

@@ -45,7 +45,8 @@ def test_node_json_follows_the_plan(board: str, tmp_path: Path, capsys: pytest.C
     cfg = json.loads((out / "node.json").read_text())
     manifest = json.loads((out / "MANIFEST.json").read_text())
     prof = json.loads((out / "board.json").read_text())
-    assert cfg["stream"] is (plan["mode"] != "resident")
+    assert cfg["stream"] == (plan["mode"] if plan["mode"] != "resident" else False)
+    assert cfg["out_rows"] == plan["out_rows"]
     assert manifest["node"]["plan"]["mode"] == plan["mode"] and manifest["node"]["plan"]["load_peak"] == plan["load_peak"]
     assert cfg["tokenizer"] is True and cfg["k"] == prof["draft_k"]
     assert cfg["stop_ids"] and cfg["stop_ids"] == node_config.stop_ids(build.DRAFT)
@@ -109,9 +110,9 @@ def test_vboard_then_deploy_node_boots_and_drafts(tmp_path: Path, capsys: pytest
         n = len(report["files"])
         for f in report["files"]:  # one progress line per file, in order, numbered
             assert re.search(r"\[\d+/%d\] %s " % (n, re.escape(f["path"])), err), f["path"]
-        assert "stream true, tokenizer true, k 4" in out
+        assert 'stream "matrix", out_rows ' in out and "tokenizer true, k 4" in out
         assert err.strip().splitlines()[-1].startswith("deployed %d files" % n) and "the node runs" in err
-        assert json.loads((vdir / "fs" / "node.json").read_text())["stream"] is True
+        assert json.loads((vdir / "fs" / "node.json").read_text())["stream"] == "matrix"
 
         log = _wait_for(vdir / "console.log", "NODE start board=rp2040_pico model=yes", 60)
         assert "Traceback" not in log.split("NODE start")[-1]
