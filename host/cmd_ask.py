@@ -13,7 +13,7 @@ from pathlib import Path
 
 from host.errors import UserError
 
-PROMPT_BUDGET = 480  # host.qa.PROMPT_BUDGET (not imported here: `edgetwin --help` stays light)
+PROMPT_BUDGET = 360  # host.qa.PROMPT_BUDGET (not imported here: `edgetwin --help` stays light)
 HELP = "answer an operator question from the log store: PRISM picks the top K log windows, the target model answers"
 DEFAULT_DB = "edgetwin.db"
 
@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", help="target model GGUF (default: SmolLM2-135M-Instruct)")
     p.add_argument("--threshold", type=float, default=None, help="PRISM pruning CV threshold (default: the reranker's "
                    "calibrated one from its prism.json, else 0.3; inf: never prune)")
-    p.add_argument("--max-tokens", type=int, default=80, help="longest answer in tokens (default 80; it ends sooner at "
+    p.add_argument("--max-tokens", type=int, default=64, help="longest answer in tokens (default 64; it ends sooner at "
                    "its first blank line)")
     p.add_argument("--prompt-budget", type=int, default=None, help="tokens of window text in the target's prompt "
                    "(default %d: each window keeps its lines that name the question's words, events, and those "

@@ -122,6 +122,9 @@ class Gateway:
                 return v.hex() if isinstance(v, (bytes, bytearray)) else str(v)
         return ""
 
+    def _who(self, s: Session) -> str:
+        return "node" if s.name == s.url else "node %s" % s.name  # a node without a name is known by its port
+
     def report(self) -> None:
         """Sessions up/down since the last call, and a status line every status_every seconds (to `out`)."""
         if self.out is None:
@@ -135,10 +138,10 @@ class Gateway:
                 board, uid = getattr(s, "board_id", ""), self._uid(s)
                 who = ["board " + board] if board else []
                 who += ["uid " + uid] if uid else []
-                self.say("node %s connected (%s) on %s" % (s.name, ", ".join(who) or "no board id", s.url))
+                self.say("%s connected (%s) on %s" % (self._who(s), ", ".join(who) or "no board id", s.url))
             else:
                 why = s.last_error if s.transport is None else "no frame from the node for a while"
-                self.say("node %s lost on %s: %s" % (s.name, s.url, why or "link down"))
+                self.say("%s lost on %s: %s" % (self._who(s), s.url, why or "link down"))
         now = time.monotonic()
         if now >= self._next_line:
             self._next_line = now + self.status_every

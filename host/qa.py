@@ -43,7 +43,7 @@ SYSTEM = ("You are the assistant of a plant's control room. Answer the operator'
           "sentences using only the numbered log windows. Cite the windows you use as [1], [2].")
 NO_MATCH_NOTE = ("No log line contains the question's words; the windows below are the most recent alarm and "
                  "state lines. Say so if they do not answer the question.")
-PROMPT_BUDGET = 480  # tokens of window text in the prompt (the whole prompt is ~120 more)
+PROMPT_BUDGET = 360  # tokens of window text in the prompt (the whole prompt is ~120 more)
 EVENT_WORDS = ("ALARM", "STATE", "ACK", "CLEAR", "SHELVE", "UNSHELVE", "LOST", "NOTE")
 FALLBACK_QUERY = "ALARM STATE TRIPPED LOST CLEAR ACK"
 CONTROL = 3  # GGUF token type of control (special) tokens
@@ -198,10 +198,20 @@ def rerank(prism, question: str, windows: Sequence, k: int, labels: Optional[dic
 
 
 def prompt_text(question: str, sources: Sequence[Source], note: str = "") -> str:
-    """ChatML prompt (SmolLM2-Instruct's template) with the numbered windows (and a note to the model, if any)."""
-    blocks = ["[%d] %s:\n%s" % (s.n, s.span(), s.text.strip()) for s in sources]
-    user = "Log windows:\n\n%s\n\n%sQuestion: %s" % ("\n\n".join(blocks), note + "\n\n" if note else "",
-                                                     question.strip())
+    """ChatML prompt (SmolLM2-Instruct's template) with the numbered windows (and a note to the model, if any).
+    When every window is of one day, the day is said once (SmolLM2 reads each digit as a token)."""
+    days = {fmt_ms(t)[:10] for s in sources for t in (s.t0_ms, s.t1_ms)}
+    one_day = len(days) == 1
+
+    def span(s: Source) -> str:
+        if not one_day:
+            return s.span()
+        return "%s %s to %s" % (s.node, fmt_ms(s.t0_ms, time_only=True), fmt_ms(s.t1_ms, time_only=True))
+
+    blocks = ["[%d] %s:\n%s" % (s.n, span(s), s.text.strip()) for s in sources]
+    head = "Log windows of %s (UTC)" % days.pop() if one_day else "Log windows"
+    user = "%s:\n\n%s\n\n%sQuestion: %s" % (head, "\n\n".join(blocks), note + "\n\n" if note else "",
+                                             question.strip())
     return ("<|im_start|>system\n%s<|im_end|>\n<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n"
             % (SYSTEM, user))
 
@@ -342,7 +352,7 @@ class Answerer:
     def count(self, text: str) -> int:
         return len(self.encode(text))
 
-    def answer(self, question: str, sources: Sequence[Source], max_tokens: int = 80,
+    def answer(self, question: str, sources: Sequence[Source], max_tokens: int = 64,
                on_text: Optional[Callable[[str], None]] = None, note: str = "",
                budget: Optional[int] = PROMPT_BUDGET) -> str:
         """Greedy answer; on_text gets each new piece of text as soon as it decodes to whole characters.
@@ -419,7 +429,7 @@ class Background:
 
 
 def ask(question: str, store_path: str | Path, prism, answerer: Optional[Callable[[], "Answerer"]], k: int = 3,
-        limit: int = 20, lines: int = 6, max_tokens: int = 80, budget: Optional[int] = PROMPT_BUDGET,
+        limit: int = 20, lines: int = 6, max_tokens: int = 64, budget: Optional[int] = PROMPT_BUDGET,
         report: Optional[Callable[[str, object], None]] = None) -> dict:
     """The whole question: retrieve, rank, answer. answer() is called for the Answerer (None: rank only).
 

@@ -75,7 +75,8 @@ def test_store_windows_and_rerank(plant):
     assert all(s.node == "node-7" and s.t0_ms <= s.t1_ms for s in chosen)
     p = qa.prompt_text(QUESTION, chosen)
     assert p.startswith("<|im_start|>system\n") and p.endswith("<|im_start|>assistant\n")
-    assert "[2] node-7 2026-11-30 " in p and QUESTION in p
+    assert "Log windows of 2026-11-30 (UTC):" in p and re.search(r"\[2\] node-7 \d\d:\d\d:\d\d to ", p)
+    assert QUESTION in p
     assert [s.n for s in qa.cited_sources("see [2] and [1], also [2] and [9]", chosen)] == [2, 1]
     prism.close()
 
