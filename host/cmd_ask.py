@@ -63,7 +63,10 @@ def _target_path(arg: str | None) -> str:
 
 def _question(arg: str) -> str:
     if arg == "-":
-        return sys.stdin.read()
+        try:
+            return sys.stdin.read()
+        except UnicodeDecodeError as e:
+            raise UserError("the question on stdin is not text in the terminal's encoding: %s" % e) from None
     return arg
 
 
