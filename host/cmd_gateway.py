@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from host.errors import UserError
@@ -27,6 +28,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=1, help="sampling seed")
     p.add_argument("--status", default=None, help="write a JSON status snapshot here twice a second")
     p.add_argument("--seconds", type=float, default=None, help="stop after this long (default: until Ctrl-C)")
+    p.add_argument("--name", action="append", default=[], metavar="NAME",
+                   help="name the nodes in the store and in `ask`, in the order of the --port options (the same as "
+                        "NAME=PORT); default: the board's id from the handshake is shown, the port is stored")
+    p.add_argument("--status-every", type=float, default=30.0, metavar="SECONDS",
+                   help="print a status line this often: nodes up, lines stored, annotations, acceptance, tokens/s "
+                        "(default 30)")
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors (no sessions up/down, no status lines)")
 
 
 def _split(spec: str) -> tuple[str | None, str]:
@@ -61,6 +69,16 @@ def run(args: argparse.Namespace) -> int:
     from host.store import StoreError, side_files
 
     pairs = [_split(p) for p in args.port]
+    if len(args.name) > len(pairs):
+        raise UserError("%d --name options for %d --port options" % (len(args.name), len(pairs)))
+    for i, n in enumerate(args.name):
+        if not n.strip():
+            raise UserError("--name must not be empty")
+        if pairs[i][0] is not None and pairs[i][0] != n:
+            raise UserError("port %s is named twice: %s=... and --name %s" % (pairs[i][1], pairs[i][0], n))
+        pairs[i] = (n, pairs[i][1])
+    if not args.status_every > 0:
+        raise UserError("--status-every must be a positive number of seconds, got %s" % args.status_every)
     ports = [p for _, p in pairs]
     names = [n or p for n, p in pairs]
     if len(set(ports)) != len(ports):
@@ -100,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
     if args.model is not None:
         from host import gateway
 
+        if not args.quiet:
+            print("edgetwin gateway: loading the target model %s" % args.model, flush=True)
         try:
             spec_factory, verify = gateway.make_spec(args.model, temperature=args.temperature, top_k=args.top_k,
                                                      seed=args.seed)
@@ -111,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
         ours += [p for p in (status, status.with_suffix(".tmp")) if not p.exists()]
     try:
         gw = Gateway(ports, db, baud=args.baud, names=names, spec_factory=spec_factory, verify=verify,
-                     status_path=args.status)
+                     status_path=args.status, out=None if args.quiet else sys.stdout,
+                     status_every=args.status_every)
     except (StoreError, ValueError) as e:
         _remove(ours)
         raise UserError(str(e)) from None
@@ -121,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
         gw.close()
         _remove(ours)
         raise UserError(str(e)) from None
-    print("edgetwin gateway: %d port(s), store %s%s" % (len(ports), args.db,
-                                                        ", model %s" % args.model if args.model else ""), flush=True)
+    if not args.quiet:
+        print("edgetwin gateway: %d port(s), store %s%s; a status line every %g s (--quiet: none)"
+              % (len(ports), args.db, ", model %s" % args.model if args.model else "", args.status_every), flush=True)
     return gw.run(seconds=args.seconds)

@@ -124,6 +124,7 @@ class Demo:
         self.answers: list[dict] = []
         self.pids: list[int] = []
         self.t_run = 0.0
+        self.t_begin = time.monotonic()
 
     # ------------------------------------------------------------------ set-up
 
@@ -135,6 +136,12 @@ class Demo:
         console = Console(file=self.err, quiet=quiet)
         return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                         console=console, transient=False)
+
+    def note(self, what: str) -> None:
+        """A progress line on stderr when there is no live view (--json): stdout keeps only the JSON."""
+        if not self.live:
+            self.err.write("demo [%5.1f s]: %s\n" % (time.monotonic() - self.t_begin, what))
+            self.err.flush()
 
     def prepare(self) -> None:
         from host import models, qa
@@ -150,6 +157,7 @@ class Demo:
 
             def step(what: str) -> None:
                 prog.update(task, description=what)
+                self.note(what)
 
             step("loading the target (SmolLM2-135M-Instruct GGUF) and its tokenizer")
             try:
@@ -273,10 +281,15 @@ class Demo:
             live = Live(self.render(), refresh_per_second=4, screen=False, transient=False)
             live.start()
         next_view = 0.0
+        next_note = t0
+        self.note("running %d node(s) for %g s" % (self.n, self.duration))
         try:
             while time.monotonic() < end:
                 gw.round()
                 now = time.monotonic()
+                if now >= next_note:
+                    next_note = now + 5.0
+                    self.note("%.0f of %g s: %s" % (now - t0, self.duration, self._brief()))
                 if now >= next_view:
                     for v, st in zip(self.vnodes, self.states):
                         c = v.console()
@@ -293,6 +306,15 @@ class Demo:
                 live.update(self.render())
                 live.stop()
         self.durations["run_s"] = round(self.t_run, 1)
+
+    def _brief(self) -> str:
+        parts = []
+        for s, st in zip(self.gw.sessions if self.gw else [], self.states):
+            sp = s.spec
+            parts.append("%s %s, %d lines, %d tokens committed" % (
+                st.name, "up" if s.link.established else "down", s.counts["logs"],
+                sp.stream.committed if sp is not None else 0))
+        return "; ".join(parts)
 
     def elapsed(self) -> float:
         return max(1e-6, time.monotonic() - getattr(self, "t_run0", time.monotonic()))
@@ -325,6 +347,7 @@ class Demo:
 
     def stop(self) -> dict:
         t0 = time.monotonic()
+        self.note("stopping the nodes and the gateway")
         self.pids = [p for p in (v.pid() for v in self.vnodes) if p]
         if self.gw is not None:
             try:
@@ -349,6 +372,7 @@ class Demo:
         prism = Prism.from_pretrained(str(self.models.reranker))
         try:
             for q in self.questions:
+                self.note("asking: %s" % q)
                 entry: dict = {"question": q, "answer": "", "cited": [], "given": []}
                 try:
                     windows = qa.candidates(self.db, q, limit=12, lines=4)
