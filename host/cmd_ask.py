@@ -100,6 +100,12 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("log store %s does not exist (give the gateway's --db file)" % db)
     if not os.access(db, os.R_OK):
         raise UserError("--db %s: not readable (permission denied)" % db)
+    from host.store import LogStore, StoreError
+
+    try:  # a file that is not a log store is refused before any progress line or model load
+        LogStore(db, readonly=True).close()
+    except StoreError as e:
+        raise UserError(str(e)) from None
     out, err = sys.stdout, sys.stderr
 
     def progress(line: str) -> None:
