@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 import re
-import select
+import queue
 import shlex
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -62,32 +63,35 @@ def _substitute(cmd: list[str], ports: dict[str, str], db: Path) -> list[str]:
     return out
 
 
-def _start_vboard(root: Path) -> tuple[subprocess.Popen, str, str]:
+def _start_vboard(root: Path) -> tuple[subprocess.Popen, str, str, queue.Queue]:
     p = subprocess.Popen([sys.executable, "-m", "host.cli", "vboard", "--board", "rp2040_pico", "--root", str(root)],
                          cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
+    q: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [q.put(ln) for ln in p.stdout], daemon=True).start()  # select() misses buffered lines
     deadline = time.monotonic() + 60
     repl = uart = None
     while time.monotonic() < deadline and not (repl and uart and any("Ctrl-C" in ln for ln in lines)):
-        r, _, _ = select.select([p.stdout], [], [], 1.0)
-        if r:
-            ln = p.stdout.readline()
-            if not ln:
+        try:
+            ln = q.get(timeout=1.0)
+        except queue.Empty:
+            if p.poll() is not None:
                 break
-            lines.append(ln)
-            m = re.match(r"\s*(REPL|UART)\s+(/\S+)", ln)
-            if m:
-                if m.group(1) == "REPL":
-                    repl = m.group(2)
-                else:
-                    uart = m.group(2)
+            continue
+        lines.append(ln)
+        m = re.match(r"\s*(REPL|UART)\s+(/\S+)", ln)
+        if m:
+            if m.group(1) == "REPL":
+                repl = m.group(2)
+            else:
+                uart = m.group(2)
     if not (repl and uart):
         p.kill()
         raise AssertionError("edgetwin vboard printed no ports:\n" + "".join(lines))
-    return p, repl, uart
+    return p, repl, uart, q
 
 
-def _stop(p: subprocess.Popen) -> str:
+def _stop(p: subprocess.Popen, read: bool = True) -> str:
     if p.poll() is None:
         p.send_signal(signal.SIGTERM)
         try:
@@ -95,7 +99,7 @@ def _stop(p: subprocess.Popen) -> str:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait(5)
-    return p.stdout.read() if p.stdout else ""
+    return p.stdout.read() if read and p.stdout else ""
 
 
 def _annotations(db: Path) -> list[str]:
@@ -122,7 +126,7 @@ def _log_count(db: Path) -> int:
 @pytest.mark.slow
 def test_readme_real_node_steps_2_and_4_on_a_virtual_board(tmp_path):
     cmds = readme_commands()
-    vb, repl, uart = _start_vboard(tmp_path / "board")
+    vb, repl, uart, vb_lines = _start_vboard(tmp_path / "board")
     gw = None
     db = tmp_path / "plant.db"
     ports = {"/dev/ttyACM0": repl, "/dev/ttyUSB0": uart}
@@ -158,7 +162,9 @@ def test_readme_real_node_steps_2_and_4_on_a_virtual_board(tmp_path):
         assert "/dev/pts" not in out and str(tmp_path) not in out, "ask names a node by its port: " + out
     finally:
         gw_out = _stop(gw) if gw is not None else ""
-        vb_out = _stop(vb)
+        _stop(vb, read=False)
+        time.sleep(0.5)
+        vb_out = "".join(vb_lines.get() for _ in range(vb_lines.qsize()))
         if gw is not None:
             assert "Traceback" not in gw_out, gw_out[-3000:]
         assert "Traceback" not in vb_out, vb_out[-3000:]
