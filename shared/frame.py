@@ -1,5 +1,5 @@
 # frame.py: the link's frames: header, CRC-32, COBS wrapping, body layouts and checks (docs/PROTOCOL.md).
-"""Frames of the node <-> gateway link, version 1.0. docs/PROTOCOL.md is the specification; this file
+"""Frames of the node <-> gateway link, version 1.1 (reads 1.0 peers too). docs/PROTOCOL.md is the specification; this file
 implements it. Every integer is little-endian. A frame on the wire is
 
     0x00  COBS(header[20] + body[len] + (signature[14] if type bit 7) + CRC-32[4])  0x00
@@ -37,8 +37,9 @@ try:
 except ImportError:  # CPython
     const = lambda x: x  # noqa: E731
 
-VERSION = const(0x10)  # major 1, minor 0
+VERSION = const(0x11)  # major 1, minor 1 (1.1: LOG bodies carry a line sequence number)
 VERSION_MAJOR = const(1)
+MINOR = const(1)  # this side's minor; a peer's is the low nibble of its HELLO's version byte
 MAX_FRAME = const(1024)  # default cap on a decoded frame (header + body + trailer + CRC)
 MIN_FRAME = const(64)
 MAX_FRAME_LIMIT = const(16384)
@@ -125,10 +126,16 @@ R_TOKENIZER = const(2)
 R_KV = const(3)
 R_DRAFT = const(4)
 R_ROLE = const(5)
-# LOG body
+# LOG body, version 1.1: ts u32 (u30), level u8, flags u8, boot u16, lseq u32 (u30), text
 _LG_TS = const(0)
 _LG_LEVEL = const(4)
-LG_TEXT = const(5)
+LG_FLAGS = const(5)
+LG_BOOT = const(6)
+LG_LSEQ = const(8)
+LG_TEXT = const(12)
+LG_TEXT_10 = const(5)  # version 1.0: ts u32, level u8, text
+LG_SPILLED = const(1)  # flags bit 0: the line waited in the node's flash spill ring
+LG_FLAGS_KNOWN = const(1)
 # DRAFT body
 _DR_BLOCK = const(0)
 _DR_BASE = const(2)
@@ -230,9 +237,9 @@ def copy4(dst, doff, src, soff):
     dst[doff + 3] = src[soff + 3]
 
 
-def put_header(buf, off, ftype, blen, seq, ack, epoch, peer, txoff, limit):
+def put_header(buf, off, ftype, blen, seq, ack, epoch, peer, txoff, limit, version=VERSION):
     """Write a version-1 header at buf[off:off+20]; epoch and peer are 4-byte buffers."""
-    buf[off] = VERSION
+    buf[off] = version
     buf[off + 1] = ftype
     put_u16(buf, off + H_LEN, blen)
     put_u16(buf, off + H_SEQ, seq)
@@ -392,17 +399,20 @@ class Decoder:
 
 # ---- bodies: checks (allocation-free) ----
 
-def check_body(t, buf, off, n):
+def check_body(t, buf, off, n, minor=MINOR):
     """BODY_OK if the body buf[off:off+n] of a frame of type t (bits 0..6) is well-formed, else a
-    BODY_* code (BODY_ERRORS[code] says why). Types it does not know pass. Allocates nothing."""
+    BODY_* code (BODY_ERRORS[code] says why). Types it does not know pass. minor: the sender's minor
+    version (LOG bodies differ between 1.0 and 1.1). Allocates nothing."""
     if t == DRAFT:
         return _check_draft(buf, off, n)
     if t == VERDICT:
         return _check_verdict(buf, off, n)
     if t == LOG:
-        if n < LG_TEXT:
+        if n < (LG_TEXT if minor else LG_TEXT_10):
             return BODY_SHORT
         if buf[off + _LG_TS + 3] & 0xC0 or buf[off + _LG_LEVEL] > 7:
+            return BODY_FIELD
+        if minor and (buf[off + LG_FLAGS] & ~LG_FLAGS_KNOWN or buf[off + LG_LSEQ + 3] & 0xC0):
             return BODY_FIELD
         return BODY_OK
     if t == KVSNAP:
@@ -572,12 +582,13 @@ BODIES = {
     HEARTBEAT: ("<BBHH", ("flags", "reserved", "rx_bad", "rx_dup"), None),
     ACK: ("<B", ("flags",), "sack"),
     ERROR: ("<BBH", ("code", "ref", "detail"), "text"),
-    LOG: ("<IB", ("ts", "level"), "text"),
+    LOG: ("<IBBHI", ("ts", "level", "flags", "boot", "lseq"), "text"),
     DRAFT: ("<HIBB", ("block", "base", "k", "flags"), "tokens"),
     VERDICT: ("<HIBBHI", ("block", "base", "accepted", "flags", "token", "committed"), None),
     KVSNAP: ("<HIII", ("snap", "total", "offset", "crc"), "data"),
     PROMPT: ("<IBB", ("base", "n", "flags"), "ids"),
 }
+BODIES_10 = {LOG: ("<IB", ("ts", "level"), "text")}  # version 1.0 layouts that 1.1 changed
 _RANGE = {"B": 0xFF, "H": 0xFFFF, "I": 0xFFFFFFFF}
 
 
@@ -585,15 +596,16 @@ def _name(t):
     return TYPE_NAMES.get(t, "type 0x%02x" % t)
 
 
-def _checked(t, body):
-    code = check_body(t, body, 0, len(body))
+def _checked(t, body, minor=MINOR):
+    code = check_body(t, body, 0, len(body), minor)
     if code:
         raise FrameError("%s body: %s" % (_name(t), BODY_ERRORS[code]))
     return body
 
 
-def pack_body(t, **fields):
+def pack_body(t, minor=MINOR, **fields):
     """A body of type t from named fields (BODIES; missing ones are 0, the tail b""), checked.
+    minor=0: the version 1.0 layout (BODIES_10) where it differs.
 
     DRAFT's tail `tokens` is a list of (ids, counts, pick): ids ascending, counts summing to 65536
     (not sent for a single candidate), the drafted token ids[pick]."""
@@ -601,7 +613,7 @@ def pack_body(t, **fields):
 
     if t not in BODIES:
         raise FrameError("no body layout for %s" % _name(t))
-    fmt, names, tail = BODIES[t]
+    fmt, names, tail = BODIES_10[t] if not minor and t in BODIES_10 else BODIES[t]
     vals = []
     for code, name in zip(fmt[1:].replace("16s", "s"), names):
         v = fields.pop(name, b"" if code == "s" else 0)
@@ -634,17 +646,19 @@ def pack_body(t, **fields):
             body += bytes((v & 0xFF, v >> 8))
     else:
         body += rest.encode() if isinstance(rest, str) else bytes(rest)
-    return bytes(_checked(t, body))
+    return bytes(_checked(t, body, minor))
 
 
-def parse_body(t, body):
-    """A body's fields as a dict (host side); FrameError if check_body rejects it."""
+def parse_body(t, body, minor=MINOR):
+    """A body's fields as a dict (host side); FrameError if check_body rejects it. minor: the
+    sender's minor version (0: read a 1.0 LOG body; its flags, boot and lseq are then 0)."""
     import struct
 
-    body = bytes(_checked(t, bytes(body)))
+    body = bytes(_checked(t, bytes(body), minor))
     if t not in BODIES:
         return {"raw": body}
-    fmt, names, tail = BODIES[t]
+    old = not minor and t in BODIES_10
+    fmt, names, tail = BODIES_10[t] if old else BODIES[t]
     out = dict(zip(names, struct.unpack_from(fmt, body, 0)))
     if t == HELLO:
         out["board_id"] = out["board_id"].rstrip(b"\x00")
@@ -662,6 +676,8 @@ def parse_body(t, body):
         out["ids"] = [u16(body, p + 2 * j) for j in range(out["n"])]
     elif tail:
         out[tail] = body[p:]
+    if old and t == LOG:
+        out.update(flags=0, boot=0, lseq=0)
     return out
 
 
@@ -695,8 +711,10 @@ def _b4(v, name):
     return bytes(v)
 
 
-def frame_bytes(ftype, body=b"", seq=0, ack=0, epoch=1, peer=0, txoff=0, limit=0, signer=None, counter=0):
-    """The decoded frame (header + body + trailer + CRC) as bytes; epoch/peer: int or 4 bytes."""
+def frame_bytes(ftype, body=b"", seq=0, ack=0, epoch=1, peer=0, txoff=0, limit=0, signer=None, counter=0,
+                version=VERSION):
+    """The decoded frame (header + body + trailer + CRC) as bytes; epoch/peer: int or 4 bytes;
+    version: the header's version byte (0x10 builds a 1.0 peer's frame)."""
     for name, v, hi in (("type", ftype, 0x7F), ("seq", seq, 0xFFFF), ("ack", ack, 0xFFFF), ("txoff", txoff, 0xFFFF),
                         ("limit", limit, 0xFFFF), ("body length", len(body), MAX_FRAME_LIMIT)):
         if not isinstance(v, int) or not (1 if name == "type" else 0) <= v <= hi:
@@ -704,7 +722,7 @@ def frame_bytes(ftype, body=b"", seq=0, ack=0, epoch=1, peer=0, txoff=0, limit=0
     if signer is not None:
         ftype |= SIGNED
     raw = bytearray(raw_size(ftype, len(body)))
-    put_header(raw, 0, ftype, len(body), seq, ack, _b4(epoch, "epoch"), _b4(peer, "peer"), txoff, limit)
+    put_header(raw, 0, ftype, len(body), seq, ack, _b4(epoch, "epoch"), _b4(peer, "peer"), txoff, limit, version)
     raw[HDR:HDR + len(body)] = body
     if signer is not None:
         signer.sign(raw, 0, len(body), counter_bytes(counter))
@@ -738,7 +756,7 @@ def parse(raw, max_frame=MAX_FRAME):
     out = {"version": raw[0], "type": ftype & 0x7F, "signed": bool(ftype & SIGNED), "len": blen,
            "seq": u16(raw, H_SEQ), "ack": u16(raw, H_ACK), "epoch": raw[H_EPOCH:H_EPOCH + 4],
            "peer": raw[H_PEER:H_PEER + 4], "txoff": u16(raw, H_TXOFF), "limit": u16(raw, H_LIMIT),
-           "body": _checked(ftype & 0x7F, raw[HDR:HDR + blen])}
+           "body": _checked(ftype & 0x7F, raw[HDR:HDR + blen], raw[0] & 15)}
     if ftype & SIGNED:
         out["counter"] = raw[HDR + blen:HDR + blen + SIG_COUNTER]
         out["tag"] = raw[HDR + blen + SIG_COUNTER:HDR + blen + SIG]

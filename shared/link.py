@@ -50,7 +50,9 @@ from shared.frame import (
     DATA_MIN,
     ERROR,
     H_EPOCH,
+
     H_PEER,
+    H_VER,
     HB_PROBE,
     HDR,
     HE_FLAGS,
@@ -283,6 +285,7 @@ class Link:
         self._blocked_at = 0
         self._pend = 0
         self._ver_seen = 0
+        self.peer_minor = frame.MINOR  # until a HELLO says otherwise (a restored gateway has none yet)
 
     def _zero_counters(self):
         self.tx_frames = 0
@@ -555,6 +558,7 @@ class Link:
         return True
 
     def _adopt_hello(self, buf, blen):
+        self.peer_minor = buf[H_VER] & 15  # the peer's minor version: which LOG layout it speaks
         ph = self.peer_hello
         for i in range(HELLO_SIZE):
             ph[i] = buf[HDR + i]
@@ -576,7 +580,7 @@ class Link:
         if diff == 0:
             self._rx_next = (self._rx_next + 1) & 0xFFFF
             self._ack_later()
-            if frame.check_body(t, buf, HDR, blen):
+            if frame.check_body(t, buf, HDR, blen, self.peer_minor):
                 self.rx_bad_body += 1
                 self._event(EV_BAD_BODY, t)
             else:
@@ -623,7 +627,7 @@ class Link:
             t = self._ro_t[slot]
             n = self._ro_len[slot]
             off = slot * self._ro_size
-            if frame.check_body(t, self._ro, off, n):
+            if frame.check_body(t, self._ro, off, n, self.peer_minor):
                 self.rx_bad_body += 1
                 self._event(EV_BAD_BODY, t)
                 continue
