@@ -6,17 +6,22 @@
 It reads /board.json (the profile) and /node.json (optional; keys below), opens the link port
 (firmware/boardcfg.py: PtyUART on the virtual board, machine.UART / busio.UART on a board) and loops:
 
-    sampler.poll   plant ticks due -> readings into versioned slots, log lines into the LineQueue
+    sampler.poll   plant ticks due -> readings into versioned slots, log lines into the LineQueue (each
+                   numbered: lseq 1, 2, ... per boot); a full queue moves its oldest line to the flash
+                   spill ring (firmware/spill.py) instead of dropping it
     link.poll      read, deliver VERDICTs, acks, retransmit, heartbeat, handshake
-    logs           queued lines -> LOG frames while the link window has room (2 slots kept for drafts)
-    annotator      system prompt / episode PROMPT / DRAFT blocks (firmware/annotator.py), when a model is there
+    logs           spilled lines first, then queued ones -> LOG frames while the link window has room;
+                   logging comes first: drafts get the link only when no line is waiting
+    annotator      system prompt / episode PROMPT / DRAFT blocks (firmware/annotator.py), when a model is
+                   there and no line waits for the link (offline drafting goes on while the link is down)
     report         every report_ms a level-0 LOG line "NODE heap=... loops=... ..." (heap after gc.collect),
-                   sent directly (not queued) so it describes the stream as the frames around it
+                   sent directly (not queued, lseq 0) so it describes the stream as the frames around it
 
 Every buffer is allocated in the constructor; the loop allocates nothing on MicroPython once warm, so
 the heap stays flat however long it runs (the NODE lines let the gateway and the tests see it). The
-node never waits for the gateway: without one it keeps sampling and queueing (the oldest lines give
-way when the queue is full, counted as dropped) and annotates alone (offline tokens, unverified).
+node never waits for the gateway: without one it keeps sampling and queueing (lines beyond the queue
+go to the spill ring; only when the ring's budget is full do the oldest lines go, counted as dropped)
+and annotates alone (offline tokens, unverified).
 
 /node.json keys (defaults): seed 1, machines 4, sample_every 5 (ticks between sample lines),
 tick_ms 1000 (one plant second), queue 16 (lines), report_ms 2000, model (the profile's model file,
@@ -25,7 +30,8 @@ tokens per episode), prompt_max 48 (tokens of the log line in a prompt), offline
 (0: forever), window 8, window_bytes 2048 (the link's retransmit window), stream false (true: the model's
 layers are read from flash at every step instead of held in RAM), tokenizer false (true: prompts are
 shared/episode.py text encoded with the tokenizer the model file carries, read lazily from flash),
-stop_ids [] (token ids that end a note, e.g. the ids holding a newline).
+stop_ids [] (token ids that end a note, e.g. the ids holding a newline), spill_bytes -1 (the flash spill
+ring's size: -1 the profile's spill_bytes, 0 none), spill_path "/spill.bin".
 
 Heap: the big buffers (link, queue) are allocated before the plant simulator's modules are imported,
 so they find contiguous room on a heap that module loading fragments (measured on the 64-bit unix
@@ -33,6 +39,7 @@ port with the rp2040_pico heap of 196608 B: frame + link + plant bytecode take ~
 """
 import gc
 import json
+import sys
 import time
 
 from firmware.logq import LINE_MAX, LineQueue, put_bytes, put_uint
@@ -44,11 +51,13 @@ except ImportError:  # CPython
     const = lambda x: x  # noqa: E731
 
 CONFIG = "/node.json"
+_HOST = sys.implementation.name == "cpython"
 _TICKS_MASK = const(0x3FFFFFFF)
 DEFAULTS = {"seed": 1, "machines": 4, "sample_every": 5, "tick_ms": 1000, "queue": 16, "report_ms": 2000,
             "model": "", "k": 0, "temperature": 0, "top_k": 4, "max_len": 16, "prompt_max": 48,
             "offline_ms": 4000, "run_s": 0, "window": 8, "window_bytes": 2048, "stream": False,
             "tokenizer": False, "stop_ids": []}
+DEFAULTS.update({"spill_bytes": -1, "spill_path": "/spill.bin"})  # lossless logging (docs/NODE.md)
 
 try:
     ticks_ms = time.ticks_ms  # MicroPython
@@ -74,7 +83,9 @@ class Node:
         c = dict(DEFAULTS)
         c.update(cfg)
         self.cfg = c
-        self.q = LineQueue(c["queue"])
+        self.spill = self._open_spill(prof, c, "spill_path" in cfg)
+        self.boot = self.spill.boot if self.spill is not None else 0
+        self.q = LineQueue(c["queue"], self.spill)
         kv = prof["kv"]
         k = drafter.k if drafter is not None and hasattr(drafter, "k") else (c["k"] or prof["draft_k"])
         self.lk = link.Link(uart, on_frame=self.on_frame, on_event=self.on_event, role=frame.ROLE_NODE,
@@ -84,7 +95,7 @@ class Node:
                             window=c["window"], window_bytes=c["window_bytes"], reorder=8, reorder_bytes=128, now=now)
         self.body = bytearray(frame.LG_TEXT + LINE_MAX)
         self.last = bytearray(LINE_MAX)  # the newest line sent: the next episode's prompt
-        self.rep = bytearray(frame.LG_TEXT + 192)  # the NODE report's LOG body
+        self.rep = bytearray(frame.LG_TEXT + 256)  # the NODE report's LOG body
         from firmware.sampler import Sampler  # after the big buffers: its modules fragment the heap
 
         self.sampler = Sampler(self.q, c["seed"], c["machines"], c["sample_every"], c["tick_ms"], now)
@@ -108,6 +119,22 @@ class Node:
         self.sent = 0
         self.reboots_seen = 0
         self.heap = 0
+        self.link_lost = 0  # LOG frames the link gave up unacknowledged (EV_TX_DROPPED)
+
+    @staticmethod
+    def _open_spill(prof, c, path_given):
+        size = c["spill_bytes"]
+        if size < 0:
+            size = prof.get("spill_bytes", 0)
+        if not size or (not path_given and _HOST):  # a node under CPython (tests) spills only where told
+            return None
+        from firmware.spill import Spill
+
+        try:
+            return Spill(c["spill_path"], size)
+        except (OSError, ValueError) as e:  # no room on the filesystem, a bad size: log without it
+            print("NODE spill off: %s (%s, %d bytes)" % (e, c["spill_path"], size))
+            return None
 
     # ---- link callbacks (called from lk.poll, allocation-free) ----
 
@@ -118,6 +145,9 @@ class Node:
     def on_event(self, code, value):
         if code == link.EV_TX_DROPPED:  # the link dropped its oldest unacked frames: they will never be acked
             self._acked()
+            for i in range(value):
+                if self._t_r + i < self._t_w and self._types[(self._t_r + i) & 63] == frame.LOG:
+                    self.link_lost += 1
             self._t_r += value
             if self._t_r > self._t_w:
                 self._t_r = self._t_w
@@ -146,50 +176,94 @@ class Node:
 
     # ---- the loop ----
 
+    def backlog(self):
+        """Lines waiting for the link (RAM queue + spill ring)."""
+        sp = self.spill
+        return self.q.count + (sp.count if sp is not None else 0)
+
+    def _send_line(self, src, off, n, level, ts, boot, lseq, flags):
+        # One LOG frame: the 1.1 layout (flags, boot, lseq), or 1.0's to a 1.0 gateway. False: no room.
+        body = self.body
+        frame.put_u32(body, 0, ts & _TICKS_MASK)
+        body[4] = level
+        j = frame.LG_TEXT_10
+        if self.lk.peer_minor:
+            body[frame.LG_FLAGS] = flags
+            frame.put_u16(body, frame.LG_BOOT, boot)
+            frame.put_u32(body, frame.LG_LSEQ, lseq)
+            j = frame.LG_TEXT
+        for i in range(n):
+            body[j + i] = src[off + i]
+        if not self.send(frame.LOG, body, j + n):
+            return False
+        last = self.last
+        for i in range(n):
+            last[i] = src[off + i]
+        self.last_n = n
+        self.sent += 1
+        return True
+
     def _send_logs(self, now):
+        # Every free slot of the link window goes to lines, oldest first: the spill ring holds older
+        # lines than the queue (the queue's oldest move there), so it drains first.
         q = self.q
         lk = self.lk
-        keep = 2 if self.ann is not None else 0
-        body = self.body
-        while q.count and lk.free_slots() > keep:
-            off = q.first()
-            n = q.lens[q.head]
-            frame.put_u32(body, 0, q.ts[q.head] & _TICKS_MASK)
-            body[4] = q.levels[q.head]
-            src = q.buf
-            for i in range(n):
-                body[frame.LG_TEXT + i] = src[off + i]
-            if not self.send(frame.LOG, body, frame.LG_TEXT + n):
-                return
-            last = self.last
-            for i in range(n):
-                last[i] = src[off + i]
-            self.last_n = n
-            q.pop()
-            self.sent += 1
+        sp = self.spill
+        while lk.free_slots() > 0:
+            if sp is not None and sp.count and sp.peek():
+                if not self._send_line(sp.rec, sp.text_off, sp.n, sp.level, sp.ts, sp.line_boot, sp.lseq,
+                                       sp.flags | frame.LG_SPILLED):
+                    return
+                sp.pop()
+            elif q.count:
+                h = q.head
+                if not self._send_line(q.buf, q.first(), q.lens[h], q.levels[h], q.ts[h], self.boot, q.lseq[h], 0):
+                    return
+                q.pop()
+            else:
+                break
+        if (sp is not None and not sp.marked and not sp.count and lk.established
+                and self.logs_acked == self.logs_sent):
+            sp.mark()  # every spilled line is with the gateway: a reboot will not send them again
 
     def _report(self, now):
         # A level-0 LOG line formatted in place and sent at once, not through the line queue, so it
         # states the stream and the counters exactly as the frames around it on the wire:
-        # NODE heap=.. loops=.. lines=.. dropped=.. logs_sent=.. logs_acked=.. [gen=.. offline=.. committed=..
-        # live=.. crc=..]. logs_sent counts the LOG frames sent before this one. False: no room, retry.
+        # NODE heap=.. loops=.. lines=.. dropped=.. logs_sent=.. logs_acked=.. boot=.. spilled=..
+        # backlog=.. [gen=.. offline=.. committed=.. live=.. crc=..]. lines: lines logged this boot (the
+        # newest lseq); dropped: lines of this boot the node gave up (spill ring full, or no ring and the
+        # queue full, or frames the link dropped); logs_sent counts the LOG frames sent before this one.
+        # Its lseq is 0: a report is not a numbered line. False: no room, retry.
         if self.lk.free_slots() < 1 or not self.lk.established:
             return False
         r = self.rep
         frame.put_u32(r, 0, now & _TICKS_MASK)
         r[4] = 0
-        j = put_bytes(r, frame.LG_TEXT, b"NODE heap=")
+        j = frame.LG_TEXT_10
+        if self.lk.peer_minor:
+            r[frame.LG_FLAGS] = 0
+            frame.put_u16(r, frame.LG_BOOT, self.boot)
+            frame.put_u32(r, frame.LG_LSEQ, 0)
+            j = frame.LG_TEXT
+        j = put_bytes(r, j, b"NODE heap=")
         j = put_uint(r, j, self.heap)
         j = put_bytes(r, j, b" loops=")
         j = put_uint(r, j, self.loops & _TICKS_MASK)
         j = put_bytes(r, j, b" lines=")
         j = put_uint(r, j, self.q.queued & _TICKS_MASK)
+        sp = self.spill
         j = put_bytes(r, j, b" dropped=")
-        j = put_uint(r, j, self.q.dropped & _TICKS_MASK)
+        j = put_uint(r, j, (self.q.dropped + self.link_lost + (sp.lost if sp is not None else 0)) & _TICKS_MASK)
         j = put_bytes(r, j, b" logs_sent=")
         j = put_uint(r, j, self.logs_sent & _TICKS_MASK)
         j = put_bytes(r, j, b" logs_acked=")
         j = put_uint(r, j, self.logs_acked & _TICKS_MASK)
+        j = put_bytes(r, j, b" boot=")
+        j = put_uint(r, j, self.boot)
+        j = put_bytes(r, j, b" spilled=")
+        j = put_uint(r, j, (sp.spilled if sp is not None else 0) & _TICKS_MASK)
+        j = put_bytes(r, j, b" backlog=")
+        j = put_uint(r, j, self.backlog() & _TICKS_MASK)
         a = self.ann
         if a is not None:
             j = put_bytes(r, j, b" gen=")
@@ -205,8 +279,8 @@ class Node:
         self.lk.poll(now)
         self._acked()
         self._send_logs(now)
-        if self.ann is not None:
-            self.ann.step(now, self.last, 0, self.last_n)
+        if self.ann is not None and (not self.lk.established or not self.backlog()):
+            self.ann.step(now, self.last, 0, self.last_n)  # drafting yields the link to waiting lines
         if _diff(now, self.next_report) >= 0:
             if not self.report_due:
                 self.report_due = True

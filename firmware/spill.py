@@ -27,8 +27,9 @@ Recovery (open): every block is scanned from offset 0 while records are valid (m
 their rseq is consecutive; the rest of a block is stale or torn. The head is the block ending with the
 highest rseq; the oldest valid data is the longest run of blocks before it with consecutive rseq;
 reading starts after the newest mark. A power cut during a write tears only that record: the
-recovery stops before it and the next write goes there. The boot number is the highest seen + 1,
-written as a boot record at once, so it survives even if no line is ever spilled.
+recovery stops before it and the next write goes there. The boot number is the highest seen + 1
+(a fresh ring starts at a random one), written as a boot record at once, so it survives even if no
+line is ever spilled.
 
 When the writer must enter the block the oldest unread lines are in (the ring is full), that whole
 block's unread lines are given up (`lost`): the oldest lines go first. append/peek/pop allocate
@@ -186,7 +187,12 @@ class Spill:
         for b in range(nb):
             if cnt[b] and (hb < 0 or first[b] + cnt[b] > first[hb] + cnt[hb]):
                 hb = b
-        if hb < 0:  # a fresh ring
+        if hb < 0:  # a fresh ring: boot numbers start at random, so a reformatted board does not
+            try:  # reuse the (boot, line seq) pairs the gateway already stored
+                u = os.urandom(2)
+                self._max_boot = u[0] | (u[1] << 8)
+            except (AttributeError, OSError, NotImplementedError):
+                pass
             self.hb = self.ho = self.tb = self.to = 0
             self.head = self.tail = 1
             return

@@ -11,7 +11,8 @@ A session owns:
   restored from the receive state persisted with the lines (``Link.restore``): its first HELLO acks
   what was stored, the node resends only the rest.
 - the frame handler `on_frame`: LOG lines into the store (idempotent by node, epoch, seq: the link's
-  sequence number unwrapped to 64 bits per boot epoch); PROMPT and DRAFT into the speculative stream
+  sequence number unwrapped to 64 bits per boot epoch; and by node, boot, line seq for protocol 1.1
+  nodes, whose LOG bodies carry them: the layout follows the minor version of the node's HELLO); PROMPT and DRAFT into the speculative stream
   (`spec`, see host/gateway.py); anything malformed is counted and dropped, never raised.
 
 On SerialException/OSError (unplugged board, closed pty) the port is closed and reopened every
@@ -160,7 +161,7 @@ class Session:
         self.disconnects = 0
         self.last_error = ""
         self.counts = {"logs": 0, "log_dups": 0, "bad_frames": 0, "prompts": 0, "drafts": 0, "verdicts": 0,
-                       "reboots": 0, "lost": 0, "other": 0}
+                       "reboots": 0, "lost": 0, "other": 0, "spilled": 0}
         self.outbox: collections.deque = collections.deque()
         self._seq_base: dict[int, int] = {}  # peer epoch -> last full (64-bit) seq delivered
         self.link = link.Link(self, on_frame=self.on_frame, on_event=self.on_event, role=frame.ROLE_GATEWAY,
@@ -279,10 +280,21 @@ class Session:
     def _log(self, epoch: bytes, seq16: int, buf: bytearray, off: int, n: int) -> None:
         ts = frame.u32s(buf, off)
         level = buf[off + 4] & 7
-        text = bytes(buf[off + frame.LG_TEXT:off + n]).decode("utf-8", "replace")
+        if self.link.peer_minor:  # 1.1: flags, boot, line seq (docs/PROTOCOL.md 3.5)
+            flags = buf[off + frame.LG_FLAGS]
+            boot = frame.u16(buf, off + frame.LG_BOOT)
+            lseq = frame.u32s(buf, off + frame.LG_LSEQ)
+            start = frame.LG_TEXT
+        else:  # a 1.0 node: no line seq
+            flags = boot = lseq = 0
+            start = frame.LG_TEXT_10
+        text = bytes(buf[off + start:off + n]).decode("utf-8", "replace")
         full = self._full_seq(epoch, seq16)
-        if self.store.add_log(self.name, epoch, full, ts, self.wall(), level, text, commit=False):
+        if self.store.add_log(self.name, epoch, full, ts, self.wall(), level, text, commit=False, boot=boot,
+                              lseq=lseq, flags=flags):
             self.counts["logs"] += 1
+            if flags & frame.LG_SPILLED:
+                self.counts["spilled"] += 1
             if self.spec is not None and hasattr(self.spec, "on_log"):
                 self.spec.on_log(text)  # type: ignore[attr-defined]
         else:
