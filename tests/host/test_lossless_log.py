@@ -10,7 +10,8 @@ Loss is measured by the line seqs in the store (LogStore.line_gaps / missing_lin
   in order, some of them through the spill ring;
 - the link cut for longer than a tiny spill budget holds: the lines missing in the store are exactly as
   many as the node reported (dropped= in its NODE report, LogStore.reported_dropped), and they are the
-  oldest of those that waited: one contiguous run of line seqs, everything after it stored.
+  oldest of those waiting each time the full ring gave up a block;
+- a 1.0 peer on either end keeps working: LOG bodies in the 1.0 layout, lines stored without seqs.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 
 from firmware import node
 from host.session import Session
+from shared import cobs, crc32, frame
 from host.store import LogStore
 
 PROF = json.loads((Path(__file__).resolve().parents[2] / "boards" / "rp2040_pico.json").read_text())
@@ -185,4 +187,52 @@ def test_a_cut_longer_than_the_spill_budget_loses_the_oldest_lines_counted(tmp_p
         gone += range(before, after)
     assert gone == missing
     assert missing[0] > 5000 // 12 * 4 // 5 - 40  # none of them was logged before the cut began
+    rig.store.close()
+
+
+class Downgrade(End):
+    """Reads frames as a 1.0 peer would have sent them: the version byte 0x11 -> 0x10, CRC redone."""
+
+    def __init__(self, out: Line, inp: Line) -> None:
+        super().__init__(out, inp)
+        self.pend = bytearray()
+        self.ready = bytearray()
+
+    def readinto(self, buf) -> int:
+        self.pend += self.inp.rx
+        self.inp.rx.clear()
+        cut = self.pend.rfind(0)
+        if cut > 0:
+            for chunk in bytes(self.pend[:cut]).split(b"\x00"):
+                if chunk:
+                    try:
+                        raw = bytearray(cobs.decode(chunk))
+                    except cobs.CobsError:
+                        raw = None
+                    if raw is not None and len(raw) > 8 and raw[0] == frame.VERSION:
+                        raw[0] = 0x10
+                        raw[-4:] = crc32.crc32(bytes(raw[:-4])).to_bytes(4, "little")
+                        chunk = cobs.encode(bytes(raw))
+                self.ready += b"\x00" + chunk
+            del self.pend[:cut]
+        k = min(len(buf), len(self.ready))
+        buf[:k] = self.ready[:k]
+        del self.ready[:k]
+        return k
+
+
+def test_a_1_0_peer_keeps_working_without_line_seqs(tmp_path: Path) -> None:
+    # Both ends see the other as 1.0: the 1.1 node sends 1.0 LOG bodies (no flags, boot, lseq) and the
+    # 1.1 gateway reads them as 1.0: the lines arrive whole, stored without line seqs.
+    rig = Rig(tmp_path, {"spill_bytes": 0, "tick_ms": 50})
+    rig.sess.transport = Downgrade(rig.down, rig.up)  # type: ignore[assignment]
+    rig.node.lk.t = Downgrade(rig.up, rig.down)
+    rig.run(6000)
+    assert rig.node.lk.peer_minor == 0 and rig.sess.link.peer_minor == 0
+    rows = rig.store.logs("n")
+    plant = [r for r in rows if r["level"] > 0]
+    assert len(plant) > 50 and all(r["lseq"] is None and r["boot"] is None for r in rows)
+    assert all(r["text"].startswith("2026-") for r in plant)  # no seq bytes read as text
+    assert any(r["text"].startswith("NODE heap=") for r in rows)
+    assert rig.store.line_gaps("n") == 0
     rig.store.close()
