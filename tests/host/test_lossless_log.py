@@ -236,3 +236,43 @@ def test_a_1_0_peer_keeps_working_without_line_seqs(tmp_path: Path) -> None:
     assert any(r["text"].startswith("NODE heap=") for r in rows)
     assert rig.store.line_gaps("n") == 0
     rig.store.close()
+
+
+class Drafts:
+    """Stands in for the annotator: sends a 200-byte DRAFT-sized frame whenever it gets a turn."""
+
+    gen = 0
+    offline_tokens = 0
+
+    def __init__(self, nd) -> None:
+        self.nd = nd
+        self.turns = 0
+        self.turns_with_backlog = 0
+        self.sent = 0
+        self.body = bytearray(200)
+
+    def step(self, now, line, off, n) -> int:
+        self.turns += 1
+        if self.nd.lk.established and self.nd.backlog():
+            self.turns_with_backlog += 1
+        if self.nd.lk.established and self.nd.lk.free_slots() >= 2 and self.nd.send(0x33, self.body, 200):
+            self.sent += 1
+        return 1
+
+    def live_crc(self, out, j):
+        return j
+
+
+@pytest.mark.slow
+def test_drafting_yields_the_link_to_waiting_lines(tmp_path: Path) -> None:
+    # drafts would take most of the link; lines still all arrive, and drafts get turns only when no line waits
+    rig = Rig(tmp_path, {})
+    ann = rig.node.ann = Drafts(rig.node)  # type: ignore[assignment]
+    rig.run(20000, gateway=lambda t: t % 10000 < 8000)
+    rig.node.sampler.poll = lambda now: 0
+    rig.drain()
+    logged = rig.node.q.queued
+    assert ann.sent > 100 and ann.turns_with_backlog == 0  # drafted in the gaps, never ahead of a line
+    assert rig.node.spill.spilled > 0  # the stalls made lines wait
+    assert rig.store.line_gaps("n") == 0 and sorted(rig.lseqs()) == list(range(1, logged + 1))
+    rig.store.close()
