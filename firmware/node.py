@@ -57,7 +57,7 @@ DEFAULTS = {"seed": 1, "machines": 4, "sample_every": 5, "tick_ms": 1000, "queue
             "model": "", "k": 0, "temperature": 0, "top_k": 4, "max_len": 16, "prompt_max": 48,
             "offline_ms": 4000, "run_s": 0, "window": 8, "window_bytes": 2048, "stream": False,
             "tokenizer": False, "stop_ids": []}
-DEFAULTS.update({"spill_bytes": -1, "spill_path": "/spill.bin"})  # lossless logging (docs/NODE.md)
+DEFAULTS.update({"spill_bytes": -1, "spill_path": "/spill.bin", "uid_path": "/node.uid"})  # logging, identity
 
 try:
     ticks_ms = time.ticks_ms  # MicroPython
@@ -83,9 +83,7 @@ class Node:
         c = dict(DEFAULTS)
         c.update(cfg)
         self.cfg = c
-        self.spill = self._open_spill(prof, c, "spill_path" in cfg)
-        self.boot = self.spill.boot if self.spill is not None else 0
-        self.q = LineQueue(c["queue"], self.spill)
+        self.q = LineQueue(c["queue"])
         kv = prof["kv"]
         k = drafter.k if drafter is not None and hasattr(drafter, "k") else (c["k"] or prof["draft_k"])
         self.lk = link.Link(uart, on_frame=self.on_frame, on_event=self.on_event, role=frame.ROLE_NODE,
@@ -96,9 +94,21 @@ class Node:
         self.body = bytearray(frame.LG_TEXT + LINE_MAX)
         self.last = bytearray(LINE_MAX)  # the newest line sent: the next episode's prompt
         self.rep = bytearray(frame.LG_TEXT + 256)  # the NODE report's LOG body
+        # boot-only code after the big buffers, so the room it frees is where the plant's modules go next:
+        # the node's unique id (into our HELLO) and the spill ring
+        once = __import__("firmware.bootonce", None, None, ("unique_id",))
+        self.uid = once.unique_id(c["uid_path"], "uid_path" in cfg or not _HOST)
+        h = self.lk._hello
+        for i in range(frame.UID_LEN):
+            h[frame.HE_UID + i] = self.uid[i]
+        self.spill = once.open_spill(prof, c, "spill_path" in cfg, _HOST)
+        once.forget()
+        del once
+        self.q.spill = self.spill
+        self.boot = self.spill.boot if self.spill is not None else 0
         from firmware.sampler import Sampler  # after the big buffers: its modules fragment the heap
 
-        self.sampler = Sampler(self.q, c["seed"], c["machines"], c["sample_every"], c["tick_ms"], now)
+        self.sampler = Sampler(self.q, c["seed"], c["machines"], c["sample_every"], c["tick_ms"], now, self.spill)
         self.ann = None
         if drafter is not None:
             from firmware.annotator import Annotator
@@ -120,27 +130,53 @@ class Node:
         self.reboots_seen = 0
         self.heap = 0
         self.link_lost = 0  # LOG frames the link gave up unacknowledged (EV_TX_DROPPED)
-
-    @staticmethod
-    def _open_spill(prof, c, path_given):
-        size = c["spill_bytes"]
-        if size < 0:
-            size = prof.get("spill_bytes", 0)
-        if not size or (not path_given and _HOST):  # a node under CPython (tests) spills only where told
-            return None
-        from firmware.spill import Spill
-
-        try:
-            return Spill(c["spill_path"], size)
-        except (OSError, ValueError) as e:  # no room on the filesystem, a bad size: log without it
-            print("NODE spill off: %s (%s, %d bytes)" % (e, c["spill_path"], size))
-            return None
+        # wall time from the gateway (its HELLO, then TIME frames): days since 2000 + ms, at our tick w_tick
+        self.w_ok = False
+        self.w_day = 0
+        self.w_ms = 0
+        self.w_tick = 0
+        self.w_first = 0  # the tick of the first sync this boot: lines before it are back-dated
+        self.syncs = 0
+        self._hellos = 0
 
     # ---- link callbacks (called from lk.poll, allocation-free) ----
 
     def on_frame(self, t, buf, off, n):
         if t == frame.VERDICT and self.ann is not None:
             self.ann.on_verdict(buf, off, n)
+        elif t == frame.TIME:
+            self._sync(frame.u16(buf, off + frame.TM_DAY), frame.u32s(buf, off + frame.TM_MS), self.lk.now)
+
+    # ---- wall time ----
+
+    def _sync(self, day, ms, tick):
+        if day == frame.WALL_NONE:
+            return
+        if not self.w_ok:
+            self.w_ok = True
+            self.w_first = tick
+        self.w_day = day
+        self.w_ms = ms
+        self.w_tick = tick
+        self.syncs += 1
+
+    def _put_wall(self, body, tick, boot):
+        # LOG day/ms of a line logged at our tick in boot `boot`; returns the BACKDATED flag or 0
+        if not self.w_ok or boot != self.boot:  # no time yet, or a line of an earlier boot (its ticks are gone)
+            frame.put_u16(body, frame.LG_DAY, frame.WALL_NONE)
+            frame.put_u32(body, frame.LG_MS, 0)
+            return 0
+        d = self.w_day  # the wall time at our tick (within +-6 days of the last sync: small ints)
+        m = self.w_ms + _diff(tick, self.w_tick)
+        while m >= frame.MS_PER_DAY:
+            m -= frame.MS_PER_DAY
+            d += 1
+        while m < 0:
+            m += frame.MS_PER_DAY
+            d -= 1
+        frame.put_u16(body, frame.LG_DAY, d)
+        frame.put_u32(body, frame.LG_MS, m)
+        return frame.LG_BACKDATED if _diff(tick, self.w_first) < 0 else 0
 
     def on_event(self, code, value):
         if code == link.EV_TX_DROPPED:  # the link dropped its oldest unacked frames: they will never be acked
@@ -188,7 +224,7 @@ class Node:
         body[4] = level
         j = frame.LG_TEXT_10
         if self.lk.peer_minor:
-            body[frame.LG_FLAGS] = flags
+            body[frame.LG_FLAGS] = flags | self._put_wall(body, ts, boot)
             frame.put_u16(body, frame.LG_BOOT, boot)
             frame.put_u32(body, frame.LG_LSEQ, lseq)
             j = frame.LG_TEXT
@@ -241,7 +277,7 @@ class Node:
         r[4] = 0
         j = frame.LG_TEXT_10
         if self.lk.peer_minor:
-            r[frame.LG_FLAGS] = 0
+            r[frame.LG_FLAGS] = self._put_wall(r, now, self.boot)
             frame.put_u16(r, frame.LG_BOOT, self.boot)
             frame.put_u32(r, frame.LG_LSEQ, 0)
             j = frame.LG_TEXT
@@ -277,6 +313,11 @@ class Node:
     def step(self, now):
         self.sampler.poll(now)
         self.lk.poll(now)
+        lk = self.lk
+        if lk.hellos_in != self._hellos:  # a HELLO from the gateway: its wall time, if it sent one
+            self._hellos = lk.hellos_in
+            ph = lk.peer_hello
+            self._sync(frame.u16(ph, frame.HE_WDAY), frame.u32s(ph, frame.HE_WMS), lk.peer_hello_at)
         self._acked()
         self._send_logs(now)
         if self.ann is not None and (not self.lk.established or not self.backlog()):

@@ -10,7 +10,8 @@ only when the ring wraps to it. A record never crosses a block. Each record (lit
 
     off size
     0   1    magic 0xA5
-    1   1    kind: 1 line, 2 mark (lseq holds the rseq of the first record not yet delivered), 3 boot
+    1   1    kind: 1 line, 2 mark (lseq holds the rseq of the first record not yet delivered), 3 boot,
+             4 plant clock (lseq holds the plant seconds reached)
     2   1    n: text bytes (0..LINE_MAX)
     3   1    level
     4   1    flags (the LOG frame's flags of the line)
@@ -35,8 +36,6 @@ When the writer must enter the block the oldest unread lines are in (the ring is
 block's unread lines are given up (`lost`): the oldest lines go first. append/peek/pop allocate
 nothing (one record buffer, one memoryview per aligned record size, readinto)."""
 
-import os
-
 from shared import crc32
 
 try:
@@ -48,6 +47,7 @@ MAGIC = const(0xA5)
 K_LINE = const(1)
 K_MARK = const(2)
 K_BOOT = const(3)
+K_PLANT = const(4)  # the plant clock reached lseq seconds (firmware/sampler.py): a reboot resumes after it
 REC_HDR = const(20)
 REC_CRC = const(4)
 REC_ALIGN = const(8)
@@ -74,6 +74,10 @@ def _put32(b, o, v):
     b[o + 3] = (v >> 24) & 0xFF
 
 
+def _boot_module():
+    return __import__("firmware.bootonce", None, None, ("recover",))
+
+
 class SpillError(ValueError):
     """A spill file that cannot be used (size, path)."""
 
@@ -97,8 +101,8 @@ class Spill:
         mv = memoryview(self.rec)
         self._views = [mv[:k] for k in range(0, REC_MAX + 1, REC_ALIGN)]  # write(view): no slice per record
         self.crc = crc32.new()
-        self.first = [0] * nb  # rseq of each block's first record (valid while the block holds data)
-        self.f = f if f is not None else self._open(path)
+        boot = _boot_module()  # boot-time code (open, recovery scan): not kept on the heap afterwards
+        self.f = f if f is not None else boot.open_ring(path, self.size)
         # the line read by peek() (valid while self.ready)
         self.ready = False
         self.n = 0
@@ -115,29 +119,11 @@ class Spill:
         self.written = 0  # records written (lines, marks, boots)
         self.recovered = 0  # unread lines found at open
         self.marked = True  # False once a line has been read since the last mark
-        self._recover()
+        self.plant_s = 0  # the newest plant clock record's seconds (0: none)
+        boot.recover(self)
+        boot.forget()
         self.boot = (self._max_boot % 0xFFFF) + 1  # 1..65535: 0 means "no spill ring" on the wire
         self._append(K_BOOT, None, 0, 0, 0, 0, 0, 0)
-
-    def _open(self, path):
-        want = self.size
-        try:
-            have = os.stat(path)[6]
-        except OSError:
-            have = -1
-        if have != want:  # first use (or another budget): preallocate the whole ring once
-            z = bytearray(512)
-            # shorter (a cut while it was being created or extended): keep what is there, add the rest
-            with open(path, "r+b" if 0 <= have < want else "wb") as f:
-                left = want
-                if 0 <= have < want:
-                    f.seek(have)
-                    left = want - have
-                while left > 0:
-                    k = 512 if left >= 512 else left
-                    f.write(z if k == 512 else z[:k])
-                    left -= k
-        return open(path, "r+b")
 
     # ---- records ----
 
@@ -149,7 +135,7 @@ class Spill:
         f.seek(blk * self.block + off)
         got = f.readinto(self.rec)
         r = self.rec
-        if got is None or got < REC_HDR + REC_CRC or r[0] != MAGIC or r[1] < K_LINE or r[1] > K_BOOT:
+        if got is None or got < REC_HDR + REC_CRC or r[0] != MAGIC or r[1] < K_LINE or r[1] > K_PLANT:
             return -1
         n = r[2]
         if n > LINE_MAX or off + rec_size(n) > self.block or REC_HDR + n + REC_CRC > got:
@@ -161,80 +147,6 @@ class Spill:
             return -1
         return _u32(r, 8)
 
-    def _recover(self):
-        nb = self.blocks
-        first = self.first
-        cnt = [0] * nb
-        end = [0] * nb
-        self._max_boot = 0
-        for b in range(nb):
-            off = 0
-            prev = -1
-            while True:
-                rs = self._read(b, off)
-                if rs < 0 or (prev >= 0 and rs != prev + 1):
-                    break
-                if prev < 0:
-                    first[b] = rs
-                prev = rs
-                cnt[b] += 1
-                bt = self.rec[6] | (self.rec[7] << 8)
-                if bt > self._max_boot:
-                    self._max_boot = bt
-                off += rec_size(self.rec[2])
-            end[b] = off
-        hb = -1
-        for b in range(nb):
-            if cnt[b] and (hb < 0 or first[b] + cnt[b] > first[hb] + cnt[hb]):
-                hb = b
-        if hb < 0:  # a fresh ring: boot numbers start at random, so a reformatted board does not
-            try:  # reuse the (boot, line seq) pairs the gateway already stored
-                u = os.urandom(2)
-                self._max_boot = u[0] | (u[1] << 8)
-            except (AttributeError, OSError, NotImplementedError):
-                pass
-            self.hb = self.ho = self.tb = self.to = 0
-            self.head = self.tail = 1
-            return
-        self.hb = hb
-        self.ho = end[hb]
-        self.head = first[hb] + cnt[hb]  # the next record's rseq
-        sb = hb
-        for _ in range(nb - 1):  # the oldest block of the run that leads to the head
-            p = (sb - 1) % nb
-            if cnt[p] and first[p] + cnt[p] == first[sb]:
-                sb = p
-            else:
-                break
-        # reading starts at the newest mark's position (the first record not yet delivered), else at
-        # the run's start: a first walk finds that mark, a second counts the lines from there
-        want = first[sb]
-        for walk in (0, 1):
-            b, off, rs = sb, 0, first[sb]
-            lines = 0
-            hops = 0
-            while rs != self.head and hops <= nb:
-                if self._read(b, off) != rs:
-                    b = (b + 1) % nb
-                    off = 0
-                    hops += 1
-                    continue
-                if walk and rs == want:
-                    self.tb, self.to, self.tail = b, off, rs
-                k = self.rec[1]
-                if k == K_MARK and not walk:
-                    v = _u32(self.rec, 12)
-                    if first[sb] <= v <= self.head:
-                        want = v
-                elif k == K_LINE and walk and rs >= want:
-                    lines += 1
-                off += rec_size(self.rec[2])
-                rs += 1
-        if want == self.head:
-            self.tb, self.to, self.tail = self.hb, self.ho, self.head
-        self.count = lines
-        self.recovered = lines
-
     def _append(self, kind, src, off, n, level, flags, lseq, ts):
         L = rec_size(n)
         if self.ho + L > self.block:  # the next block: if it holds the oldest unread lines, they go
@@ -243,7 +155,6 @@ class Spill:
                 self._drop_block()
             self.hb = nb
             self.ho = 0
-            self.first[nb] = self.head
         if self.tail == self.head:  # empty: the reader starts at this record
             self.tb = self.hb
             self.to = self.ho
@@ -342,6 +253,10 @@ class Spill:
         self.tail = (self.tail + 1) & _U30
         self.count -= 1
         self.marked = False
+
+    def note_plant(self, seconds):
+        """Keep the plant clock (seconds since its start) so that a reboot does not replay its times."""
+        self._append(K_PLANT, None, 0, 0, 0, 0, seconds & _U30, 0)
 
     def mark(self):
         """Record that every line read so far has been delivered (the gateway acknowledged them): after

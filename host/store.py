@@ -3,7 +3,7 @@
 What it holds (schema version 2; a version-1 store is upgraded in place when the gateway opens it):
 
 - ``nodes``: one row per node (its name, usually the serial port or a name given on the command line;
-  the board id from its HELLO; first/last seen; the link receive state ``peer_epoch`` + ``last_seq``
+  the board id and (protocol 1.1) the node's unique id ``uid`` (hex) from its HELLO; first/last seen; the link receive state ``peer_epoch`` + ``last_seq``
   that a restarted gateway gives back to ``Link.restore`` so nothing is delivered twice);
 - ``logs``: every log line a node sent: node, boot epoch (the node link's 32-bit epoch), seq (the LOG
   frame's link sequence number, unwrapped to 64 bits per epoch), the node's ticks (ms, mod 2**30),
@@ -51,6 +51,7 @@ CREATE TABLE nodes (
     id INTEGER PRIMARY KEY,
     name TEXT NOT NULL UNIQUE,
     board_id TEXT NOT NULL DEFAULT '',
+    uid TEXT NOT NULL DEFAULT '',
     first_seen_ms INTEGER NOT NULL,
     last_seen_ms INTEGER NOT NULL,
     peer_epoch INTEGER,
@@ -91,6 +92,7 @@ CREATE INDEX annotations_node_time ON annotations (node, t0_ms);
 
 # schema 1 -> 2: the line seq columns (docs/PROTOCOL.md 3.5, protocol 1.1)
 _UPGRADE_1_2 = """
+ALTER TABLE nodes ADD COLUMN uid TEXT NOT NULL DEFAULT '';
 ALTER TABLE logs ADD COLUMN boot INTEGER;
 ALTER TABLE logs ADD COLUMN lseq INTEGER;
 ALTER TABLE logs ADD COLUMN flags INTEGER NOT NULL DEFAULT 0;
@@ -233,8 +235,9 @@ class LogStore:
 
     # ---- nodes ----
 
-    def node_id(self, name: str, board_id: str = "") -> int:
-        """The id of node `name`, created on first use; `board_id` updates the stored one if given."""
+    def node_id(self, name: str, board_id: str = "", uid: str = "") -> int:
+        """The id of node `name`, created on first use; `board_id` and `uid` (the node's unique id from
+        its HELLO, hex) update the stored ones if given."""
         if not isinstance(name, str) or not name:
             raise StoreError("node name must be a non-empty str, got %r" % (name,))
         with self._lock:
@@ -253,15 +256,18 @@ class LogStore:
             if board_id:
                 self._writable()
                 self._db.execute("UPDATE nodes SET board_id=? WHERE id=? AND board_id!=?", (board_id, nid, board_id))
+            if uid and self._lines:
+                self._writable()
+                self._db.execute("UPDATE nodes SET uid=? WHERE id=? AND uid!=?", (uid, nid, uid))
             return nid
 
     def nodes(self) -> list[dict]:
         with self._lock:
-            cur = self._db.execute("SELECT name, board_id, first_seen_ms, last_seen_ms, peer_epoch, last_seq, "
+            cur = self._db.execute("SELECT name, board_id, %s, first_seen_ms, last_seen_ms, peer_epoch, last_seq, "
                                    "(SELECT count(*) FROM logs WHERE logs.node=nodes.id), "
                                    "(SELECT count(*) FROM annotations WHERE annotations.node=nodes.id) "
-                                   "FROM nodes ORDER BY id")
-            keys = ("name", "board_id", "first_seen_ms", "last_seen_ms", "peer_epoch", "last_seq", "logs",
+                                   "FROM nodes ORDER BY id" % ("uid" if self._lines else "''"))
+            keys = ("name", "board_id", "uid", "first_seen_ms", "last_seen_ms", "peer_epoch", "last_seq", "logs",
                     "annotations")
             return [dict(zip(keys, r)) for r in cur.fetchall()]
 

@@ -73,8 +73,9 @@ DRAFT = const(0x11)
 VERDICT = const(0x12)
 KVSNAP = const(0x13)
 PROMPT = const(0x14)
+TIME = const(0x15)  # 1.1: the gateway's wall clock, sent periodically (3.10)
 TYPE_NAMES = {HELLO: "HELLO", HEARTBEAT: "HEARTBEAT", ACK: "ACK", ERROR: "ERROR", LOG: "LOG",
-              DRAFT: "DRAFT", VERDICT: "VERDICT", KVSNAP: "KVSNAP", PROMPT: "PROMPT"}
+              DRAFT: "DRAFT", VERDICT: "VERDICT", KVSNAP: "KVSNAP", PROMPT: "PROMPT", TIME: "TIME"}
 
 # HELLO body
 _HE_ROLE = const(0)
@@ -93,7 +94,14 @@ _HE_MODEL = const(18)
 _HE_TOK = const(22)
 _HE_BOARD = const(26)
 BOARD_ID_LEN = const(16)
-HELLO_SIZE = const(42)
+HELLO_SIZE = const(42)  # the 1.0 HELLO; 1.1 appends the fields below (a receiver needs only these 42)
+HE_UID = const(42)  # 8 bytes: the node's unique id (machine.unique_id(), or one kept on its filesystem)
+HE_WDAY = const(50)  # u16: the sender's wall clock: days since 2000-01-01 (WALL_NONE: not known)
+HE_WMS = const(52)  # u32 (u30): ms into that day (< MS_PER_DAY)
+HELLO_SIZE_11 = const(56)
+UID_LEN = const(8)
+WALL_NONE = const(0xFFFF)
+MS_PER_DAY = const(86400000)
 ROLE_NODE = const(0)
 ROLE_GATEWAY = const(1)
 HELLO_AUTH = const(1)  # HELLO flags bit 0: the sender signs its frames and requires signed frames
@@ -126,16 +134,23 @@ R_TOKENIZER = const(2)
 R_KV = const(3)
 R_DRAFT = const(4)
 R_ROLE = const(5)
-# LOG body, version 1.1: ts u32 (u30), level u8, flags u8, boot u16, lseq u32 (u30), text
+# LOG body, version 1.1: ts u32 (u30), level u8, flags u8, boot u16, lseq u32 (u30), day u16, ms u32, text
 _LG_TS = const(0)
 _LG_LEVEL = const(4)
 LG_FLAGS = const(5)
 LG_BOOT = const(6)
 LG_LSEQ = const(8)
-LG_TEXT = const(12)
+LG_DAY = const(12)
+LG_MS = const(14)
+LG_TEXT = const(18)
 LG_TEXT_10 = const(5)  # version 1.0: ts u32, level u8, text
 LG_SPILLED = const(1)  # flags bit 0: the line waited in the node's flash spill ring
-LG_FLAGS_KNOWN = const(1)
+LG_BACKDATED = const(2)  # flags bit 1: logged before the node had the wall time; day/ms back-dated from ticks
+LG_FLAGS_KNOWN = const(3)
+# TIME body: day u16, ms u32 (u30): the gateway's wall clock when it sent the frame
+TM_DAY = const(0)
+TM_MS = const(2)
+TIME_SIZE = const(6)
 # DRAFT body
 _DR_BLOCK = const(0)
 _DR_BASE = const(2)
@@ -412,9 +427,14 @@ def check_body(t, buf, off, n, minor=MINOR):
             return BODY_SHORT
         if buf[off + _LG_TS + 3] & 0xC0 or buf[off + _LG_LEVEL] > 7:
             return BODY_FIELD
-        if minor and (buf[off + LG_FLAGS] & ~LG_FLAGS_KNOWN or buf[off + LG_LSEQ + 3] & 0xC0):
+        if minor and (buf[off + LG_FLAGS] & ~LG_FLAGS_KNOWN or buf[off + LG_LSEQ + 3] & 0xC0
+                      or not _wall_ok(buf, off + LG_DAY, off + LG_MS, True)):
             return BODY_FIELD
         return BODY_OK
+    if t == TIME:
+        if n < TIME_SIZE:
+            return BODY_SHORT
+        return BODY_OK if _wall_ok(buf, off + TM_DAY, off + TM_MS, False) else BODY_FIELD
     if t == KVSNAP:
         return _check_kvsnap(buf, off, n)
     if t == PROMPT:
@@ -430,9 +450,18 @@ def check_body(t, buf, off, n, minor=MINOR):
     return BODY_OK
 
 
+def _wall_ok(buf, dpos, mpos, none_ok):
+    # a wall time (day u16, ms u30 below a day); day WALL_NONE (ms 0) where none_ok
+    if u16(buf, dpos) == WALL_NONE:
+        return none_ok and not (buf[mpos] | buf[mpos + 1] | buf[mpos + 2] | buf[mpos + 3])
+    return not buf[mpos + 3] & 0xC0 and u32s(buf, mpos) < MS_PER_DAY
+
+
 def _check_hello(buf, off, n):
     if n < HELLO_SIZE:
         return BODY_SHORT
+    if n >= HELLO_SIZE_11 and not _wall_ok(buf, off + HE_WDAY, off + HE_WMS, True):
+        return BODY_FIELD
     rxbuf = u16(buf, off + HE_RXBUF)
     maxf = u16(buf, off + HE_MAXFRAME)
     k = buf[off + _HE_DRAFTK]
@@ -576,19 +605,22 @@ def prompt_ids(buf, boff, out):
 
 # type: (struct format of the fixed part, its field names, name of the variable-length tail or None)
 BODIES = {
-    HELLO: ("<BBHHHBBBBHHHII16s", ("role", "flags", "rxbuf", "max_frame", "tx_base", "window", "draft_k", "topk",
-                                   "q_bits", "kv_sink", "kv_window", "kv_staged", "model_hash", "tokenizer_hash",
-                                   "board_id"), None),
+    HELLO: ("<BBHHHBBBBHHHII16s8sHI", ("role", "flags", "rxbuf", "max_frame", "tx_base", "window", "draft_k",
+                                       "topk", "q_bits", "kv_sink", "kv_window", "kv_staged", "model_hash",
+                                       "tokenizer_hash", "board_id", "uid", "wall_day", "wall_ms"), None),
     HEARTBEAT: ("<BBHH", ("flags", "reserved", "rx_bad", "rx_dup"), None),
     ACK: ("<B", ("flags",), "sack"),
     ERROR: ("<BBH", ("code", "ref", "detail"), "text"),
-    LOG: ("<IBBHI", ("ts", "level", "flags", "boot", "lseq"), "text"),
+    LOG: ("<IBBHIHI", ("ts", "level", "flags", "boot", "lseq", "day", "ms"), "text"),
     DRAFT: ("<HIBB", ("block", "base", "k", "flags"), "tokens"),
     VERDICT: ("<HIBBHI", ("block", "base", "accepted", "flags", "token", "committed"), None),
     KVSNAP: ("<HIII", ("snap", "total", "offset", "crc"), "data"),
     PROMPT: ("<IBB", ("base", "n", "flags"), "ids"),
+    TIME: ("<HI", ("day", "ms"), None),
 }
-BODIES_10 = {LOG: ("<IB", ("ts", "level"), "text")}  # version 1.0 layouts that 1.1 changed
+BODIES_10 = {LOG: ("<IB", ("ts", "level"), "text"),  # version 1.0 layouts that 1.1 changed
+             HELLO: (BODIES[HELLO][0][:-4], BODIES[HELLO][1][:-3], None)}
+
 _RANGE = {"B": 0xFF, "H": 0xFFFF, "I": 0xFFFFFFFF}
 
 
@@ -615,12 +647,13 @@ def pack_body(t, minor=MINOR, **fields):
         raise FrameError("no body layout for %s" % _name(t))
     fmt, names, tail = BODIES_10[t] if not minor and t in BODIES_10 else BODIES[t]
     vals = []
-    for code, name in zip(fmt[1:].replace("16s", "s"), names):
+    for code, name in zip(fmt[1:].replace("16s", "s").replace("8s", "s"), names):
         v = fields.pop(name, b"" if code == "s" else 0)
         if code == "s":
             v = v.encode() if isinstance(v, str) else bytes(v)
-            if len(v) > BOARD_ID_LEN:
-                raise FrameError("%s is %d bytes; at most %d" % (name, len(v), BOARD_ID_LEN))
+            most = BOARD_ID_LEN if name == "board_id" else UID_LEN
+            if len(v) > most:
+                raise FrameError("%s is %d bytes; at most %d" % (name, len(v), most))
         elif not isinstance(v, int) or isinstance(v, bool) or v < 0 or v > _RANGE[code]:
             raise FrameError("%s %s must be an int in 0..%d, got %r" % (_name(t), name, _RANGE[code], v))
         vals.append(v)
@@ -657,11 +690,13 @@ def parse_body(t, body, minor=MINOR):
     body = bytes(_checked(t, bytes(body), minor))
     if t not in BODIES:
         return {"raw": body}
-    old = not minor and t in BODIES_10
+    old = (not minor and t in BODIES_10) or (t == HELLO and len(body) < HELLO_SIZE_11)
     fmt, names, tail = BODIES_10[t] if old else BODIES[t]
     out = dict(zip(names, struct.unpack_from(fmt, body, 0)))
     if t == HELLO:
         out["board_id"] = out["board_id"].rstrip(b"\x00")
+        if "uid" not in out:  # a 1.0 HELLO (42 bytes)
+            out.update(uid=bytes(UID_LEN), wall_day=WALL_NONE, wall_ms=0)
     p = struct.calcsize(fmt)
     if tail == "tokens":
         toks = []
@@ -677,7 +712,7 @@ def parse_body(t, body, minor=MINOR):
     elif tail:
         out[tail] = body[p:]
     if old and t == LOG:
-        out.update(flags=0, boot=0, lseq=0)
+        out.update(flags=0, boot=0, lseq=0, day=WALL_NONE, ms=0)
     return out
 
 
@@ -695,8 +730,11 @@ def pack_verdict(block, base, accepted, correction=None, stale=False, committed=
 
 
 def pack_hello(**fields):
-    """HELLO body with the link's defaults (rxbuf 1024, max_frame 1024, window 8; q_bits 16 if drafting)."""
+    """HELLO body with the link's defaults (rxbuf 1024, max_frame 1024, window 8; q_bits 16 if drafting;
+    wall time not known). minor=0: the 42-byte 1.0 HELLO."""
     f = {"rxbuf": 1024, "max_frame": MAX_FRAME, "window": 8, "q_bits": Q_BITS if fields.get("draft_k") else 0}
+    if fields.get("minor", MINOR):
+        f["wall_day"] = WALL_NONE
     f.update(fields)
     return pack_body(HELLO, **f)
 

@@ -94,8 +94,18 @@ class Rig:
         base = {"tick_ms": 12, "sample_every": 5, "machines": 4, "report_ms": 1000,
                 "spill_path": str(tmp / "spill.bin")}
         base.update(cfg)
+        self.cfg = base
+        self.tick0 = 0  # the virtual time the node booted at: its ticks start there
         self.node = node.Node(End(self.up, self.down), PROF, base, now=0)
         self.max_backlog = 0
+
+    def reboot(self) -> None:
+        """A power cycle: a new Node (RAM gone) on the same filesystem; its ticks start at 0 again."""
+        self.node.spill.close()
+        self.up.tx.clear()
+        self.down.rx.clear()
+        self.tick0 = self.now
+        self.node = node.Node(End(self.up, self.down), PROF, self.cfg, now=0)
 
     def run(self, ms: int, gateway=lambda t: True, cut=lambda t: False, until=None) -> None:
         end = self.now + ms
@@ -104,7 +114,7 @@ class Rig:
             self.up.cut = self.down.cut = c
             self.up.tick(1)
             self.down.tick(1)
-            self.node.step(self.now)
+            self.node.step((self.now - self.tick0) & 0x3FFFFFFF)
             if gateway(self.now):
                 self.sess.poll()
             self.max_backlog = max(self.max_backlog, self.node.backlog())

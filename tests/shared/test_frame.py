@@ -255,6 +255,8 @@ def test_doc_vectors_match_encoder_and_reference():
     assert logs["log_signed"]["lseq"] == 42 and logs["log_signed"]["boot"] == 1
     assert logs["log_v10"]["lseq"] == 0 and logs["log_v10"]["text"] == logs["log_signed"]["text"]
     assert logs["log_full_block"]["flags"] == frame.LG_SPILLED and logs["log_full_block"]["lseq"] == 0x05060708
+    assert (logs["log_signed"]["day"], logs["log_signed"]["ms"]) == (9830, 21601234)  # 2026-11-30T06:00:01.234Z
+    assert logs["log_v10"]["day"] == frame.WALL_NONE  # a 1.0 line carries no wall time
 
 
 def test_every_truncation_is_rejected_and_the_next_frame_survives():
