@@ -31,7 +31,9 @@ tokens per episode), prompt_max 48 (tokens of the log line in a prompt), offline
 layers are read from flash at every step instead of held in RAM), tokenizer false (true: prompts are
 shared/episode.py text encoded with the tokenizer the model file carries, read lazily from flash),
 stop_ids [] (token ids that end a note, e.g. the ids holding a newline), spill_bytes -1 (the flash spill
-ring's size: -1 the profile's spill_bytes, 0 none), spill_path "/spill.bin".
+ring's size: -1 the profile's spill_bytes, 0 none), spill_path "/spill.bin", uid_path "/node.uid" (where
+a board without machine.unique_id() keeps its generated id). Wall time: the gateway's HELLO and TIME
+frames (docs/NODE.md "Time and identity"); each LOG line carries the wall time it was logged at.
 
 Heap: the big buffers (link, queue) are allocated before the plant simulator's modules are imported,
 so they find contiguous room on a heap that module loading fragments (measured on the 64-bit unix
