@@ -23,7 +23,10 @@ class BoardConfigError(ValueError):
 
 
 def load(path=PROFILE_PATH):
-    """The validated board profile (shared.profile.ProfileError, a ValueError, names the bad field)."""
+    """The validated board profile. A missing, unreadable or bad file (not JSON, not UTF-8, a missing,
+    unknown, mistyped or out-of-range field, a name or model that is a path) raises an error naming
+    the file and the field: shared.profile.ProfileError, a ValueError (the checks `edgetwin` runs on
+    a profile before it deploys one)."""
     return profile.load(path)
 
 

@@ -27,13 +27,18 @@ and annotates alone (offline tokens, unverified).
 tick_ms 1000 (one plant second), queue 16 (lines), report_ms 2000, model (the profile's model file,
 or a path; null: no drafting), k (profile draft_k), temperature 0, top_k 4, max_len 16 (annotation
 tokens per episode), prompt_max 48 (tokens of the log line in a prompt), offline_ms 4000, run_s 0
-(0: forever), window 8, window_bytes 2048 (the link's retransmit window), stream false (true: the model's
-layers are read from flash at every step instead of held in RAM), tokenizer false (true: prompts are
+(0: forever), window 8, window_bytes 2048 (the link's retransmit window), stream false (the memory plan's
+layout: false / "resident" holds the layers in RAM, "layer" / "phase" / "matrix" read them from flash at
+every step, true means "phase"; deploy writes the mode `edgetwin plan` chose), out_rows 64 (classifier
+rows per streamed block, from the same plan), tokenizer false (true: prompts are
 shared/episode.py text encoded with the tokenizer the model file carries, read lazily from flash),
 stop_ids [] (token ids that end a note, e.g. the ids holding a newline), spill_bytes -1 (the flash spill
 ring's size: -1 the profile's spill_bytes, 0 none), spill_path "/spill.bin", uid_path "/node.uid" (where
 a board without machine.unique_id() keeps its generated id). Wall time: the gateway's HELLO and TIME
 frames (docs/NODE.md "Time and identity"); each LOG line carries the wall time it was logged at.
+Every value is checked (RULES
+below; docs/NODE.md): a bad /node.json, or a model that cannot be loaded, makes the node run logs-only and
+say why on the console and to the gateway (main, Node.notice), never stop at boot.
 
 Heap: the big buffers (link, queue) are allocated before the plant simulator's modules are imported,
 so they find contiguous room on a heap that module loading fragments (measured on the 64-bit unix
@@ -54,10 +59,11 @@ except ImportError:  # CPython
 
 CONFIG = "/node.json"
 _HOST = sys.implementation.name == "cpython"
+NOTE_MAX = const(192)  # bytes of a boot-time error line sent to the gateway (Node.notice)
 _TICKS_MASK = const(0x3FFFFFFF)
 DEFAULTS = {"seed": 1, "machines": 4, "sample_every": 5, "tick_ms": 1000, "queue": 16, "report_ms": 2000,
             "model": "", "k": 0, "temperature": 0, "top_k": 4, "max_len": 16, "prompt_max": 48,
-            "offline_ms": 4000, "run_s": 0, "window": 8, "window_bytes": 2048, "stream": False,
+            "offline_ms": 4000, "run_s": 0, "window": 8, "window_bytes": 2048, "stream": False, "out_rows": 64,
             "tokenizer": False, "stop_ids": []}
 DEFAULTS.update({"spill_bytes": -1, "spill_path": "/spill.bin", "uid_path": "/node.uid"})  # logging, identity
 
@@ -140,6 +146,8 @@ class Node:
         self.w_first = 0  # the tick of the first sync this boot: lines before it are back-dated
         self.syncs = 0
         self._hellos = 0
+        self.notes = []  # boot-time error lines (a bad model or /node.json): sent once the link is up
+        self.notes_sent = 0
 
     # ---- link callbacks (called from lk.poll, allocation-free) ----
 
@@ -312,6 +320,26 @@ class Node:
             j = a.live_crc(r, j + 1)
         return self.send(frame.LOG, r, j)
 
+    def notice(self, text):
+        """Keep a level-2 line (at most NOTE_MAX bytes) to send directly once the link is up, before the
+        queued lines: how a node that boots logs-only tells the gateway why. Boot time only (allocates)."""
+        self.notes.append(text.encode()[:NOTE_MAX])
+
+    def _send_note(self, now, text):
+        # A notice's LOG body in the peer's layout (1.0 or 1.1, as _report), built when it is sent
+        # (boot-time lines: allocating here is fine). Its lseq is 0: not a numbered line.
+        body = bytearray(frame.LG_TEXT + len(text))
+        frame.put_u32(body, 0, now & _TICKS_MASK)
+        body[4] = 2
+        j = frame.LG_TEXT_10
+        if self.lk.peer_minor:
+            body[frame.LG_FLAGS] = self._put_wall(body, now, self.boot)
+            frame.put_u16(body, frame.LG_BOOT, self.boot)
+            frame.put_u32(body, frame.LG_LSEQ, 0)
+            j = frame.LG_TEXT
+        body[j:j + len(text)] = text
+        return self.send(frame.LOG, body, j + len(text))
+
     def step(self, now):
         self.sampler.poll(now)
         self.lk.poll(now)
@@ -321,6 +349,10 @@ class Node:
             ph = lk.peer_hello
             self._sync(frame.u16(ph, frame.HE_WDAY), frame.u32s(ph, frame.HE_WMS), lk.peer_hello_at)
         self._acked()
+        while self.notes_sent < len(self.notes) and self.lk.established and self.lk.free_slots() > 0:
+            if not self._send_note(now, self.notes[self.notes_sent]):
+                break
+            self.notes_sent += 1
         self._send_logs(now)
         if self.ann is not None and (not self.lk.established or not self.backlog()):
             self.ann.step(now, self.last, 0, self.last_n)  # drafting yields the link to waiting lines
@@ -346,18 +378,103 @@ class Node:
                 idle(1)  # logs only: nothing to compute between ticks
 
 
-def load_config(path=CONFIG):
+class ConfigError(ValueError):
+    """A bad /node.json: one line naming the file and the key."""
+
+
+# key -> (kind, low, high): "int" (not bool), "num" (int or float, finite), "bool", "model" (str or null),
+# "pow2" (an int power of two), "ids" (a list of at most `high` ints in 0..0xFFFFFF). Keys of DEFAULTS
+# without a rule are checked against the type of their default (an int or a number >= 0, a bool, a str or null).
+RULES = {"seed": ("int", 0, 0xFFFFFFFF), "machines": ("int", 1, 16), "sample_every": ("int", 1, 3600),
+         "tick_ms": ("int", 1, 3600000), "queue": ("int", 1, 256), "report_ms": ("int", 1, 86400000),
+         "model": ("model", 0, 0), "k": ("int", 0, 32), "temperature": ("num", 0, 10), "top_k": ("int", 1, 16),
+         "max_len": ("int", 1, 4096), "prompt_max": ("int", 1, 4096), "offline_ms": ("int", 0, 86400000),
+         "run_s": ("int", 0, 500000), "window": ("pow2", 1, 64), "window_bytes": ("int", 64, 0xFFFF),
+         "stream": ("stream", 0, 0), "out_rows": ("int", 1, 4096), "spill_bytes": ("int", -1, 0x3FFFFFFF),
+         "spill_path": ("path", 0, 0), "uid_path": ("path", 0, 0), "tokenizer": ("bool", 0, 0), "stop_ids": ("ids", 0, 16)}
+STREAM_MODES = ("resident", "layer", "phase", "matrix")  # shared/memplan.MODES, without importing the planner
+CONFIG_MAX = const(4096)  # bytes: a longer /node.json is refused before it is parsed
+
+
+def _show(v):
+    r = repr(v)
+    return r if len(r) <= 40 else r[:37] + "..."
+
+
+def _is_int(v):
+    return type(v) is int  # bool is not an int here
+
+
+def check_value(path, key, v):
+    """v if it is a valid value of /node.json key `key`, else ConfigError naming the file and the key."""
+    rule = RULES.get(key)
+    if rule is None:
+        d = DEFAULTS[key]
+        rule = ("bool", 0, 0) if d is True or d is False else ("model", 0, 0) if d is None or type(d) is str \
+            else ("num", 0, 0x3FFFFFFF) if type(d) is float else ("int", 0, 0x3FFFFFFF)
+    kind, lo, hi = rule
+    if kind == "int" or kind == "pow2":
+        if _is_int(v) and lo <= v <= hi and (kind == "int" or not v & (v - 1)):
+            return v
+        want = "an int in %d..%d" % (lo, hi) if kind == "int" else "a power of two in %d..%d" % (lo, hi)
+    elif kind == "num":
+        if (_is_int(v) or type(v) is float) and v == v and lo <= v <= hi:
+            return v
+        want = "a number in %d..%d" % (lo, hi)
+    elif kind == "bool":
+        if v is True or v is False:
+            return v
+        want = "true or false"
+    elif kind == "stream":  # the memory plan's layout (shared/memplan.MODES), or true ("phase") / false
+        if v is True or v is False or v in STREAM_MODES:
+            return v
+        want = "true, false or one of %s" % ", ".join(STREAM_MODES)
+    elif kind == "path":
+        if type(v) is str and 0 < len(v) <= 128:
+            return v
+        want = "a file path of 1..128 characters"
+    elif kind == "model":
+        if v is None or (type(v) is str and len(v) <= 128):
+            return v
+        want = "a file path (at most 128 characters) or null"
+    else:  # ids
+        if type(v) is list and len(v) <= hi:
+            for t in v:
+                if not _is_int(t) or t < 0 or t > 0xFFFFFF:
+                    break
+            else:
+                return v
+        want = "a list of at most %d token ids (ints in 0..16777215)" % hi
+    raise ConfigError("%s: key '%s' must be %s, got %s" % (path, key, want, _show(v)))
+
+
+def parse_config(text, path=CONFIG):
+    """The checked settings of a /node.json text (a dict of the keys it gives), or ConfigError."""
+    if len(text) > CONFIG_MAX:
+        raise ConfigError("%s: %d bytes, at most %d" % (path, len(text), CONFIG_MAX))
     try:
-        with open(path) as f:
-            cfg = json.loads(f.read())
-    except OSError:
-        return {}
+        cfg = json.loads(text)
+    except Exception:  # ValueError; MicroPython: also RuntimeError (nesting), MemoryError
+        raise ConfigError("%s is not valid JSON" % path)
     if not isinstance(cfg, dict):
-        raise ValueError("%s must hold a JSON object" % path)
+        raise ConfigError("%s must hold a JSON object" % path)
     for key in cfg:
         if key not in DEFAULTS:
-            raise ValueError("%s: unknown key %r (known: %s)" % (path, key, ", ".join(sorted(DEFAULTS))))
+            raise ConfigError("%s: unknown key %s (known: %s)" % (path, _show(key), ", ".join(sorted(DEFAULTS))))
+        check_value(path, key, cfg[key])
     return cfg
+
+
+def load_config(path=CONFIG):
+    """parse_config of the file at path; {} when there is none (every key at its default)."""
+    try:
+        with open(path) as f:
+            text = f.read(CONFIG_MAX + 1)
+    except OSError:
+        return {}
+    except Exception:  # UnicodeError (CPython), bytes that are not UTF-8
+        raise ConfigError("%s is not UTF-8 text" % path)
+    return parse_config(text, path)
 
 
 def make_drafter(prof, cfg):
@@ -381,7 +498,8 @@ def make_drafter(prof, cfg):
     kv = prof["kv"]
     ring = ringkv.RingKV(c["n_layers"], c["n_kv_heads"] * c["head_dim"], kv["sink"], kv["window"], kv["staged"],
                          "b", c["n_kv_heads"])
-    model = llama.Model(r, ring, stream=bool(cfg.get("stream", False)))  # stream: weights read per layer
+    # stream: the plan's layout (deploy writes the one `edgetwin plan` chose); out_rows: the streamed classifier's rows
+    model = llama.Model(r, ring, stream=cfg.get("stream", False), out_rows=cfg.get("out_rows", 64))
     k = cfg.get("k") or prof["draft_k"]
     d = drafter.Drafter(model, k, temperature=cfg.get("temperature", 0), top_k=cfg.get("top_k", 4),
                         seed=cfg.get("seed", 1), max_pending=2, max_len=cfg.get("max_len", 16),
@@ -406,15 +524,41 @@ def make_tokenizer(prof, cfg):
 
 
 def main(config=CONFIG):
+    """Boot the node. A bad /node.json or a model that cannot be loaded never stops it: the reason is
+    printed on the console and sent to the gateway as a level-2 line (see Node.notice), and the node runs
+    logs-only (a bad /node.json: with every key at its default; a bad model: with the rest of the config)."""
     from firmware import boardcfg
 
     prof = boardcfg.load()
-    cfg = load_config(config)
+    notes = []
+    try:
+        cfg = load_config(config)
+    except ConfigError as e:
+        notes.append("NODE config error: %s; running logs-only with the defaults" % e)
+        cfg = {"model": None}
     uart = boardcfg.open_link(prof)
-    d, vocab = make_drafter(prof, cfg)
-    tok = make_tokenizer(prof, cfg) if d is not None else None
+    d, vocab, tok = None, 0, None
+    try:
+        d, vocab = make_drafter(prof, cfg)
+        tok = make_tokenizer(prof, cfg) if d is not None else None
+    except (ValueError, OSError, MemoryError) as e:  # shared.mbf.MBFError, llama/drafter errors, flash errors
+        d = tok = None
+        vocab = 0
+        notes.append("NODE model error: %s; running logs-only" % (e if str(e) else type(e).__name__))
     gc.collect()
-    node = Node(uart, prof, cfg, d, vocab, ticks_ms(), tok)
+    try:
+        node = Node(uart, prof, cfg, d, vocab, ticks_ms(), tok)
+    except (MemoryError, ValueError) as e:  # valid values that do not fit together or in this heap
+        d = tok = None
+        gc.collect()
+        notes.append("NODE config error: %s with %s: %s; running logs-only with the defaults"
+                     % ("the node does not fit the heap" if isinstance(e, MemoryError) else "the node cannot start",
+                        config, e))
+        cfg = {"model": None}
+        node = Node(uart, prof, cfg, None, 0, ticks_ms(), None)
+    for text in notes:
+        print(text)
+        node.notice(text)
     print("NODE start board=%s model=%s heap=%d" % (prof["name"], "yes" if d is not None else "no", _mem()))
     try:
         micropython = __import__("micropython")

@@ -5,6 +5,7 @@ User mistakes exit 2 with one line."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -21,23 +22,28 @@ BENCHES = tuple(sorted(p.stem[len("bench_"):] for p in (ROOT / "tools").glob("be
 # Subcommands that live in their own module host/cmd_NAME.py, each with HELP (one line),
 # add_arguments(parser) and run(args) -> exit code (raising host.errors.UserError for user mistakes).
 PLUGINS = ("demo", "gateway", "ask", "plan", "doctor")
+BOARD_HELP = "board profile: a name (see boards/) or a path to a profile JSON"
 
 
 def known_boards() -> list[str]:
-    return sorted(p.stem for p in (ROOT / "boards").glob("*.json"))
+    from host import board_profile
+
+    return board_profile.known_boards()
 
 
-def _board(name: str) -> str:
-    if name not in known_boards():
-        raise UserError(f"unknown board '{name}' (known: {', '.join(known_boards())})")
-    return name
+def _board(spec: str) -> dict:
+    """The validated profile --board names (a name or a path): one-line UserError otherwise."""
+    from host import board_profile
+
+    return board_profile.resolve(spec)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
     from tools import build
 
+    prof = _board(args.board)
     try:
-        out = build.build(_board(args.board), arch=args.arch, node=args.node, model=args.model)
+        out = build.build(prof, arch=args.arch, node=args.node, model=args.model)
     except build.BuildError as e:
         raise UserError(str(e)) from e
     manifest = json.loads((out / "MANIFEST.json").read_text())
@@ -45,15 +51,26 @@ def cmd_build(args: argparse.Namespace) -> int:
     print(f"built {len(manifest['files'])} files, {manifest['total_bytes']} bytes, arch {manifest['arch']} -> {out}")
     if native:
         print(f"native code ({manifest['arch']}): {', '.join(native)}")
+    if "node" in manifest:
+        _print_node(manifest["node"])
     return 0
+
+
+def _print_node(node: dict) -> None:
+    plan, cfg = node["plan"], node["config"]
+    print(f"node: model {node['model']}, plan {plan['mode']} ({plan['load_peak']} of {plan['budget']} B budget, "
+          f"{8 * plan['word']}-bit objects); node.json: stream {json.dumps(cfg['stream'])}, out_rows {cfg['out_rows']}, tokenizer "
+          f"{str(cfg['tokenizer']).lower()}, k {cfg['k']}, stop_ids {cfg.get('stop_ids', [])}")
 
 
 def cmd_vboard(args: argparse.Namespace) -> int:
     from tools import vboard
 
-    _board(args.board)
-    argv = ["--board", args.board] + (["--root", args.root] if args.root else [])
-    return vboard.main(argv)
+    prof = _board(args.board)
+    try:
+        return vboard.run(prof, args.root, args.heap)
+    except vboard.VBoardError as e:
+        raise UserError(str(e)) from None
 
 
 def board_platform(port: str, tool: str) -> str:
@@ -72,13 +89,28 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         if arch is None and board_platform(args.port, args.tool) == "linux":
             # A virtual board (the unix port) cannot run armv6m/xtensawin native code: give it x64.
             arch = "x64"
-            print(f"{args.port} is a virtual board (unix port): deploying the x64 build")
+            print(f"{args.port} is a virtual board (unix port): deploying the x64 build", flush=True)
         out = build.build(board, arch=arch, node=args.node, model=args.model)
-        report = deploy.deploy(out, args.port, tool=args.tool)
+        manifest = json.loads((out / "MANIFEST.json").read_text())
+        if "node" in manifest:
+            _print_node(manifest["node"])
+        report = deploy.deploy(out, args.port, tool=args.tool, progress=_progress)
+        reset = args.node and not args.no_reset
+        if reset:
+            _progress("resetting the board: it boots into the node")
+            deploy.reset_board(args.port, args.tool)
     except (build.BuildError, deploy.DeployError) as e:
         raise UserError(str(e)) from e
     print(json.dumps(report, indent=2))
+    print(f"deployed {len(report['files'])} files, {report['total_bytes']} bytes to {args.port} with {args.tool} "
+          f"in {report['seconds']:.1f} s; board heap free {report['board_mem_free']} B before reset"
+          + ("; the board was reset: the node runs" if reset else
+             "; reset the board to start the node" if args.node else ""), file=sys.stderr)
     return 0
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def cmd_convert(args: argparse.Namespace) -> int:  # reached only through main()'s early dispatch
@@ -86,11 +118,11 @@ def cmd_convert(args: argparse.Namespace) -> int:  # reached only through main()
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
-    from tools import deploy, selftest_demo, vboard
+    from tools import build, deploy, selftest_demo, vboard
 
     try:
         return selftest_demo.main(board=_board(args.board), as_json=args.json)
-    except (deploy.DeployError, vboard.VBoardError) as e:
+    except (build.BuildError, deploy.DeployError, vboard.VBoardError) as e:
         raise UserError(str(e)) from e
 
 
@@ -100,27 +132,37 @@ def _node_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, help="draft .mbf for --node (default models/draft/draft.mbf)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage mistake is one line too (argparse prints the whole usage first): exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, "%s: error: %s (see %s --help)\n" % (self.prog, message, self.prog))
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="edgetwin", description=__doc__)
+    p = _Parser(prog="edgetwin", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     b = sub.add_parser("build", help="compile shared/ and firmware/ with mpy-cross for a board into build/BOARD/")
-    b.add_argument("--board", required=True, help="board profile name (see boards/)")
+    b.add_argument("--board", required=True, help=BOARD_HELP)
     b.add_argument("--arch", help="override the profile's mpy-cross arch (x64 for a virtual board)")
     _node_args(b)
     b.set_defaults(func=cmd_build)
 
     v = sub.add_parser("vboard", help="run a virtual board: MicroPython unix port on a pty, plus a UART pty")
-    v.add_argument("--board", required=True, help="board profile whose heap the virtual board gets")
+    v.add_argument("--board", required=True, help=BOARD_HELP)
     v.add_argument("--root", help="directory that is the board's filesystem (default vboards/BOARD)")
+    v.add_argument("--heap", type=int, help="heap bytes (default: what a drafting node of the profile needs "
+                                            "on the 64-bit unix port, printed with its factor)")
     v.set_defaults(func=cmd_vboard)
 
     d = sub.add_parser("deploy", help="build for a board and copy the build onto it (mpremote, or ampy)")
-    d.add_argument("--board", required=True, help="board profile name")
+    d.add_argument("--board", required=True, help=BOARD_HELP)
     d.add_argument("--port", required=True, help="serial port of the board's REPL (/dev/ttyACM0, or a vboard pty)")
     d.add_argument("--tool", choices=("mpremote", "ampy"), default="mpremote")
     d.add_argument("--arch", help="override the build arch (default: the profile's; x64 when the port is a virtual board)")
     _node_args(d)
+    d.add_argument("--no-reset", action="store_true", help="with --node: do not reset the board after the copy")
     d.set_defaults(func=cmd_deploy)
 
     c = sub.add_parser("convert", add_help=False,
@@ -142,10 +184,14 @@ def parser() -> argparse.ArgumentParser:
         sp.set_defaults(func=mod.run)
 
     m = sub.add_parser("selftest", help="start a virtual board, deploy the core with mpremote and run its self-test")
-    m.add_argument("--board", default="rp2040_pico")
+    m.add_argument("--board", default="rp2040_pico", help=BOARD_HELP)
     m.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     m.set_defaults(func=cmd_selftest)
     return p
+
+
+# Built once per process: argparse takes ~10 ms for all the subcommands (parse_args keeps no state).
+parser = functools.lru_cache(maxsize=1)(parser)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,13 +204,27 @@ def main(argv: list[str] | None = None) -> int:
         # The converter owns its arguments (and --help); argparse's REMAINDER would swallow them badly.
         from tools import convert
 
-        return convert.main(argv[1:])
-    args = parser().parse_args(argv)
+        try:
+            return convert.main(argv[1:])
+        except SystemExit as e:  # a usage error (one line): its code, as the other subcommands'; --help exits
+            if not e.code:
+                raise
+            return e.code if isinstance(e.code, int) else 2
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as e:  # a usage error (one line, code 2) is returned, for in-process callers; --help exits
+        if not e.code:
+            raise
+        return e.code if isinstance(e.code, int) else 2
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
     except UserError as e:
         print(f"edgetwin {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a file or port problem no check above foresaw: still one line naming the file
+        where = " ".join(str(f) for f in (e.filename, e.filename2) if f)
+        print(f"edgetwin {args.command}: error: {where + ': ' if where else ''}{e.strerror or e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -8,27 +8,34 @@ windows as [n], and the windows it cited are listed with their node and time spa
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from host.errors import UserError
 
+PROMPT_BUDGET = 360  # host.qa.PROMPT_BUDGET (not imported here: `edgetwin --help` stays light)
 HELP = "answer an operator question from the log store: PRISM picks the top K log windows, the target model answers"
 DEFAULT_DB = "edgetwin.db"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("question", help='the question, e.g. "why did P-101 trip?"')
+    p.add_argument("question", help='the question, e.g. "why did P-101 trip?"; - reads it from stdin')
     p.add_argument("--db", default=DEFAULT_DB, help="the gateway's log store (default %s)" % DEFAULT_DB)
-    p.add_argument("--k", type=int, default=5, help="log windows given to the target model (default 5)")
+    p.add_argument("--k", type=int, default=3, help="log windows given to the target model (default 3)")
     p.add_argument("--candidates", type=int, default=20, help="windows retrieved from the store for PRISM to rank (default 20)")
-    p.add_argument("--lines", type=int, default=8, help="log lines per window (default 8)")
+    p.add_argument("--lines", type=int, default=6, help="log lines per window (default 6)")
     p.add_argument("--reranker", help="reranker directory (Hugging Face BERT cross-encoder; default: the shipped one)")
     p.add_argument("--target", help="target model GGUF (default: SmolLM2-135M-Instruct)")
     p.add_argument("--threshold", type=float, default=None, help="PRISM pruning CV threshold (default: the reranker's "
                    "calibrated one from its prism.json, else 0.3; inf: never prune)")
-    p.add_argument("--max-tokens", type=int, default=160, help="longest answer in tokens (default 160)")
+    p.add_argument("--max-tokens", type=int, default=64, help="longest answer in tokens (default 64; it ends sooner at "
+                   "its first blank line)")
+    p.add_argument("--prompt-budget", type=int, default=None, help="tokens of window text in the target's prompt "
+                   "(default %d: each window keeps its lines that name the question's words, events, and those "
+                   "nearest its hit)" % PROMPT_BUDGET)
     p.add_argument("--no-answer", action="store_true", help="only rank and list the windows (no target model)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
 def _reranker_dir(arg: str | None) -> str:
@@ -55,71 +62,116 @@ def _target_path(arg: str | None) -> str:
         raise UserError("no target model: %s; or pass --target FILE.gguf" % e) from None
 
 
-def run(args: argparse.Namespace) -> int:
-    from host import qa
-    from host.prism import PrismInputError, PrismModelError
-    from host.prism.engine import Prism
+def _question(arg: str) -> str:
+    if arg == "-":
+        try:
+            return sys.stdin.read()
+        except UnicodeDecodeError as e:
+            raise UserError("the question on stdin is not text in the terminal's encoding: %s" % e) from None
+    return arg
 
-    question = args.question
+
+def _window_text(text: str, indent: str = "      ") -> str:
+    return "".join(indent + ln + "\n" for ln in text.strip().splitlines())
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+
+    t_start = time.perf_counter()
+    question = _question(args.question)
     if not isinstance(question, str) or not question.strip():
-        raise UserError("the question is empty")
+        raise UserError("the question is empty" + (" (nothing on stdin)" if args.question == "-" else ""))
+    question = " ".join(question.split())
     for name in ("k", "candidates", "lines", "max_tokens"):
         v = getattr(args, name)
         if v < 1:
             raise UserError("--%s must be at least 1, got %d" % (name.replace("_", "-"), v))
+    if args.prompt_budget is not None and args.prompt_budget < 1:
+        raise UserError("--prompt-budget must be at least 1, got %d" % args.prompt_budget)
     if args.threshold is not None and not args.threshold >= 0:
         raise UserError("--threshold must be >= 0, got %s" % args.threshold)
     if args.k > args.candidates:
         raise UserError("--k %d is larger than --candidates %d" % (args.k, args.candidates))
-    if not Path(args.db).is_file():
-        raise UserError("log store %s does not exist (give the gateway's --db file)" % args.db)
+    db = Path(args.db)
+    if db.is_dir():
+        raise UserError("--db %s is a directory, not a log store (give the gateway's --db file)" % db)
+    if not db.is_file():
+        raise UserError("log store %s does not exist (give the gateway's --db file)" % db)
+    if not os.access(db, os.R_OK):
+        raise UserError("--db %s: not readable (permission denied)" % db)
+    from host.store import LogStore, StoreError
+
+    try:  # a file that is not a log store is refused before any progress line or model load
+        LogStore(db, readonly=True).close()
+    except StoreError as e:
+        raise UserError(str(e)) from None
+    out, err = sys.stdout, sys.stderr
+
+    def progress(line: str) -> None:
+        if not args.quiet:
+            err.write("[%5.1f s] %s\n" % (time.perf_counter() - t_start, line))
+            err.flush()
+
+    progress("loading the models")
+    from host import qa
+    from host.prism import PrismInputError, PrismModelError
+    from host.prism.engine import Prism
+
+    target = None if args.no_answer else _target_path(args.target)
+    # the target loads in a thread while the store is searched and PRISM ranks (numpy leaves the GIL)
+    loader = None if target is None else qa.Background(lambda: qa.Answerer.from_gguf(target))
+    state: dict = {"answer_started": False}
+
+    def report(kind: str, data) -> None:
+        if kind == "progress":
+            progress(data)
+        elif kind == "chosen":
+            found, chosen, ranking = data
+            if not found.matched:
+                out.write("note: %s\n" % found.how)
+            out.write("PRISM ranked %d windows in %.2f s (%.2f of %d layers per window); the top %d:\n"
+                      % (len(found.windows), ranking.latency_s, ranking.layers_per_candidate, ranking.num_layers,
+                         len(chosen)))
+            if ranking.truncated:
+                out.write("note: %d of the %d windows are longer than the reranker's %d-token limit and were "
+                          "truncated for ranking\n" % (ranking.truncated, len(found.windows), prism.max_length))
+            for s in chosen:
+                out.write("  [%d] %s  (relevance %.3f)\n" % (s.n, s.span(), s.prob))
+                out.write(_window_text(s.text))
+            out.flush()
+        elif kind == "text":
+            if not state["answer_started"]:
+                out.write("\nAnswer: ")
+                state["answer_started"] = True
+            out.write(data)
+            out.flush()
+
     try:
-        windows = qa.candidates(args.db, question, limit=args.candidates, lines=args.lines)
-        if not windows:
-            raise UserError("no log windows in %s match the question's words: nothing to rank" % args.db)
-        if args.k > len(windows):
-            raise UserError("--k %d is larger than the %d candidate windows found for this question; use --k %d or less"
-                            % (args.k, len(windows), len(windows)))
-        target = None if args.no_answer else _target_path(args.target)
         prism = Prism.from_pretrained(_reranker_dir(args.reranker), threshold=args.threshold)
         try:
-            chosen, ranking = qa.rerank(prism, question, windows, args.k)
+            res = qa.ask(question, args.db, prism, None if loader is None else loader.get, k=args.k,
+                         limit=args.candidates, lines=args.lines, max_tokens=args.max_tokens,
+                         budget=qa.PROMPT_BUDGET if args.prompt_budget is None else args.prompt_budget, report=report)
         finally:
             prism.close()
     except (qa.QAError, PrismModelError, PrismInputError) as e:
         raise UserError(str(e)) from None
-    out = sys.stdout
-    out.write("PRISM ranked %d windows in %.2f s (%.2f of %d layers per window); the top %d:\n"
-              % (len(windows), ranking.latency_s, ranking.layers_per_candidate, ranking.num_layers, args.k))
-    if ranking.truncated:
-        out.write("note: %d of the %d windows are longer than the reranker's %d-token limit and were truncated for "
-                  "ranking\n" % (ranking.truncated, len(windows), prism.max_length))
-    for s in chosen:
-        out.write("  [%d] %s  (relevance %.3f)\n" % (s.n, s.span(), s.prob))
     if target is None:
         return 0
-    out.flush()
-    try:
-        answerer = qa.Answerer.from_gguf(target)
-    except qa.QAError as e:
-        raise UserError(str(e)) from None
-    out.write("\nAnswer: ")
-    out.flush()
-
-    def show(piece: str) -> None:
-        out.write(piece)
-        out.flush()
-
-    try:
-        text = answerer.answer(question, chosen, max_tokens=args.max_tokens, on_text=show)
-    except qa.QAError as e:
-        raise UserError(str(e)) from None
+    if not state["answer_started"]:
+        out.write("\nAnswer: ")
     out.write("\n\n")
-    cited = qa.cited_sources(text, chosen)
+    chosen, cited = res["chosen"], res["cited"]
     if cited:
         out.write("Sources cited:\n")
         for s in cited:
             out.write("  [%d] %s\n" % (s.n, s.span()))
     else:
         out.write("The answer cites no window; it was given [1]..[%d] above.\n" % len(chosen))
+    t = res["times"]
+    progress("answered in %.1f s: retrieval %.2f s, rerank %.2f s, waiting for the target %.2f s, prompt %d tokens "
+             "(%d lines) in %.2f s, %d answer tokens in %.2f s (ended: %s)"
+             % (time.perf_counter() - t_start, t["retrieve_s"], t["rerank_s"], t["wait_target_s"], t["prompt_tokens"],
+                t["prompt_lines"], t["prefill_s"], t["answer_tokens"], t["decode_s"], t["ended"]))
     return 0

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
 
 from host.errors import UserError
@@ -14,7 +16,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", action="append", required=True, metavar="PORT",
                    help="a node's serial port (a device, a virtual board's UART pty, or a pyserial URL); "
                         "repeat for more nodes. NAME=PORT names the node in the store (default: the port)")
-    p.add_argument("--db", default="edgetwin.db", help="SQLite log store (created if missing; default edgetwin.db)")
+    p.add_argument("--db", default="edgetwin.db",
+                   help="SQLite log store (created 0640 if missing, in an existing directory; default edgetwin.db)")
     p.add_argument("--baud", type=int, default=115200, help="baud rate (default 115200)")
     p.add_argument("--model", default=None,
                    help="the target model that verifies drafts: smollm2 (the shipped SmolLM2-135M-Instruct), a GGUF "
@@ -25,6 +28,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=1, help="sampling seed")
     p.add_argument("--status", default=None, help="write a JSON status snapshot here twice a second")
     p.add_argument("--seconds", type=float, default=None, help="stop after this long (default: until Ctrl-C)")
+    p.add_argument("--name", action="append", default=[], metavar="NAME",
+                   help="name the nodes in the store and in `ask`, in the order of the --port options (the same as "
+                        "NAME=PORT); default: the board's id from the handshake is shown, the port is stored")
+    p.add_argument("--status-every", type=float, default=30.0, metavar="SECONDS",
+                   help="print a status line this often: nodes up, lines stored, annotations, acceptance, tokens/s "
+                        "(default 30)")
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors (no sessions up/down, no status lines)")
 
 
 def _split(spec: str) -> tuple[str | None, str]:
@@ -35,12 +45,40 @@ def _split(spec: str) -> tuple[str | None, str]:
     return None, spec
 
 
+def _check_out_path(opt: str, path: Path) -> None:
+    """A file the gateway writes: an existing file, or a new one in an existing directory (none is created)."""
+    if path.exists() and not path.is_file():
+        raise UserError("%s %s: not a file" % (opt, path))
+    if not path.parent.is_dir():
+        raise UserError("%s %s: directory %s does not exist (create it first)" % (opt, path, path.parent))
+    if not os.access(path if path.exists() else path.parent, os.W_OK):
+        raise UserError("%s %s: not writable" % (opt, path))
+
+
+def _remove(paths: list[Path]) -> None:
+    for p in paths:
+        try:
+            p.unlink()
+        except OSError:
+            pass
+
+
 def run(args: argparse.Namespace) -> int:
     from host.gateway import Gateway
     from host.session import PortError
-    from host.store import StoreError
+    from host.store import StoreError, side_files
 
     pairs = [_split(p) for p in args.port]
+    if len(args.name) > len(pairs):
+        raise UserError("%d --name options for %d --port options" % (len(args.name), len(pairs)))
+    for i, n in enumerate(args.name):
+        if not n.strip():
+            raise UserError("--name must not be empty")
+        if pairs[i][0] is not None and pairs[i][0] != n:
+            raise UserError("port %s is named twice: %s=... and --name %s" % (pairs[i][1], pairs[i][0], n))
+        pairs[i] = (n, pairs[i][1])
+    if not args.status_every > 0:
+        raise UserError("--status-every must be a positive number of seconds, got %s" % args.status_every)
     ports = [p for _, p in pairs]
     names = [n or p for n, p in pairs]
     if len(set(ports)) != len(ports):
@@ -49,6 +87,24 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("two --port options name the same node")
     if args.baud <= 0:
         raise UserError("--baud must be positive, got %d" % args.baud)
+    if not all(p.strip() for p in ports):
+        raise UserError("--port: an empty port name")
+    for opt, v in (("--top-k", args.top_k), ("--seed", args.seed)):
+        if v < 0:
+            raise UserError("%s must be >= 0, got %d" % (opt, v))
+    if not 0 <= args.temperature < float("inf"):
+        raise UserError("--temperature must be a number >= 0, got %s" % args.temperature)
+    if args.seconds is not None and not 0 < args.seconds < float("inf"):
+        raise UserError("--seconds must be a positive number, got %s" % args.seconds)
+    db = Path(args.db)
+    _check_out_path("--db", db)  # before the model loads (seconds): a bad path fails at once
+    status = Path(args.status) if args.status else None
+    if status is not None:
+        _check_out_path("--status", status)
+    for p in ports:  # before the store opens (a session records its node there): a typo changes no file
+        if "://" not in p and not os.path.exists(p):
+            raise UserError("serial port %s does not exist: is the board plugged in (or the virtual board running)?"
+                            % p)
     spec_factory = verify = None
     if args.model == "smollm2":
         from host import models
@@ -57,24 +113,36 @@ def run(args: argparse.Namespace) -> int:
             args.model = str(models.smollm2_gguf())
         except models.ModelNotInstalled as e:
             raise UserError(str(e)) from None
+    if args.model is not None and Path(args.model).is_dir():
+        raise UserError("--model %s is a directory, not a GGUF model file" % args.model)
     if args.model is not None:
         from host import gateway
 
+        if not args.quiet:
+            print("edgetwin gateway: loading the target model %s" % args.model, flush=True)
         try:
             spec_factory, verify = gateway.make_spec(args.model, temperature=args.temperature, top_k=args.top_k,
                                                      seed=args.seed)
         except (OSError, ValueError) as e:
             raise UserError("cannot load model %s: %s" % (args.model, e)) from None
+    # A start that fails leaves nothing it created: a new store (and its -wal/-shm), the status file.
+    ours = [] if db.exists() else [p for p in side_files(db) if not p.exists()]
+    if status is not None:
+        ours += [p for p in (status, status.with_suffix(".tmp")) if not p.exists()]
     try:
-        gw = Gateway(ports, Path(args.db), baud=args.baud, names=names, spec_factory=spec_factory, verify=verify,
-                     status_path=args.status)
+        gw = Gateway(ports, db, baud=args.baud, names=names, spec_factory=spec_factory, verify=verify,
+                     status_path=args.status, out=None if args.quiet else sys.stdout,
+                     status_every=args.status_every)
     except (StoreError, ValueError) as e:
+        _remove(ours)
         raise UserError(str(e)) from None
     try:
         gw.open()
     except PortError as e:
         gw.close()
+        _remove(ours)
         raise UserError(str(e)) from None
-    print("edgetwin gateway: %d port(s), store %s%s" % (len(ports), args.db,
-                                                        ", model %s" % args.model if args.model else ""), flush=True)
+    if not args.quiet:
+        print("edgetwin gateway: %d port(s), store %s%s; a status line every %g s (--quiet: none)"
+              % (len(ports), args.db, ", model %s" % args.model if args.model else "", args.status_every), flush=True)
     return gw.run(seconds=args.seconds)

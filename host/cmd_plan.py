@@ -18,7 +18,7 @@ HELP = "print a model's memory plan on a board: buffers, live ranges, shared are
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--board", required=True, help="board profile name (see boards/)")
+    p.add_argument("--board", required=True, help="board profile: a name (see boards/) or a path to a profile JSON")
     p.add_argument("--model", required=True, help="MBF model file")
     p.add_argument("--arch", help="object size of this arch instead of the profile's (x64: the virtual board)")
     p.add_argument("--mode", choices=("resident", "layer", "phase", "matrix"),
@@ -80,17 +80,17 @@ def _table(d: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from host.cli import known_boards
+    from host import board_profile
     from shared import mbf, memfit, memplan
     from tools import build
 
-    if args.board not in known_boards():
-        raise UserError("unknown board '%s' (known: %s)" % (args.board, ", ".join(known_boards())))
-    prof = build.board_profile(args.board)
+    prof = board_profile.resolve(args.board)
     if args.arch is not None and args.arch not in build.ARCH_CODES.values():
         raise UserError("unknown arch '%s' (x64 for the virtual board, or armv6m, xtensawin...)" % args.arch)
     word = memfit.word_of(args.arch or prof["mpy_arch"])
     path = Path(args.model)
+    if path.is_dir():
+        raise UserError("--model %s is a directory, not an MBF model file" % path)
     if not path.is_file():
         raise UserError("model file %s does not exist" % path)
     try:
@@ -100,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
             p = memfit.fit(r.config, prof, word, margin, args.reserve, r, modes)
     except ValueError as e:  # MBFError, ModelError, ProfileError: one line
         raise UserError("%s: %s" % (path, e)) from None
+    except OSError as e:  # unreadable
+        raise UserError("--model %s: %s" % (path, e.strerror or e)) from None
     d = describe(p)
     d["model"] = str(path)
     print(json.dumps(d) if args.json else _table(d))

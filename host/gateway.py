@@ -16,6 +16,11 @@ recent token window as PROMPT frames so a fresh target cache is rebuilt (docs/GA
 
 With `status_path`, a JSON snapshot of every session (and its stream) is written there atomically every
 `status_s` seconds and at exit: what the tests and an operator read.
+
+With `out` (a text stream: `edgetwin gateway` gives stdout unless --quiet), the operator sees the sessions come
+and go ("node NAME connected (board B, uid U) on PORT", "node NAME lost on PORT: why") and, every
+`status_every` seconds, one status line: nodes up, lines stored, annotations, the draft acceptance rate and
+the verified tokens per second since the last status line.
 """
 
 from __future__ import annotations
@@ -31,12 +36,14 @@ from typing import Callable
 
 from host.session import PortError, Session
 from host.store import LogStore
+from shared import frame
 
 
 class Gateway:
     def __init__(self, ports: list[str], db: str | Path, baud: int = 115200, names: list[str] | None = None,
                  spec_factory: Callable | None = None, verify: Callable[[list], None] | None = None,
-                 status_path: str | Path | None = None, status_s: float = 0.5, tick_s: float = 0.002) -> None:
+                 status_path: str | Path | None = None, status_s: float = 0.5, tick_s: float = 0.002,
+                 out=None, status_every: float = 30.0) -> None:
         if not ports:
             raise ValueError("at least one --port is needed")
         if len(set(ports)) != len(ports):
@@ -45,14 +52,40 @@ class Gateway:
         names = names or [None] * len(ports)  # type: ignore[list-item]
         self.sessions = [Session(p, self.store, name=n, baud=baud, spec_factory=spec_factory)
                          for p, n in zip(ports, names)]
+        self.node_errors: dict[str, list[str]] = {}  # per node: its "NODE ... error: ..." lines (printed)
+        for s in self.sessions:
+            self._watch_errors(s)
         self.verify = verify
         self.status_path = Path(status_path) if status_path else None
         self.status_s = status_s
         self.tick_s = tick_s
         self._stop = False
+        self._closed = False
         self._last_status = 0.0
         self.rounds = 0
         self.started = time.time()
+        self.out = out
+        self.status_every = status_every
+        self._up = [False] * len(self.sessions)
+        self._next_line = time.monotonic() + status_every
+        self._last_line = (time.monotonic(), 0)  # (when, verified tokens then)
+
+    def _watch_errors(self, s: Session) -> None:
+        # A node that boots logs-only (a corrupt model, a bad /node.json: firmware/node.py Node.notice) says
+        # why in a level-2 LOG line "NODE model error: ..."; the store keeps it, the operator sees it here.
+        inner = s.link.on_frame
+
+        def on_frame(t: int, buf: bytearray, off: int, n: int) -> None:
+            before = s.counts["logs"]
+            inner(t, buf, off, n)
+            j = off + frame.LG_TEXT
+            if t == frame.LOG and s.counts["logs"] > before and buf[off + 4] & 7 == 2 and buf[j:j + 5] == b"NODE ":
+                text = bytes(buf[j:off + n]).decode("utf-8", "replace")
+                if " error: " in text:
+                    self.node_errors.setdefault(s.name, []).append(text)
+                    print("edgetwin gateway: node %s: %s" % (s.name, text), flush=True)
+
+        s.link.on_frame = on_frame
 
     def open(self) -> None:
         """Open every port now: PortError for the first that cannot be (a user mistake at start-up)."""
@@ -90,6 +123,7 @@ class Gateway:
             while not self._stop and (end is None or time.monotonic() < end):
                 self.round()
                 self.write_status()
+                self.report()
                 self.wait()
         finally:
             for sig, h in old.items():
@@ -97,9 +131,61 @@ class Gateway:
             self.close()
         return 0
 
+    def say(self, line: str) -> None:
+        if self.out is not None:
+            self.out.write(time.strftime("%H:%M:%S ") + line + "\n")
+            self.out.flush()
+
+    def _uid(self, s: Session) -> str:
+        for k in ("unique_id", "uid", "node_uid"):  # the handshake's unique id, where the session has one
+            v = getattr(s, k, None)
+            if v:
+                return v.hex() if isinstance(v, (bytes, bytearray)) else str(v)
+        return ""
+
+    def _who(self, s: Session) -> str:
+        return "node" if s.name == s.url else "node %s" % s.name  # a node without a name is known by its port
+
+    def report(self) -> None:
+        """Sessions up/down since the last call, and a status line every status_every seconds (to `out`)."""
+        if self.out is None:
+            return
+        for i, s in enumerate(self.sessions):
+            up = bool(s.transport is not None and s.link.established)
+            if up == self._up[i]:
+                continue
+            self._up[i] = up
+            if up:
+                board, uid = getattr(s, "board_id", ""), self._uid(s)
+                who = ["board " + board] if board else []
+                who += ["uid " + uid] if uid else []
+                self.say("%s connected (%s) on %s" % (self._who(s), ", ".join(who) or "no board id", s.url))
+            else:
+                why = s.last_error if s.transport is None else "no frame from the node for a while"
+                self.say("%s lost on %s: %s" % (self._who(s), s.url, why or "link down"))
+        now = time.monotonic()
+        if now >= self._next_line:
+            self._next_line = now + self.status_every
+            self.say(self.status_line(now))
+
+    def status_line(self, now: float | None = None) -> str:
+        now = time.monotonic() if now is None else now
+        specs = [s.spec for s in self.sessions if s.spec is not None]
+        drafted = sum(sp.stream.stats.get("drafted", 0) for sp in specs if hasattr(sp, "stream"))
+        accepted = sum(sp.stream.stats.get("accepted", 0) for sp in specs if hasattr(sp, "stream"))
+        notes = sum(sp.counts.get("annotations", 0) for sp in specs if hasattr(sp, "counts"))
+        verified = sum(sp.counts.get("tokens_verified", 0) for sp in specs if hasattr(sp, "counts"))
+        t0, v0 = self._last_line
+        self._last_line = (now, verified)
+        rate = (verified - v0) / max(1e-6, now - t0)
+        return ("status: %d/%d nodes up, %d lines stored, %d annotations, acceptance %s, %.1f tokens/s"
+                % (sum(self._up), len(self.sessions), self.store.count_logs(), notes,
+                   "%.2f" % (accepted / drafted) if drafted else "-", rate))
+
     def status(self) -> dict:
         return {"pid": os.getpid(), "rounds": self.rounds, "uptime_s": round(time.time() - self.started, 3),
-                "logs_stored": self.store.count_logs(), "sessions": [s.status() for s in self.sessions]}
+                "logs_stored": self.store.count_logs(), "sessions": [s.status() for s in self.sessions],
+                "node_errors": self.node_errors}
 
     def write_status(self, force: bool = False) -> None:
         if self.status_path is None:
@@ -116,6 +202,9 @@ class Gateway:
         for s in self.sessions:
             s.close()
         try:
+            if self.out is not None and not self._closed:
+                self.say("stopped; " + self.status_line())
+            self._closed = True
             self.write_status(force=True)
         finally:
             self.store.close()
@@ -301,8 +390,10 @@ class SpecStream:
 
 
 def load_target(model: str):
-    """(target, decode) for --model: tiny:SEED (tools/spec_models.make_pair(SEED, seq_len=128), token ids
-    as text) or a GGUF file (Target.from_gguf; ids as text too: the node's text is decoded where read)."""
+    """(target, decode) for --model: tiny:SEED (tools/spec_models.make_pair(SEED, seq_len=TINY_SEQ_LEN); that test
+    pair has no tokenizer, so its annotations are stored as token ids, "216 33 30") or a GGUF file (the target and
+    the tokenizer the GGUF carries, host/qa.load_text_model: annotations are stored as the text they decode to;
+    a GGUF without a tokenizer is refused)."""
     if model.startswith("tiny:"):
         from tools import spec_models
 
@@ -315,9 +406,10 @@ def load_target(model: str):
     path = Path(model)
     if not path.is_file():
         raise OSError("no such model file %s" % path)
-    from host.target import Target
+    from host import qa
 
-    return Target.from_gguf(path), lambda ids: " ".join(str(t) for t in ids)
+    target, tok, _ = qa.load_text_model(path)
+    return target, qa.text_decoder(tok)
 
 
 TINY_SEQ_LEN = 512

@@ -1,20 +1,37 @@
 """Operator Q&A: log windows from the store, the top K by PRISM, an answer from the target model citing them.
 
-    windows = candidates(store_path, question)                 # FTS5 retrieval (host/store.py)
-    chosen, ranking = rerank(prism, question, windows, k)       # PRISM top K, best first
+    found = retrieve(store_path, question)                     # FTS5 windows, or the fallback (below)
+    chosen, ranking = rerank(prism, question, found.windows, k, labels=found.labels)   # PRISM top K
     answerer = Answerer.from_gguf(path)                          # SmolLM2 (or any llama GGUF with a GPT-2 BPE)
     text = answerer.answer(question, chosen, on_text=print)      # greedy, streamed piece by piece
+    res = ask(question, store_path, prism, lambda: answerer)     # all of it, with progress events
 
 The prompt numbers the windows [1]..[K] with their node and time span and asks the model to cite them;
 cited_sources() maps the [n] in the answer back to the windows. The target's tokenizer is built on the host
-from the GGUF's own strings with the `tokenizers` package, the way tests/host/test_bpe_reference.py builds
-SmolLM2's reference tokenizer.
+from the GGUF's own strings with the `tokenizers` package (load_text_model), the way
+tests/host/test_bpe_reference.py builds SmolLM2's reference tokenizer; the gateway decodes the nodes'
+annotations with the same tokenizer (host/gateway.load_target).
+
+Time (docs/GATEWAY.md, "Asking"): the prompt is bounded (fit_sources keeps the lines of each window that
+name the question's words, event lines and the lines nearest the hit, within PROMPT_BUDGET tokens), the
+answer ends at its first blank line, an end-of-turn token or max_tokens, and decoding is KV-cached (one
+token per forward after the prefill).
+
+Fallback: when no log line holds the question's words (nothing has tripped yet, a word the logs never use),
+retrieve() returns the most recent alarm/state windows instead (or the most recent lines, if there are no
+events at all), says so (Retrieval.matched False, .how), and the prompt tells the target.
+
+Node names: a window's node is shown by its label (node_labels): the name the operator gave the gateway
+(--name, or NAME=PORT), else the node's unique id from the handshake where the store has one, else its
+board id; a serial port path is never the label when anything better is known.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sqlite3
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +41,12 @@ import numpy as np
 
 SYSTEM = ("You are the assistant of a plant's control room. Answer the operator's question in two or three "
           "sentences using only the numbered log windows. Cite the windows you use as [1], [2].")
+NO_MATCH_NOTE = ("No log line contains the question's words; the windows below are the most recent alarm and "
+                 "state lines. Say so if they do not answer the question.")
+PREFILL_CHUNK = 256
+PROMPT_BUDGET = 360  # tokens of window text in the prompt (the whole prompt is ~120 more)
+EVENT_WORDS = ("ALARM", "STATE", "ACK", "CLEAR", "SHELVE", "UNSHELVE", "LOST", "NOTE")
+FALLBACK_QUERY = "ALARM STATE TRIPPED LOST CLEAR ACK"
 CONTROL = 3  # GGUF token type of control (special) tokens
 _CITE = re.compile(r"\[(\d{1,3})\]")
 
@@ -73,31 +96,172 @@ def candidates(store_path: str | Path, question: str, limit: int = 20, lines: in
         store.close()
 
 
-def rerank(prism, question: str, windows: Sequence, k: int):
-    """(the top k windows as Sources, best first, the PRISM Ranking)."""
+@dataclass
+class Retrieval:
+    """What retrieval found: the candidate windows (best first), whether they match the question's words, a
+    line saying how they were found, and the store's node labels (store name -> what the operator reads)."""
+
+    windows: list
+    matched: bool
+    how: str
+    labels: dict
+
+
+_PORTLIKE = re.compile(r"^(/|[A-Za-z][A-Za-z0-9+.-]*://|COM\d+$)")
+
+
+def node_labels(store) -> dict:
+    """Store node name -> label: the name itself when the operator gave it (not a port path), else the unique id
+    from the handshake where the store's nodes table has one (uid / unique_id), else the board id, else the
+    name. Equal labels get -2, -3... in the order the nodes were first seen."""
+    with store._lock:  # noqa: SLF001 (a read of the store's own connection)
+        cols = [r[1] for r in store._db.execute("PRAGMA table_info(nodes)").fetchall()]  # noqa: SLF001
+        uid = next((c for c in ("unique_id", "uid", "node_uid") if c in cols), None)
+        rows = store._db.execute("SELECT name, board_id, %s FROM nodes ORDER BY id"  # noqa: SLF001
+                                 % (uid or "''")).fetchall()
+    out: dict = {}
+    used: dict = {}
+    for name, board, u in rows:
+        label = name
+        if _PORTLIKE.match(name or ""):
+            label = str(u) if u else (board or name)
+        n = used.get(label, 0) + 1
+        used[label] = n
+        out[name] = label if n == 1 else "%s-%d" % (label, n)
+    return out
+
+
+def _recent_lines(store, limit: int, lines: int) -> list:
+    """The most recent plant lines (level > 0) of every node, cut into windows of `lines`, newest first."""
+    from host.store import Window
+
+    out = []
+    with store._lock:  # noqa: SLF001
+        db = store._db  # noqa: SLF001
+        for nid, name in db.execute("SELECT id, name FROM nodes ORDER BY id").fetchall():
+            rows = db.execute("SELECT id, wall_ms, text FROM logs WHERE node=? AND level>0 ORDER BY id DESC LIMIT ?",
+                              (nid, limit * lines)).fetchall()[::-1]
+            for i in range(len(rows), 0, -lines):
+                part = rows[max(0, i - lines):i]
+                out.append(Window(name, part[0][1], part[-1][1], "\n".join(r[2] for r in part), 0.0,
+                                  part[0][0], part[-1][0]))
+    out.sort(key=lambda w: -w.t1_ms)
+    return out[:limit]
+
+
+def retrieve(store_path: str | Path, question: str, limit: int = 20, lines: int = 8) -> Retrieval:
+    """Candidate windows for the question (see the module docstring: Fallback), read-only."""
+    from host.store import LogStore, StoreError
+
+    if not isinstance(question, str) or not question.strip():
+        raise QAError("the question is empty")
+    try:
+        store = LogStore(store_path, readonly=True)
+    except StoreError as e:
+        raise QAError(str(e)) from None
+    try:
+        labels = node_labels(store)
+        found = store.windows(question, limit=limit, lines=lines)
+        if found:
+            return Retrieval(found, True, "%d windows hold the question's words" % len(found), labels)
+        found = store.windows(FALLBACK_QUERY, limit=limit, lines=lines)
+        found.sort(key=lambda w: -w.t1_ms)
+        if found:
+            return Retrieval(found, False, "no log line holds the question's words: the %d most recent alarm/state "
+                             "windows instead" % len(found), labels)
+        found = _recent_lines(store, limit, lines)
+        return Retrieval(found, False, "no log line holds the question's words and no alarm or state line is "
+                         "stored: the %d most recent windows instead" % len(found), labels)
+    except (StoreError, sqlite3.Error) as e:
+        raise QAError(str(e)) from None
+    finally:
+        store.close()
+
+
+def rerank(prism, question: str, windows: Sequence, k: int, labels: Optional[dict] = None):
+    """(the top k windows as Sources, best first, the PRISM Ranking); a window's node is shown by its label."""
     if not windows:
-        raise QAError("no log windows match the question: nothing to rank (is the store empty, or are the words "
-                      "absent from the logs?)")
+        raise QAError("no log windows to rank: the store holds no plant lines yet")
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise QAError("k must be a positive integer, got %r" % (k,))
     if k > len(windows):
         raise QAError("k=%d is larger than the %d candidate windows found for this question; use --k %d or less"
                       % (k, len(windows), len(windows)))
+    labels = labels or {}
     ranking = prism.rank(question, [w.text for w in windows], k)
-    chosen = [Source(i + 1, windows[j].node, int(windows[j].t0_ms), int(windows[j].t1_ms), windows[j].text,
-                     float(ranking.probs[j])) for i, j in enumerate(ranking.top)]
+    chosen = [Source(i + 1, labels.get(windows[j].node, windows[j].node), int(windows[j].t0_ms),
+                     int(windows[j].t1_ms), windows[j].text, float(ranking.probs[j]))
+              for i, j in enumerate(ranking.top)]
     return chosen, ranking
 
 
 # ---------------------------------------------------------------------------------------------- prompt
 
 
-def prompt_text(question: str, sources: Sequence[Source]) -> str:
-    """ChatML prompt (SmolLM2-Instruct's template) with the numbered windows."""
-    blocks = ["[%d] %s:\n%s" % (s.n, s.span(), s.text.strip()) for s in sources]
-    user = "Log windows:\n\n%s\n\nQuestion: %s" % ("\n\n".join(blocks), question.strip())
+def prompt_text(question: str, sources: Sequence[Source], note: str = "") -> str:
+    """ChatML prompt (SmolLM2-Instruct's template) with the numbered windows (and a note to the model, if any).
+    When every window is of one day, the day is said once (SmolLM2 reads each digit as a token)."""
+    days = {fmt_ms(t)[:10] for s in sources for t in (s.t0_ms, s.t1_ms)}
+    one_day = len(days) == 1
+
+    def span(s: Source) -> str:
+        if not one_day:
+            return s.span()
+        return "%s %s to %s" % (s.node, fmt_ms(s.t0_ms, time_only=True), fmt_ms(s.t1_ms, time_only=True))
+
+    blocks = ["[%d] %s:\n%s" % (s.n, span(s), s.text.strip()) for s in sources]
+    head = "Log windows of %s (UTC)" % days.pop() if one_day else "Log windows"
+    user = "%s:\n\n%s\n\n%sQuestion: %s" % (head, "\n\n".join(blocks), note + "\n\n" if note else "",
+                                             question.strip())
     return ("<|im_start|>system\n%s<|im_end|>\n<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n"
             % (SYSTEM, user))
+
+
+def _words(text: str) -> set:
+    from host.store import _STOP, _WORD
+
+    return {w.lower() for w in _WORD.findall(text) if w.lower() not in _STOP and len(w) > 1}
+
+
+def fit_sources(question: str, sources: Sequence[Source], count: Callable[[str], int],
+                budget: int = PROMPT_BUDGET) -> list[Source]:
+    """The sources with their text cut to fit `budget` tokens in all (count(line) = its tokens): each window
+    keeps, in its own order, first the lines that hold a word of the question, then event and note lines,
+    then the lines nearest its middle (where the FTS hit is), as many as its share of the budget allows
+    (what one window leaves over goes to the next); every window keeps at least one line. Lines lose their
+    ISO date (short_line)."""
+    want = _words(question)
+    out: list[Source] = []
+    left = budget
+    for i, s in enumerate(sources):
+        lines = [short_line(ln) for ln in s.text.strip().splitlines() if ln.strip()] or [s.text.strip()]
+        share = left // (len(sources) - i)
+        mid = (len(lines) - 1) / 2.0
+
+        def prio(j: int) -> tuple:
+            ln = lines[j]
+            return (not (_words(ln) & want), not any(w in ln for w in EVENT_WORDS), abs(j - mid))
+
+        keep: list[int] = []
+        used = 0
+        for j in sorted(range(len(lines)), key=prio):
+            c = count(lines[j]) + 1
+            if keep and used + c > share:
+                continue
+            keep.append(j)
+            used += c
+        left -= used
+        out.append(Source(s.n, s.node, s.t0_ms, s.t1_ms, "\n".join(lines[j] for j in sorted(keep)), s.prob))
+    return out
+
+
+_ISO_DAY = re.compile(r"^\d{4}-\d\d-\d\dT(\d\d:\d\d:\d\d)Z ")
+
+
+def short_line(line: str) -> str:
+    """A log line for the prompt: its ISO date dropped ("2026-11-30T07:25:00Z X" -> "07:25:00 X"); the window's
+    span names the day, and SmolLM2 reads every digit as a token (11 tokens a line saved)."""
+    return _ISO_DAY.sub(r"\1 ", line)
 
 
 def cited_sources(answer: str, sources: Sequence[Source]) -> list[Source]:
@@ -149,49 +313,81 @@ def bpe_tokenizer(fields):
         raise QAError("cannot build the target's tokenizer from the GGUF: %s" % e) from None
 
 
+def load_text_model(path: str | Path):
+    """(Target, tokenizer, stop ids) from one GGUF read: the target, the `tokenizers.Tokenizer` its own
+    tokenizer fields make (bpe_tokenizer), and the ids that end a turn (eos, <|im_end|>, <|endoftext|>)."""
+    from host.gguf_load import load_gguf
+    from host.target import Target, TargetError
+
+    try:
+        m = load_gguf(path)
+        target = Target(m.config, m.weights)
+    except (TargetError, OSError, ValueError) as e:
+        raise QAError("cannot load the target model %s: %s" % (path, e)) from None
+    tok = bpe_tokenizer(m.tokenizer)
+    stops = [i for i in (m.tokenizer.eos_id, tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>"))
+             if i is not None]
+    return target, tok, stops
+
+
+def text_decoder(tokenizer) -> Callable[[Sequence[int]], str]:
+    """ids -> text with the target's tokenizer (special tokens left out): how the gateway stores annotations."""
+    return lambda ids: tokenizer.decode([int(t) for t in ids], skip_special_tokens=True)
+
+
 class Answerer:
     """The target model + its tokenizer; answer() streams a greedy answer."""
 
     def __init__(self, target, tokenizer, stop_ids: Sequence[int]):
         self.target, self.tokenizer = target, tokenizer
         self.stop_ids = set(int(i) for i in stop_ids)
+        self.last: dict = {}  # figures of the last answer: prompt/answer tokens, prefill/decode seconds, why it ended
 
     @classmethod
     def from_gguf(cls, path: str | Path) -> "Answerer":
-        from host.gguf_load import load_gguf
-        from host.target import Target, TargetError
-
-        try:
-            m = load_gguf(path)
-            target = Target(m.config, m.weights)
-        except (TargetError, OSError, ValueError) as e:
-            raise QAError("cannot load the target model %s: %s" % (path, e)) from None
-        tok = bpe_tokenizer(m.tokenizer)
-        stops = [i for i in (m.tokenizer.eos_id, tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>"))
-                 if i is not None]
-        return cls(target, tok, stops)
+        return cls(*load_text_model(path))
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
-    def answer(self, question: str, sources: Sequence[Source], max_tokens: int = 160,
-               on_text: Optional[Callable[[str], None]] = None) -> str:
-        """Greedy answer; on_text gets each new piece of text as soon as it decodes to whole characters."""
-        ids = self.encode(prompt_text(question, sources))
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def answer(self, question: str, sources: Sequence[Source], max_tokens: int = 64,
+               on_text: Optional[Callable[[str], None]] = None, note: str = "",
+               budget: Optional[int] = PROMPT_BUDGET) -> str:
+        """Greedy answer; on_text gets each new piece of text as soon as it decodes to whole characters.
+
+        The windows are cut to `budget` prompt tokens first (fit_sources; None: as they are); the answer ends
+        at a stop id, at its first blank line after some text, or after max_tokens."""
+        t0 = time.perf_counter()
+        if budget is not None and sources:
+            sources = fit_sources(question, sources, self.count, budget)
+        ids = self.encode(prompt_text(question, sources, note))
         ctx = self.target.cfg.context_length
-        if len(ids) + max_tokens + 64 > ctx:
+        staged = PREFILL_CHUNK  # the prompt is fed in chunks this long (larger matmuls: ~15% faster than 64)
+        if len(ids) + max_tokens + staged > ctx:
             raise QAError("the prompt (%d tokens) and answer (%d) exceed the target's context of %d tokens; use a "
-                          "smaller --k" % (len(ids), max_tokens, ctx))
-        cache = self.target.new_dense_cache(len(ids) + max_tokens, staged=64)
+                          "smaller --k" % (len(ids), max_tokens, ctx - staged))
+        cache = self.target.new_dense_cache(len(ids) + max_tokens, staged=staged)
         logits = self.target.feed(cache, ids, last_only=True)[-1]
+        t1 = time.perf_counter()
         out: list[int] = []
         shown = ""
+        ended = "max_tokens"
+        text = ""
         for _ in range(max_tokens):
             tok = int(np.argmax(logits))
             if tok in self.stop_ids:
+                ended = "end of turn"
                 break
             out.append(tok)
             text = self.tokenizer.decode(out, skip_special_tokens=True)
+            cut = text.find("\n\n", len(text) - len(text.lstrip()))
+            if cut > 0:  # a blank line after some text: the answer is over (what follows is the model rambling)
+                text = text[:cut]
+                ended = "blank line"
+                break
             if not text.endswith("\ufffd") and len(text) > len(shown) and text.startswith(shown):
                 if on_text is not None:
                     on_text(text[len(shown):])
@@ -200,7 +396,76 @@ class Answerer:
                 break
             logits = self.target.forward(cache, [tok])[0]
             cache.commit(1)
-        text = self.tokenizer.decode(out, skip_special_tokens=True)
+        if ended != "blank line":
+            text = self.tokenizer.decode(out, skip_special_tokens=True)
         if on_text is not None and len(text) > len(shown) and text.startswith(shown):
             on_text(text[len(shown):])
+        t2 = time.perf_counter()
+        self.last = {"prompt_tokens": len(ids), "answer_tokens": len(out), "prefill_s": round(t1 - t0, 3),
+                     "decode_s": round(t2 - t1, 3), "ended": ended,
+                     "prompt_lines": sum(len(s.text.splitlines()) for s in sources)}
         return text
+
+
+class Background:
+    """A model loaded in a thread while retrieval and ranking run: get() waits for it (and raises its error)."""
+
+    def __init__(self, load: Callable[[], object]):
+        self._load = load
+        self._value: object = None
+        self._error: Optional[BaseException] = None
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._load()
+        except BaseException as e:  # handed to get()
+            self._error = e
+
+    def get(self):
+        self._t.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def ask(question: str, store_path: str | Path, prism, answerer: Optional[Callable[[], "Answerer"]], k: int = 3,
+        limit: int = 20, lines: int = 6, max_tokens: int = 64, budget: Optional[int] = PROMPT_BUDGET,
+        report: Optional[Callable[[str, object], None]] = None) -> dict:
+    """The whole question: retrieve, rank, answer. answer() is called for the Answerer (None: rank only).
+
+    report(kind, data) sees it happen: ("progress", line), ("chosen", (retrieval, chosen, ranking)) before the
+    answer starts, ("text", piece) as the answer streams. Returns the answer, the windows and the timings."""
+    rep = report or (lambda kind, data: None)
+    t0 = time.perf_counter()
+    rep("progress", "retrieval: searching the log store")
+    found = retrieve(store_path, question, limit=limit, lines=lines)
+    t1 = time.perf_counter()
+    rep("progress", "retrieval: %s (%.2f s)" % (found.how, t1 - t0))
+    if k > len(found.windows):  # in the CLI's words (k is its --k)
+        raise QAError("--k %d is larger than the %d candidate windows found for this question; use --k %d or less"
+                      % (k, len(found.windows), len(found.windows)))
+    rep("progress", "reranking %d windows with PRISM" % len(found.windows))
+    chosen, ranking = rerank(prism, question, found.windows, k, labels=found.labels)
+    t2 = time.perf_counter()
+    rep("progress", "reranked in %.2f s" % (t2 - t1))
+    rep("chosen", (found, chosen, ranking))
+    res = {"question": question, "matched": found.matched, "how": found.how, "candidates": len(found.windows),
+           "chosen": chosen, "ranking": ranking, "answer": None, "cited": [],
+           "times": {"retrieve_s": round(t1 - t0, 3), "rerank_s": round(t2 - t1, 3)}}
+    if answerer is None:
+        res["times"]["total_s"] = round(time.perf_counter() - t0, 3)
+        return res
+    if not hasattr(answerer, "answer"):
+        rep("progress", "waiting for the target model to load")
+        answerer = answerer()
+    t3 = time.perf_counter()
+    rep("progress", "generating the answer (at most %d tokens)" % max_tokens)
+    text = answerer.answer(question, chosen, max_tokens=max_tokens, budget=budget,
+                           on_text=lambda piece: rep("text", piece), note="" if found.matched else NO_MATCH_NOTE)
+    t4 = time.perf_counter()
+    res.update(answer=text, cited=cited_sources(text, chosen))
+    res["times"].update(wait_target_s=round(t3 - t2, 3), answer_s=round(t4 - t3, 3), total_s=round(t4 - t0, 3))
+    res["times"].update({k2: v for k2, v in answerer.last.items()})
+    return res

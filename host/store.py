@@ -29,15 +29,20 @@ Retrieval: ``windows(query)`` runs an FTS5 match (bm25), and for each hit return
 of that node around it, plus the annotations in that span, as one ``Window``.
 
 Readers (operator Q&A) open with ``LogStore(path, readonly=True)``; WAL lets them read while the
-gateway writes.
+gateway writes, and a store no gateway has open is read as immutable (no -wal/-shm left beside it).
+
+Files: a new store is created 0640 (SQLite gives its -wal and -shm the same mode), only in a directory
+that exists; an open that fails removes what it created and leaves a file it found as it was.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,6 +145,11 @@ def fts_query(query: str) -> str:
     return " OR ".join('"%s"' % w for w in seen)
 
 
+def side_files(path: Path) -> list[Path]:
+    """A store file and the files SQLite keeps beside it (WAL, shared memory, rollback journal)."""
+    return [path] + [path.with_name(path.name + x) for x in ("-wal", "-shm", "-journal")]
+
+
 def _check_int(name: str, v: object, lo: int, hi: int) -> int:
     if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
         raise StoreError("%s must be an int in %d..%d, got %r" % (name, lo, hi, v))
@@ -165,14 +175,32 @@ class LogStore:
         if readonly and not self.path.is_file():
             raise StoreError("log store %s does not exist: start the gateway with --db %s first"
                              % (self.path, self.path))
+        # what this open creates (a new store file, its WAL and shared-memory files): removed again if it
+        # fails. Those of a store that was there are SQLite's to remove (it does at the last close).
+        created = [] if readonly or self.path.exists() else [p for p in side_files(self.path) if not p.exists()]
         if not readonly:
             if self.path.exists() and not self.path.is_file():
                 raise StoreError("log store path %s is not a file" % self.path)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self.path.parent.is_dir():  # never creates directories
+                raise StoreError("log store %s: directory %s does not exist (create it first)"
+                                 % (self.path, self.path.parent))
+            if not self.path.exists():
+                # 0640: the operators' group reads it, nobody else; SQLite gives -wal and -shm the same mode
+                try:
+                    os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640))
+                except FileExistsError:
+                    created.remove(self.path)  # another process made it meanwhile: it is not ours to remove
+                except OSError as e:
+                    raise StoreError("cannot create log store %s: %s" % (self.path, e.strerror or e)) from None
         fresh = not self.path.exists() or self.path.stat().st_size == 0
         try:
             if readonly:
-                self._db = sqlite3.connect("file:%s?mode=ro" % self.path, uri=True, check_same_thread=False)
+                # No -wal: no gateway has the store open and every line is in the file. Read it as immutable,
+                # so this reader leaves no -wal/-shm behind (a gateway that opens it meanwhile writes to its
+                # new WAL, not to the file, until a checkpoint: this reader sees the store as it was).
+                ro = "ro" if side_files(self.path)[1].exists() else "ro&immutable=1"
+                uri = "file:%s?mode=%s" % (urllib.parse.quote(str(self.path.resolve())), ro)
+                self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
             else:
                 self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA busy_timeout=5000")
@@ -186,14 +214,24 @@ class LogStore:
             self._check()
         except sqlite3.DatabaseError as e:
             self._close_quietly()
+            self._remove(created)
             raise StoreError("log store %s is not a usable SQLite database (%s): move it away or give another "
                              "--db path" % (self.path, e)) from None
-        except StoreError:
+        except BaseException:
             self._close_quietly()
+            self._remove(created)
             raise
         self._in_tx = False
 
     # ---- set-up ----
+
+    @staticmethod
+    def _remove(paths: list[Path]) -> None:
+        for p in paths:
+            try:
+                p.unlink()
+            except OSError:
+                pass
 
     def _create(self) -> None:
         # one transaction: a crash while creating leaves an empty file, which the next start recreates

@@ -195,11 +195,17 @@ def attention(q_win: np.ndarray, q_sink: np.ndarray | None, k: np.ndarray, v: np
     q_win, q_sink: (T, H, hd) rotated queries (q_sink for keys j < n_sink; None = same as q_win);
     k: (N, KVH, hd) rotated keys; v: (N, KVH, hd); mask: (T, N) additive. Head h uses KV head
     h // (H / KVH). Returns (T, H, hd)."""
-    t, h, hd = q_win.shape
-    n, kvh, _ = k.shape
-    g = h // kvh
     kt = np.ascontiguousarray(k.transpose(1, 2, 0))  # (KVH, hd, N): plain batched matmuls below
     vv = np.ascontiguousarray(v.transpose(1, 0, 2))  # (KVH, N, hd)
+    return attention_t(q_win, q_sink, kt, vv, mask, n_sink)
+
+
+def attention_t(q_win: np.ndarray, q_sink: np.ndarray | None, kt: np.ndarray, vv: np.ndarray, mask: np.ndarray,
+                n_sink: int) -> np.ndarray:
+    """attention() with the keys already as (KVH, hd, N) and the values as (KVH, N, hd)."""
+    t, h, hd = q_win.shape
+    kvh, _, n = kt.shape
+    g = h // kvh
 
     def grouped(q: np.ndarray) -> np.ndarray:  # (T, H, hd) -> (KVH, G*T, hd), head h = kvh * G + g
         return np.ascontiguousarray(q.reshape(t, kvh, g, hd).transpose(1, 2, 0, 3)).reshape(kvh, g * t, hd)
@@ -238,6 +244,13 @@ class KVCache:
         self.k = np.frombuffer(self.ring.k, dtype=np.float32).reshape(shape)
         self.v = np.frombuffer(self.ring.v, dtype=np.float32).reshape(shape)
         self._slots = array("i", bytes(4 * self.ring.capacity))
+        if dense:
+            # Dense: token j stays at logical index j and position j, so its rotated key never changes. Kept
+            # here by logical index, in attention's own layout: a step attends without re-rotating and
+            # gathering the whole cache (Target._attend). RingKV's k/v stay the cache's state as for any cache.
+            n = self.ring.capacity + self.ring.staged
+            self.kt = np.zeros((cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, n), np.float32)
+            self.vt = np.zeros((cfg.n_layers, cfg.n_kv_heads, n, cfg.head_dim), np.float32)
 
     def __repr__(self) -> str:
         kind = "dense" if self.dense else f"sink={self.sink}, window={self.window}"
@@ -446,6 +459,12 @@ class Target:
         t = q.shape[0]
         cache.k[layer, plan.dst:plan.dst + t] = k
         cache.v[layer, plan.dst:plan.dst + t] = v
+        if cache.dense:  # keys 0..first-1 were rotated when they were staged (KVCache.kt)
+            a, n = plan.first, plan.first + t
+            cache.kt[layer, :, :, a:n] = rope(k, plan.cos[a:n], plan.sin[a:n], style).transpose(1, 2, 0)
+            cache.vt[layer, :, a:n] = v.transpose(1, 0, 2)
+            q_win = rope(q, plan.cos[a:], plan.sin[a:], style)
+            return attention_t(q_win, None, cache.kt[layer, :, :, :n], cache.vt[layer, :, :n], plan.mask, 0)
         keys = rope(cache.k[layer, plan.slots], plan.cos, plan.sin, style)  # key j at position j
         vals = cache.v[layer, plan.slots]
         q_win = rope(q, plan.cos[plan.first:], plan.sin[plan.first:], style)  # query m at position m

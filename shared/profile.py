@@ -35,6 +35,34 @@ class ProfileError(ValueError):
     pass
 
 
+# A profile's name and model file name become file names (build/boards/<name>/, /<model> on the board):
+# plain names only, so no profile can point a path outside its folder ("../x", "a/b", ".hidden").
+_NAME_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"
+
+
+def _plain(src, field, value, suffix=""):
+    """value must be a plain file name: letters, digits, '_', '-' (and '.' inside when a suffix is asked)."""
+    chars = _NAME_CHARS + "." if suffix else _NAME_CHARS
+    ok = value.endswith(suffix) and len(value) > len(suffix) and value[0] in _NAME_CHARS and ".." not in value
+    for ch in value:
+        if ch not in chars:
+            ok = False
+    if not ok:
+        raise ProfileError("%s: field '%s' is %s; expected a plain name of letters, digits, '_' and '-'%s, no path"
+                           % (src, field, _short(value), (" ending in " + suffix) if suffix else ""))
+
+
+_NESTED = {}
+for _f in FIELDS:
+    if "." in _f[0]:
+        _NESTED[_f[0]] = 1
+
+
+def _short(value):
+    r = repr(value)
+    return r if len(r) <= 40 else r[:37] + "..."
+
+
 def _get(doc, dotted):
     node = doc
     for part in dotted.split("."):
@@ -50,10 +78,10 @@ def _check(src, doc, name, typ, lo, hi):
         raise ProfileError("%s: missing field '%s'" % (src, name))
     # bool is a subclass of int in Python: never accept True for a byte count.
     if type(value) is not typ:
-        raise ProfileError("%s: field '%s' must be %s, got %r" % (src, name, typ.__name__, value))
+        raise ProfileError("%s: field '%s' must be %s, got %s" % (src, name, typ.__name__, _short(value)))
     if isinstance(lo, tuple):
         if value not in lo:
-            raise ProfileError("%s: field '%s' is %r; expected one of %s" % (src, name, value, ", ".join(lo)))
+            raise ProfileError("%s: field '%s' is %s; expected one of %s" % (src, name, _short(value), ", ".join(lo)))
     elif typ is int:
         if value < lo or value > hi:
             raise ProfileError("%s: field '%s' is %d; expected %d..%d" % (src, name, value, lo, hi))
@@ -78,11 +106,20 @@ def validate(doc, src="<profile>"):
     for key in doc:
         if key not in known:
             raise ProfileError("%s: unknown field '%s'" % (src, key))
+    for table in ("uart", "kv"):  # the nested tables take no unknown keys either
+        for key in doc[table]:
+            if table + "." + key not in _NESTED:
+                raise ProfileError("%s: unknown field %s" % (src, _short(table + "." + key)))
     if doc["flavour"] == "circuitpython" and (doc["native"] or doc["threads"]):
         raise ProfileError("%s: field 'native'/'threads': CircuitPython has no viper and no threads" % src)
     if doc["kv"]["staged"] < doc["draft_k"]:
         raise ProfileError("%s: field 'kv.staged' (%d) must hold at least one draft block (draft_k=%d)"
                            % (src, doc["kv"]["staged"], doc["draft_k"]))
+    _plain(src, "name", doc["name"])
+    _plain(src, "model", doc["model"], ".mbf")
+    for ch in doc["description"]:
+        if ch < " ":
+            raise ProfileError("%s: field 'description' holds a control character" % src)
     if doc["fs_bytes"] > doc["flash_bytes"]:
         raise ProfileError("%s: field 'fs_bytes' exceeds 'flash_bytes'" % src)
     if doc.get("spill_bytes", 0) > doc["fs_bytes"]:
@@ -97,8 +134,10 @@ def load(path):
             text = f.read()
     except OSError:
         raise ProfileError("%s: cannot read board profile" % path)
+    except ValueError:  # UnicodeError: not text
+        raise ProfileError("%s: not valid JSON (not UTF-8 text)" % path)
     try:
         doc = json.loads(text)
-    except ValueError as e:
-        raise ProfileError("%s: not valid JSON (%s)" % (path, e))
+    except (ValueError, RuntimeError) as e:  # RuntimeError: nested too deep for the parser
+        raise ProfileError("%s: not valid JSON (%s)" % (path, str(e).split("\n")[0][:80]))
     return validate(doc, path)

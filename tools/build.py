@@ -1,8 +1,15 @@
 """Compile the portable core and the firmware with mpy-cross for one board profile.
 
-Output mirrors the board's filesystem: build/<board>/lib/shared/*.mpy, lib/firmware/*.mpy, board.json
-and MANIFEST.json (every file with its size and the .mpy header it carries). CircuitPython boards get
-the .py sources: CircuitPython 9 ships its own mpy-cross with an incompatible .mpy format.
+Output mirrors the board's filesystem: build/boards/<board>[-<arch>]/lib/shared/*.mpy, lib/firmware/*.mpy,
+board.json and MANIFEST.json (every file with its size and the .mpy header it carries). CircuitPython
+boards get the .py sources: CircuitPython 9 ships its own mpy-cross with an incompatible .mpy format.
+
+The board is a profile name (boards/<name>.json), a path to a profile JSON or a validated profile dict
+(host/board_profile.py). The output folder is derived from the profile's name and confined under
+build/boards/; the build is made in a temporary folder beside it and renamed into place when it is
+complete, so a failed build leaves nothing behind and an existing folder that is not a build (no
+MANIFEST.json) is never removed. With node=True the folder also holds the draft model, main.py and
+the node.json derived from the profile and the model's memory plan (host/node_config.py).
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,12 +73,19 @@ def mpy_cross_exe() -> str:
     return found
 
 
-def board_profile(board: str) -> dict:
-    path = ROOT / "boards" / f"{board}.json"
-    if not path.exists():
-        known = ", ".join(sorted(p.stem for p in (ROOT / "boards").glob("*.json")))
-        raise BuildError(f"unknown board '{board}' (known: {known})")
-    return profile.load(str(path))
+def board_profile(board: str | dict) -> dict:
+    """The validated profile for a name, a path to a profile JSON, or a profile dict (BuildError: one line)."""
+    from host import board_profile as bp
+    from host.errors import UserError
+
+    try:
+        if isinstance(board, dict):
+            return profile.validate(board)
+        if ROOT != bp.ROOT:  # a test's checkout (ROOT patched)
+            return profile.load(str(ROOT / "boards" / f"{board}.json"))
+        return bp.resolve(board)
+    except (UserError, profile.ProfileError) as e:
+        raise BuildError(str(e)) from None
 
 
 def sources(flavour: str | None = None, root: Path = ROOT) -> list[Path]:
@@ -87,21 +102,73 @@ DRAFT = ROOT / "models" / "draft" / "draft.mbf"
 NODE_MAIN = "import firmware.node as node\nnode.main()\n"
 
 
-def build(board: str, arch: str | None = None, out_dir: Path | None = None, node: bool = False,
+def _is_build(folder: Path) -> bool:
+    return folder.is_dir() and ((folder / "MANIFEST.json").is_file() or not any(folder.iterdir()))
+
+
+def build(board: str | dict, arch: str | None = None, out_dir: Path | None = None, node: bool = False,
           model: Path | None = None) -> Path:
     """Build for `board`; `arch` overrides the profile's (x64 for a virtual board). Returns the output folder.
 
     node=True makes the board a node: the draft model (`model`, default models/draft/draft.mbf) goes to
-    the board's root under the profile's `model` name, and main.py starts firmware/node.py at boot."""
+    the board's root under the profile's `model` name, main.py starts firmware/node.py at boot, and
+    node.json configures it from the profile and the model's memory plan (host/node_config.py)."""
     prof = board_profile(board)
+    name = prof["name"]
     arch = arch or prof["mpy_arch"]
-    out = out_dir or ROOT / "build" / (board if arch == prof["mpy_arch"] else f"{board}-{arch}")
-    if out.exists():
-        shutil.rmtree(out)
-    (out / "lib").mkdir(parents=True)
+    if arch not in ARCH_CODES.values():
+        raise BuildError(f"unknown arch {arch!r} (x64 for a virtual board, or armv6m, xtensawin...)")
+    if out_dir is None:
+        from host import board_profile as bp
+        from host.errors import UserError
+
+        try:
+            out = bp.build_dir(prof, arch)
+        except UserError as e:
+            raise BuildError(str(e)) from None
+    else:
+        out = Path(out_dir)
+    if out.exists() and not _is_build(out):
+        raise BuildError(f"{out} exists and is not a build folder (no MANIFEST.json): not replacing it")
+    node_cfg: dict | None = None
+    if node:  # everything checked before anything is written
+        src_model = Path(model) if model is not None else DRAFT
+        if not src_model.is_file():
+            raise BuildError(f"no draft model at {src_model}: run `make models`, or pass the .mbf to use")
+        from host import node_config
+        from host.errors import UserError
+
+        try:
+            cfg, plan = node_config.derive(prof, src_model)
+            node_cfg = {"config": cfg, "plan": plan}
+        except UserError as e:
+            raise BuildError(str(e)) from None
     compile_mpy = prof["flavour"] == "micropython"
-    manifest: dict = {"board": board, "arch": arch if compile_mpy else "source", "flavour": prof["flavour"], "files": []}
     exe = mpy_cross_exe() if compile_mpy else None
+    made = [p for p in reversed(out.parents) if not p.exists()]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=out.parent))
+    try:
+        _build_into(tmp, prof, arch, compile_mpy, exe, node, node_cfg, model)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for p in reversed(made):
+            try:
+                p.rmdir()
+            except OSError:
+                pass
+        raise
+    return out
+
+
+def _build_into(out: Path, prof: dict, arch: str, compile_mpy: bool, exe: str | None, node: bool,
+                node_cfg: dict | None, model: Path | None) -> None:
+    board = prof["name"]
+    (out / "lib").mkdir(parents=True)
+    manifest: dict = {"board": board, "arch": arch if compile_mpy else "source", "flavour": prof["flavour"], "files": []}
     for src in sources(prof["flavour"]):
         rel = src.relative_to(ROOT)
         if compile_mpy:
@@ -120,17 +187,17 @@ def build(board: str, arch: str | None = None, out_dir: Path | None = None, node
             shutil.copyfile(src, dest)
             entry = {"path": str(dest.relative_to(out)), "bytes": dest.stat().st_size, "native": False}
         manifest["files"].append(entry)
-    shutil.copyfile(ROOT / "boards" / f"{board}.json", out / "board.json")
+    (out / "board.json").write_text(json.dumps(prof, indent=2) + "\n")  # the validated profile
     if node:
         src_model = Path(model) if model is not None else DRAFT
-        if not src_model.is_file():
-            raise BuildError(f"no draft model at {src_model}: run `make models`, or pass the .mbf to use")
-        shutil.copyfile(src_model, out / prof["model"])
+        shutil.copyfile(src_model, out / prof["model"])  # a plain file name (shared/profile.py checks it)
         (out / "main.py").write_text(NODE_MAIN)
-        manifest["node"] = {"model": prof["model"], "model_bytes": src_model.stat().st_size, "main": "main.py"}
+        assert node_cfg is not None
+        (out / "node.json").write_text(json.dumps(node_cfg["config"]) + "\n")
+        manifest["node"] = {"model": prof["model"], "model_bytes": src_model.stat().st_size, "main": "main.py",
+                            "config": node_cfg["config"], "plan": node_cfg["plan"]}
     total = sum(f["bytes"] for f in manifest["files"]) + (manifest["node"]["model_bytes"] if node else 0)
     manifest["total_bytes"] = total
     if total > prof["fs_bytes"]:
         raise BuildError(f"build for {board} is {total} bytes, over the profile's fs_bytes {prof['fs_bytes']}")
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    return out

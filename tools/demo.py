@@ -37,8 +37,10 @@ DRAFT = ROOT / "models" / "draft" / "draft.mbf"
 PROFILES = ("rp2040_pico", "esp32s3_devkitc")
 QUESTIONS = ("Which machine stopped or tripped, and why?",
              "Is pump P-101 running normally, or is an alarm raised on it?")
+# The demo's accelerated plant on top of the node.json deploy writes (host/node_config.derive: stream,
+# tokenizer, stop_ids, k from the profile and the draft's memory plan).
 NODE_CFG = {"tick_ms": 100, "sample_every": 10, "report_ms": 1000, "max_len": 16, "prompt_max": 64,
-            "temperature": 0, "tokenizer": True, "stream": True}
+            "temperature": 0}
 HEAP_FACTOR = 3  # see heap_note in the result: 8-byte objects on the x64 unix port + the whole firmware
 
 
@@ -59,21 +61,10 @@ def check_args(duration: float, nodes: int, k: int = 4) -> None:
 
 
 def stop_ids(mbf_path: Path) -> list[int]:
-    """The draft's output ids whose bytes hold a newline: they end a note (shared/episode.is_stop)."""
-    import numpy as np
+    """The draft's output ids whose bytes hold a newline: they end a note (host/node_config.stop_ids)."""
+    from host import node_config
 
-    from shared import bpe, episode, mbf
-
-    r = mbf.open(str(mbf_path))
-    try:
-        vmap = np.frombuffer(bytes(r.read("vocab_map")), "<u2").tolist()
-        with open(mbf_path, "rb") as f:
-            tok = bpe.BPE(f, offset=r.tok_offset, length=r.tok_length)
-            buf = bytearray(256)
-            out = [t for t in vmap if tok.has_token(t) and episode.is_stop(buf[:tok.token_bytes(t, buf, 0)])]
-    finally:
-        r.close()
-    return out
+    return node_config.stop_ids(mbf_path)
 
 
 class Models:
@@ -133,6 +124,7 @@ class Demo:
         self.answers: list[dict] = []
         self.pids: list[int] = []
         self.t_run = 0.0
+        self.t_begin = time.monotonic()
 
     # ------------------------------------------------------------------ set-up
 
@@ -144,6 +136,12 @@ class Demo:
         console = Console(file=self.err, quiet=quiet)
         return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                         console=console, transient=False)
+
+    def note(self, what: str) -> None:
+        """A progress line on stderr when there is no live view (--json): stdout keeps only the JSON."""
+        if not self.live:
+            self.err.write("demo [%5.1f s]: %s\n" % (time.monotonic() - self.t_begin, what))
+            self.err.flush()
 
     def prepare(self) -> None:
         from host import models, qa
@@ -159,6 +157,7 @@ class Demo:
 
             def step(what: str) -> None:
                 prog.update(task, description=what)
+                self.note(what)
 
             step("loading the target (SmolLM2-135M-Instruct GGUF) and its tokenizer")
             try:
@@ -193,16 +192,18 @@ class Demo:
             if self.models.model == "tiny":
                 from tools import spec_models
 
-                cfg.update(tokenizer=False, prompt_max=12, max_len=48)
+                cfg.update(tokenizer=False, stream=True, prompt_max=12, max_len=48)
                 model_file = spec_models.make_pair(3, seq_len=512).mbf
-            else:
-                cfg["stop_ids"] = self.models.stops
             for i, b in enumerate(boards):
                 step("node %d: virtual %s, mpremote deploy, boot" % (i + 1, b))
+                from host import node_config
                 from tools.build import board_profile
 
-                heap = int(board_profile(b)["heap_bytes"]) * HEAP_FACTOR
+                prof = board_profile(b)
+                heap = int(prof["heap_bytes"]) * HEAP_FACTOR
                 c = dict(cfg, seed=self.seed + i)
+                if self.models.model != "tiny":  # what deploy --node writes for this board, then the demo's pace
+                    c = dict(node_config.derive(prof, DRAFT)[0], **c)
                 vn = vnode.VNode(b, tmp / ("fs%d" % i), builds[b], c, heap=heap, model=model_file)
                 self.vnodes.append(vn)
                 self.states.append(NodeState("node%d-%s" % (i + 1, b), b, vn.heap_bytes, vn.profile_heap_bytes))
@@ -280,10 +281,15 @@ class Demo:
             live = Live(self.render(), refresh_per_second=4, screen=False, transient=False)
             live.start()
         next_view = 0.0
+        next_note = t0
+        self.note("running %d node(s) for %g s" % (self.n, self.duration))
         try:
             while time.monotonic() < end:
                 gw.round()
                 now = time.monotonic()
+                if now >= next_note:
+                    next_note = now + 5.0
+                    self.note("%.0f of %g s: %s" % (now - t0, self.duration, self._brief()))
                 if now >= next_view:
                     for v, st in zip(self.vnodes, self.states):
                         c = v.console()
@@ -300,6 +306,15 @@ class Demo:
                 live.update(self.render())
                 live.stop()
         self.durations["run_s"] = round(self.t_run, 1)
+
+    def _brief(self) -> str:
+        parts = []
+        for s, st in zip(self.gw.sessions if self.gw else [], self.states):
+            sp = s.spec
+            parts.append("%s %s, %d lines, %d tokens committed" % (
+                st.name, "up" if s.link.established else "down", s.counts["logs"],
+                sp.stream.committed if sp is not None else 0))
+        return "; ".join(parts)
 
     def elapsed(self) -> float:
         return max(1e-6, time.monotonic() - getattr(self, "t_run0", time.monotonic()))
@@ -332,6 +347,7 @@ class Demo:
 
     def stop(self) -> dict:
         t0 = time.monotonic()
+        self.note("stopping the nodes and the gateway")
         self.pids = [p for p in (v.pid() for v in self.vnodes) if p]
         if self.gw is not None:
             try:
@@ -356,6 +372,7 @@ class Demo:
         prism = Prism.from_pretrained(str(self.models.reranker))
         try:
             for q in self.questions:
+                self.note("asking: %s" % q)
                 entry: dict = {"question": q, "answer": "", "cited": [], "given": []}
                 try:
                     windows = qa.candidates(self.db, q, limit=12, lines=4)

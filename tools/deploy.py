@@ -27,6 +27,7 @@ import ast
 import json
 import os
 import re
+import select
 import shutil
 import stat
 import subprocess
@@ -34,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 TOOLS = ("mpremote", "ampy")
 # Files at the root of a build folder that go to the board's root (plus any *.mbf model file).
@@ -236,19 +238,65 @@ def _classify_failure(tool: str, port: str, rc: int, out: str, err: str) -> Depl
     return DeployError("%s failed (exit %d):\n%s" % (tool, rc, text[-3000:]))
 
 
-def _run_tool(tool: str, args: list[str], port: str, timeout: float) -> str:
+def _run_tool(tool: str, args: list[str], port: str, timeout: float,
+              on_line: Callable[[str], None] | None = None) -> str:
+    """Run the tool; return its stdout. on_line gets each stdout line as the tool prints it."""
     cmd = [tool_exe(tool)] + args
-    try:
-        res = subprocess.run(cmd, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        what = "%s %s" % (tool, args[2] if len(args) > 2 else "")
-        raise BoardTimeoutError("the board on %s did not answer within %.0f s (%s): is MicroPython running on it "
-                                "and the port free?" % (port, timeout, what.strip())) from None
-    out = res.stdout.decode("utf-8", "replace").replace("\r\n", "\n")
-    err = res.stderr.decode("utf-8", "replace").replace("\r\n", "\n")
-    if res.returncode != 0 or (tool == "ampy" and "Failed to find or read input file" in err):
-        raise _classify_failure(tool, port, res.returncode, out, err)
+    what = "%s %s" % (tool, args[2] if len(args) > 2 else "")
+    timed_out = BoardTimeoutError("the board on %s did not answer within %.0f s (%s): is MicroPython running on it "
+                                  "and the port free?" % (port, timeout, what.strip()))
+    if on_line is None:
+        try:
+            res = subprocess.run(cmd, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise timed_out from None
+        rc, raw_out, raw_err = res.returncode, res.stdout, res.stderr
+    else:
+        rc, raw_out, raw_err = _run_streaming(cmd, timeout, on_line, timed_out)
+    out = raw_out.decode("utf-8", "replace").replace("\r\n", "\n")
+    err = raw_err.decode("utf-8", "replace").replace("\r\n", "\n")
+    if rc != 0 or (tool == "ampy" and "Failed to find or read input file" in err):
+        raise _classify_failure(tool, port, rc, out, err)
     return out
+
+
+def _run_streaming(cmd: list[str], timeout: float, on_line: Callable[[str], None],
+                   timed_out: DeployError) -> tuple[int, bytes, bytes]:
+    """subprocess.run with stdout handed to on_line line by line as it comes (the tool unbuffered)."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    deadline = time.monotonic() + timeout
+    out, err, line = bytearray(), bytearray(), bytearray()
+    streams = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+    try:
+        while streams:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise timed_out
+            ready, _, _ = select.select(list(streams), [], [], min(left, 1.0))
+            for fd in ready:
+                data = os.read(fd, 65536)
+                if not data:
+                    del streams[fd]
+                    continue
+                streams[fd] += data
+                if fd == proc.stdout.fileno():
+                    line += data
+                    while b"\n" in line:
+                        i = line.index(b"\n")
+                        on_line(line[:i].decode("utf-8", "replace").rstrip("\r"))
+                        del line[:i + 1]
+        rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        raise timed_out from None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    return rc, bytes(out), bytes(err)
 
 
 def _port_args(tool: str, port: str) -> list[str]:
@@ -274,6 +322,14 @@ def run_on_board(port: str, code: str, tool: str = "mpremote", timeout: float = 
         return _run_tool(tool, _port_args(tool, port) + ["run", str(script)], port, timeout)
 
 
+def reset_board(port: str, tool: str = "mpremote", timeout: float = 30.0) -> None:
+    """Hard-reset the board (machine.reset()): it boots into its /main.py, e.g. the node."""
+    tool_exe(tool)
+    check_port(port)
+    args = _port_args(tool, port) + (["reset"] if tool == "mpremote" else ["reset", "--hard"])
+    _run_tool(tool, args, port, timeout)
+
+
 def _parse_report(out: str) -> dict:
     for line in out.splitlines():
         if line.startswith(REPORT_MARK):
@@ -282,12 +338,14 @@ def _parse_report(out: str) -> dict:
 
 
 def deploy(build_dir: Path, port: str, tool: str = "mpremote", timeout: float | None = None,
-           clean: bool = True, force: bool = False) -> dict:
+           clean: bool = True, force: bool = False, progress: Callable[[str], None] | None = None) -> dict:
     """Copy every file of `build_dir` onto the board at `port` with `tool`, then verify it.
 
     `clean` removes files in the build's package folders on the board that the build lacks; `force`
     rewrites files that are already identical (mpremote only). `timeout` (seconds) bounds each tool
-    invocation; by default it grows with the build's size. Returns a report::
+    invocation; by default it grows with the build's size. `progress`, when given, gets one line per
+    file as its copy starts ("[3/42] /lib/shared/frame.mpy 2,345 B", mpremote and ampy alike; "up to
+    date" for a file mpremote skipped) and one per step (clean-up, check). Returns a report::
 
         {"tool", "port", "build", "board", "arch", "files": [{"path", "bytes"}], "total_bytes",
          "removed": [...], "board_mem_alloc", "board_mem_free", "seconds"}
@@ -308,33 +366,63 @@ def deploy(build_dir: Path, port: str, tool: str = "mpremote", timeout: float | 
     verify_code = _VERIFY_CODE % {"mark": REPORT_MARK,
                                   "top": sorted(r for _, r in files if not r.startswith("/lib/"))}
     build_dir = Path(build_dir).resolve()
-    top_files = [(local, remote) for local, remote in files if not remote.startswith("/lib/")]
     outputs: list[str] = []
+    say = progress or (lambda line: None)
+    n = len(files)
+
+    def file_line(i: int, remote: str) -> str:
+        return "[%d/%d] %s %s B" % (i, n, remote, format(expected[remote], ","))
+
+    # Explicit destination paths rather than `cp -r lib :`, whose result depends on whether the
+    # destination exists (and on how the board's VFS answers stat('')).
+    parts = [remote.split("/")[1:-1] for _, remote in files]
+    dirs = sorted({"/" + "/".join(p[:i]) for p in parts for i in range(1, len(p) + 1)},
+                  key=lambda d: (d.count("/"), d))  # parents first
+    prepare = (_MKDIR_CODE % {"dirs": dirs}) + (clean_code if clean and pkg_dirs else "")
+    say("%s: %d files, %s B to %s%s" % (tool, n, format(total, ","), port,
+                                        "; removing stale files first" if clean and pkg_dirs else ""))
     if tool == "mpremote":
-        # Explicit destination paths rather than `cp -r lib :`, whose result depends on whether the
-        # destination exists (and on how the board's VFS answers stat('')).
-        parts = [remote.split("/")[1:-1] for _, remote in files]
-        dirs = sorted({"/" + "/".join(p[:i]) for p in parts for i in range(1, len(p) + 1)},
-                      key=lambda d: (d.count("/"), d))  # parents first
-        prepare = (_MKDIR_CODE % {"dirs": dirs}) + (clean_code if clean and pkg_dirs else "")
+        by_local = {str(local): remote for local, remote in files}
+        count = [0]
+
+        def on_line(line: str) -> None:  # mpremote prints "cp LOCAL :REMOTE" as each copy starts
+            if line.startswith("cp ") and " :" in line:
+                remote = by_local.get(line[3:line.rindex(" :")])
+                if remote is not None:
+                    count[0] += 1
+                    say(file_line(count[0], remote))
+            elif line.startswith("Up to date: "):
+                say("        up to date on the board")
+            elif line.startswith("removed /"):
+                say("removed stale " + line.split(" ", 1)[1])
+
         args = _port_args(tool, port) + ["exec", prepare, "+"]
         for local, remote in files:
             args += ["fs", "cp"] + (["--force"] if force else []) + [str(local), ":" + remote, "+"]
         args += ["exec", verify_code]
-        outputs.append(_run_tool(tool, args, port, timeout))
+        outputs.append(_run_tool(tool, args, port, timeout, on_line if progress else None))
     else:
+        # One `ampy put` per file (ampy prints nothing while it copies): slower than one put of the
+        # folder by a soft reset per file, but the user sees each file go.
         with tempfile.TemporaryDirectory(prefix="edgetwin-deploy-") as tmp:
             clean_py, verify_py = Path(tmp) / "clean.py", Path(tmp) / "verify.py"
-            clean_py.write_text(clean_code)
+            clean_py.write_text(prepare)
             verify_py.write_text(verify_code)
             base = _port_args(tool, port)
-            if clean and pkg_dirs:
-                outputs.append(_run_tool(tool, base + ["run", str(clean_py)], port, timeout))
-            if (build_dir / "lib").is_dir():
-                outputs.append(_run_tool(tool, base + ["put", str(build_dir / "lib"), "/lib"], port, timeout))
-            for local, remote in top_files:
-                outputs.append(_run_tool(tool, base + ["put", str(local), remote], port, timeout))
-            outputs.append(_run_tool(tool, base + ["run", str(verify_py)], port, timeout))
+            outputs.append(_run_tool(tool, base + ["run", str(clean_py)], port, timeout))
+            for line in outputs[-1].splitlines():
+                if line.startswith("removed /"):
+                    say("removed stale " + line.split(" ", 1)[1])
+            for i, (local, remote) in enumerate(files, 1):
+                say(file_line(i, remote))
+                per_file = 30.0 + expected[remote] / 500.0
+                outputs.append(_run_tool(tool, base + ["put", str(local), remote], port, min(timeout, per_file)))
+    if tool == "ampy":
+        say("checking the files on the board")
+        with tempfile.TemporaryDirectory(prefix="edgetwin-deploy-") as tmp:
+            verify_py = Path(tmp) / "verify.py"
+            verify_py.write_text(verify_code)
+            outputs.append(_run_tool(tool, _port_args(tool, port) + ["run", str(verify_py)], port, timeout))
     board = _parse_report(outputs[-1])
     removed = [line.split(" ", 1)[1] for out in outputs for line in out.splitlines() if line.startswith("removed /")]
     on_board = {str(k): int(v) for k, v in board.get("files", {}).items()}

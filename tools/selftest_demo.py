@@ -18,14 +18,17 @@ from rich.table import Table
 from tools import build, deploy, vboard
 
 
-def run(board: str, root: Path | None = None) -> dict:
-    """Do the whole demo; return a report dict (raises DeployError/VBoardError on failure)."""
+def run(board: str | dict, root: Path | None = None) -> dict:
+    """Do the whole demo for a profile (name, path or dict); return a report dict (raises
+    DeployError/VBoardError/BuildError on failure)."""
     t0 = time.monotonic()
+    prof = build.board_profile(board)
+    board = prof["name"]
     steps: list[str] = []
-    out = build.build(board, arch="x64")
+    out = build.build(prof, arch="x64")
     steps.append(f"built the core for a virtual {board} (mpy-cross -march=x64) into {out}")
     with tempfile.TemporaryDirectory(prefix=f"edgetwin-{board}-") as tmp:
-        with vboard.VirtualBoard(board, root=root or Path(tmp) / "fs") as vb:
+        with vboard.VirtualBoard(prof, root=root or Path(tmp) / "fs") as vb:
             steps.append(f"started a virtual {board}: MicroPython unix port, heap {vb.heap_bytes} B, REPL on {vb.repl_port}, UART on {vb.uart_port}")
             dep = deploy.deploy(out, vb.repl_port, tool="mpremote")
             steps.append(f"deployed {len(dep['files'])} files ({dep['total_bytes']} bytes) with mpremote in {dep['seconds']:.1f} s")
@@ -64,13 +67,14 @@ def show(report: dict, console: Console) -> None:
     console.print("[bold green]all checks passed[/]" if report["ok"] else "[bold red]self-test FAILED[/]")
 
 
-def main(board: str = "rp2040_pico", as_json: bool = False) -> int:
+def main(board: str | dict = "rp2040_pico", as_json: bool = False) -> int:
     console = Console()
+    name = board["name"] if isinstance(board, dict) else board
     if as_json:
         report = run(board)
         print(json.dumps(report))
     else:
-        with console.status(f"building, starting a virtual {board}, deploying with mpremote, running the self-test..."):
+        with console.status(f"building, starting a virtual {name}, deploying with mpremote, running the self-test..."):
             report = run(board)
         show(report, console)
     return 0 if report["ok"] else 1

@@ -30,7 +30,13 @@ passes the byte on as data otherwise: to the REPL's line editor, or to an applic
 
 Command line (also ``edgetwin vboard``)::
 
-    python -m tools.vboard --board rp2040_pico [--root DIR]
+    python -m tools.vboard --board rp2040_pico [--root DIR] [--heap BYTES]
+
+It gives the board the heap a drafting node of the profile needs on this 64-bit port (`node_heap`:
+objects are 8 bytes here, 4 on the boards; printed with its factor over the profile's heap) unless
+--heap says otherwise, and keeps in DIR (default vboards/<board>): fs/ (the board's filesystem), the
+symlinks repl and uart to this run's ptys (the same names after a restart, so a gateway can follow it)
+and console.log (everything the board printed on its console, so a crash at boot can be read later).
 """
 
 from __future__ import annotations
@@ -70,6 +76,7 @@ _MAIN = b"\x00VBOARD:MAIN\x00"
 _HARD = b"\x00VBOARD:HARD\x00"
 HARD_RESET_EXIT = 0x71  # exit status of machine.reset() on the virtual board (see vboot.Machine)
 
+_LOG_LIMIT = 4 * 1024 * 1024  # console log bytes before it is rotated to <log>.1
 _OUT_LIMIT = 256 * 1024  # bytes the relay keeps for a reader that is not reading; older bytes are dropped
 _START_TIMEOUT_S = 10.0
 _MAX_BOOT_FAILURES = 3
@@ -227,16 +234,21 @@ class VirtualBoard:
             subprocess.run(["mpremote", "connect", vb.repl_port, "exec", "print(1)"])
     """
 
-    def __init__(self, board: str, root: Path | None = None, heap_bytes: int | None = None,
-                 interpreter: str | None = None) -> None:
-        """`board` names a profile (boards/<board>.json); `root` is the host directory used as the board's
-        filesystem (default vboards/<board>, created on start); `heap_bytes` overrides the profile's heap;
-        `interpreter` overrides the MicroPython executable (e.g. a coverage or debug build)."""
+    def __init__(self, board: str | dict, root: Path | None = None, heap_bytes: int | None = None,
+                 interpreter: str | None = None, links_dir: Path | None = None,
+                 console_log: Path | None = None) -> None:
+        """`board` is a profile (a name, a path to a profile JSON or a profile dict); `root` is the host
+        directory used as the board's filesystem (default vboards/<board>, created on start);
+        `heap_bytes` overrides the profile's heap; `interpreter` overrides the MicroPython executable
+        (e.g. a coverage or debug build). `links_dir`: where the symlinks `repl` and `uart` to the ptys
+        are kept while the board runs (stable names across restarts); `console_log`: a file that keeps
+        everything the board prints on its console (appended; rotated to .1 past 4 MiB)."""
         try:
             self.profile = build.board_profile(board)
         except build.BuildError as e:
             raise VBoardError(str(e)) from None
-        self.board = board
+        self.board = self.profile["name"]
+        board = self.board
         self.heap_bytes = int(heap_bytes if heap_bytes is not None else self.profile["heap_bytes"])
         if self.heap_bytes < 16 * 1024:
             raise VBoardError("heap of %d bytes is too small for the interpreter (at least 16384)" % self.heap_bytes)
@@ -245,6 +257,11 @@ class VirtualBoard:
             raise VBoardError("board filesystem root %s exists and is not a directory" % self.fs_root)
         if not VBOOT.is_file():
             raise VBoardError("the boot script %s is missing: reinstall the project" % VBOOT)
+        self.links_dir = Path(links_dir) if links_dir is not None else None
+        self.console_log = Path(console_log) if console_log is not None else None
+        self._log_fd = -1
+        self._log_bytes = 0
+        self._links: list[Path] = []
         self.exe = interpreter if interpreter is not None else micropython_exe()
         if not os.access(self.exe, os.X_OK):
             raise VBoardError("interpreter %s is not an executable file" % self.exe)
@@ -324,6 +341,8 @@ class VirtualBoard:
             self._out = _Outbox(self._repl.master)
             self._to_gw = _Outbox(self._uart_gw.master)
             self._to_board_uart = _Outbox(self._uart_board.master)
+            self._make_links()
+            self._open_log()
             self._spawn()
         except BaseException:
             self._close_fds()
@@ -393,8 +412,11 @@ class VirtualBoard:
 
     def describe(self) -> dict:
         """The facts a user needs to connect (what `edgetwin vboard` prints)."""
+        links = {p.name: str(p) for p in self._links}
         return {"board": self.board, "heap_bytes": self.heap_bytes, "repl_port": self.repl_port,
                 "uart_port": self.uart_port, "board_uart_path": self.board_uart_path,
+                "repl_link": links.get("repl"), "uart_link": links.get("uart"),
+                "console_log": str(self.console_log) if self.console_log is not None else None,
                 "fs_root": str(self.fs_root), "interpreter": self.exe}
 
     # ----------------------------------------------------------------- internals
@@ -412,7 +434,63 @@ class VirtualBoard:
         except (BlockingIOError, OSError):
             pass  # already woken (pipe full) or closed
 
+    def _open_log(self) -> None:
+        if self.console_log is None:
+            return
+        self.console_log.parent.mkdir(parents=True, exist_ok=True)
+        self._log_fd = os.open(self.console_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+        self._log_bytes = os.fstat(self._log_fd).st_size
+        os.write(self._log_fd, ("\n--- virtual board %s started %s, heap %d bytes ---\n"
+                                % (self.board, time.strftime("%Y-%m-%d %H:%M:%S"), self.heap_bytes)).encode())
+
+    def _log(self, data: bytes) -> None:
+        if self._log_fd < 0:
+            return
+        try:
+            if self._log_bytes + len(data) > _LOG_LIMIT and self.console_log is not None:
+                os.close(self._log_fd)
+                os.replace(self.console_log, str(self.console_log) + ".1")
+                self._log_fd = os.open(self.console_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+                self._log_bytes = 0
+            os.write(self._log_fd, data)
+            self._log_bytes += len(data)
+        except OSError:  # a full disk must not stop the board
+            pass
+
+    def _make_links(self) -> None:
+        """Symlinks <links_dir>/repl and /uart to this run's ptys; an existing file that is not a symlink stays."""
+        if self.links_dir is None:
+            return
+        self.links_dir.mkdir(parents=True, exist_ok=True)
+        for name, end in (("repl", self._repl), ("uart", self._uart_gw)):
+            assert end is not None
+            link = self.links_dir / name
+            if link.exists() and not link.is_symlink():
+                raise VBoardError("%s exists and is not a symlink: not replacing it" % link)
+            tmp = self.links_dir / (".%s.%d" % (name, os.getpid()))
+            if tmp.is_symlink():
+                tmp.unlink()
+            os.symlink(end.path, tmp)
+            os.replace(tmp, link)  # atomic: a gateway reopening the name never finds it missing
+            self._links.append(link)
+
+    def _remove_links(self) -> None:
+        for link in self._links:
+            try:
+                if link.is_symlink():
+                    link.unlink()
+            except OSError:
+                pass
+        self._links = []
+
     def _close_fds(self) -> None:
+        self._remove_links()
+        if self._log_fd >= 0:
+            try:
+                os.close(self._log_fd)
+            except OSError:
+                pass
+            self._log_fd = -1
         for end in (self._repl, self._uart_gw, self._uart_board):
             if end is not None:
                 end.close()
@@ -629,6 +707,7 @@ class VirtualBoard:
     def _emit(self, data: bytes) -> None:
         if data and self._out is not None:
             self._out.put(data)
+            self._log(data)
 
     def _split(self, interp: _Interpreter, data: bytes,
                markers: tuple[bytes, ...]) -> tuple[bytes, bytes | None, bytes]:
@@ -809,24 +888,70 @@ class VirtualBoard:
         self._restart_at = time.monotonic() + (_QUICK_EXIT_S if paced else 0.0)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`edgetwin vboard --board B [--root DIR]`: run a virtual board until Ctrl-C or SIGTERM."""
-    parser = argparse.ArgumentParser(prog="edgetwin vboard", description=(
-        "Run a virtual board: the MicroPython unix port with a board profile's heap, its REPL and UART on "
-        "pseudo-terminals, its filesystem in a host directory. Deploy with `mpremote connect <REPL pty>`."))
-    parser.add_argument("--board", required=True, help="board profile name (boards/<name>.json)")
-    parser.add_argument("--root", type=Path, default=None,
-                        help="host directory used as the board's filesystem (default: vboards/<board>)")
-    parser.add_argument("--heap", type=int, default=None, help="heap bytes (default: the profile's heap_bytes)")
-    args = parser.parse_args(argv)
+# What a drafting node holds on the 64-bit unix port besides its model's plan: the bytecode of the
+# firmware and the core, the link and line queue, the plant simulator, the tokenizer. Measured with
+# `edgetwin deploy --node` on this port (NODE start heap= minus the x64 plan's peak): 326,720 B
+# (rp2040_pico, KV 4+28+8) and 327,136 B (esp32s3_devkitc, 4+60+8).
+NODE_BASE_X64 = 328 * 1024
+NODE_HEADROOM_PCT = 20  # fragmentation: 2.4x the rp2040_pico heap fails a 48 KB allocation, 2.5x boots
+
+
+def node_heap(prof: dict, model: Path | None = None) -> tuple[int, float, str]:
+    """(heap bytes, factor over the profile's heap, why) a drafting node of `prof` needs on the unix port.
+
+    The node streams (or not) as host/node_config.py derives from the board's plan; here objects are
+    8 bytes (4 on the boards), so its layout is planned again with 8-byte words, plus NODE_BASE_X64 and
+    NODE_HEADROOM_PCT, and rounded up to a half-step factor of the profile's heap (at least 1)."""
+    from host import node_config
+    from host.errors import UserError
+    from shared import mbf, memplan
+
+    model = Path(model) if model is not None else build.DRAFT
+    heap = int(prof["heap_bytes"])
     try:
-        vb = VirtualBoard(args.board, args.root, heap_bytes=args.heap)
+        cfg, _plan = node_config.derive(prof, model)
+        with mbf.open(str(model)) as r:
+            kv = prof["kv"]
+            mode = cfg["stream"] or "resident"  # the planned mode, which firmware/node.py builds
+            p8 = memplan.layout(r.config, kv["sink"], kv["window"], kv["staged"], mode, cfg["out_rows"], 8, r)
+    except (UserError, OSError, ValueError) as e:
+        return heap * 2, 2.0, "no drafting plan for %s (%s): twice the heap, for 8-byte objects" % (prof["name"], e)
+    need = (NODE_BASE_X64 + p8.peak) * (100 + NODE_HEADROOM_PCT) // 100
+    factor = max(1.0, -(-need * 2 // heap) / 2)
+    why = ("a drafting node (%s, %s mode on 8-byte objects: plan peak %d B + %d B firmware, link, plant and "
+           "tokenizer + %d%%) needs %d B" % (model.name, mode, p8.peak, NODE_BASE_X64, NODE_HEADROOM_PCT, need))
+    return int(heap * factor), factor, why
+
+
+def run(board: str | dict, root: Path | str | None = None, heap: int | None = None) -> int:
+    """`edgetwin vboard`: run a virtual board until Ctrl-C or SIGTERM. `root` is its directory: root/fs is
+    the board's filesystem, root/repl and root/uart link to its ptys, root/console.log keeps its console."""
+    prof = build.board_profile(board) if not isinstance(board, dict) else board
+    base = Path(root) if root is not None else default_root(prof["name"])
+    if heap is None:
+        heap, factor, why = node_heap(prof)
+        heap_note = "heap %d bytes = %gx the profile's %d: %s" % (heap, factor, prof["heap_bytes"], why)
+    else:
+        if heap < 16 * 1024 or heap > 1024 * 1024 * 1024:
+            raise VBoardError("--heap %d is out of range (16384..1073741824 bytes)" % heap)
+        heap_note = "heap %d bytes (--heap; %gx the profile's %d)" % (heap, heap / prof["heap_bytes"], prof["heap_bytes"])
+    if base.exists() and not base.is_dir():
+        raise VBoardError("%s exists and is not a directory" % base)
+    log = base / "console.log"
+    made = [p for p in (base, base / "fs") if not p.exists()] + ([log] if not log.exists() else [])
+    vb = VirtualBoard(prof, base / "fs", heap_bytes=heap, links_dir=base, console_log=log)
+    try:
         vb.start()
-    except VBoardError as e:
-        print("error: %s" % e, file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    except (VBoardError, KeyboardInterrupt) as e:
+        # a board that did not start leaves nothing it created; the error says why, in one line
+        for p in reversed(made):
+            try:
+                p.unlink() if p.is_file() else p.rmdir()
+            except OSError:
+                pass
+        if isinstance(e, KeyboardInterrupt):
+            return 130
+        raise VBoardError(" ".join(str(e).split())[:600]) from None
     done = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
@@ -835,21 +960,46 @@ def main(argv: list[str] | None = None) -> int:
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         info = vb.describe()
-        print("virtual board %s (MicroPython unix port, heap %d bytes)" % (vb.board, vb.heap_bytes))
-        print("  REPL  %s    (mpremote connect %s)" % (info["repl_port"], info["repl_port"]))
-        print("  UART  %s    (gateway side; the board opens %s, given in $%s)"
-              % (info["uart_port"], info["board_uart_path"], UART_ENV))
+        print("virtual board %s (MicroPython unix port, %s)" % (vb.board, heap_note))
+        print("  REPL  %s -> %s    (mpremote connect %s)" % (info["repl_link"], info["repl_port"], info["repl_link"]))
+        print("  UART  %s -> %s    (gateway side; the board opens %s, given in $%s)"
+              % (info["uart_link"], info["uart_port"], info["board_uart_path"], UART_ENV))
         print("  fs    %s" % info["fs_root"])
+        print("  log   %s    (the board's console: boot messages, tracebacks)" % info["console_log"])
         print("Ctrl-C or SIGTERM stops it.", flush=True)
         while not done.wait(0.5):
             if not vb.running or vb.error:
-                print("error: %s" % (vb.error or "the virtual board stopped"), file=sys.stderr)
+                print("error: %s (console log: %s)" % (vb.error or "the virtual board stopped", info["console_log"]),
+                      file=sys.stderr)
                 return 1
         return 0
     finally:
         for s, h in old.items():
             signal.signal(s, h)
         vb.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m tools.vboard --board B [--root DIR] [--heap N]` (the same as `edgetwin vboard`)."""
+    parser = argparse.ArgumentParser(prog="edgetwin vboard", description=(
+        "Run a virtual board: the MicroPython unix port with the heap a drafting node of the profile needs "
+        "there, its REPL and UART on pseudo-terminals (stable symlinks DIR/repl, DIR/uart), its filesystem "
+        "in DIR/fs, its console in DIR/console.log. Deploy with `mpremote connect DIR/repl`."))
+    parser.add_argument("--board", required=True, help="board profile: a name (boards/<name>.json) or a path")
+    parser.add_argument("--root", type=Path, default=None,
+                        help="the board's directory (default: vboards/<board>): fs/, repl, uart, console.log")
+    parser.add_argument("--heap", type=int, default=None,
+                        help="heap bytes (default: what a drafting node of the profile needs here, printed)")
+    args = parser.parse_args(argv)
+    from host.errors import UserError
+
+    try:
+        from host import board_profile
+
+        return run(board_profile.resolve(args.board), args.root, args.heap)
+    except (VBoardError, UserError) as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

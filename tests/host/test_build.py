@@ -93,3 +93,59 @@ def test_node_build_carries_the_draft_and_main(tmp_path: Path) -> None:
     assert {"/draft-rp2040.mbf", "/main.py", "/board.json"} <= {remote for _, remote in files}
     with pytest.raises(build.BuildError, match="no draft model"):
         build.build("rp2040_pico", arch="x64", out_dir=tmp_path / "m", node=True, model=tmp_path / "none.mbf")
+
+
+def _profile(tmp_path: Path, file: str, **changes: object) -> Path:
+    doc = json.loads((Path(cli.ROOT) / "boards" / "rp2040_pico.json").read_text())
+    doc.update(changes)
+    path = tmp_path / file
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_profile_never_chooses_a_path(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from host import board_profile
+
+    boards = tmp_path / "build" / "boards"
+    monkeypatch.setattr(board_profile, "BUILD", boards)
+    readme = (Path(cli.ROOT) / "README.md").read_bytes()
+    for field, value in (("model", "../../README.md"), ("name", "../x"), ("name", "a/b"), ("model", "/etc/x.mbf"),
+                         ("name", ".."), ("model", "..mbf")):
+        path = _profile(tmp_path, "bad.json", **{field: value})
+        assert cli.main(["build", "--board", str(path), "--node"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(path) in err and "field '%s'" % field in err, err
+    assert (Path(cli.ROOT) / "README.md").read_bytes() == readme
+    assert not (tmp_path / "build").exists()  # a refused profile creates nothing
+    # a user's profile named like one of build/'s own folders gets its own folder under build/boards/
+    path = _profile(tmp_path, "mine.json", name="models")
+    assert board_profile.build_dir(board_profile.resolve(str(path)), "x64") == (boards / "models-x64").resolve()
+    assert board_profile.build_dir(board_profile.resolve("rp2040_pico")) == (boards / "rp2040_pico").resolve()
+
+
+def test_build_replaces_only_a_build_folder(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(build.BuildError, match="not a build folder"):
+        build.build("rp2040_pico_cp", out_dir=out)
+    assert (out / "notes.txt").read_text() == "mine"
+    first = build.build("rp2040_pico_cp", out_dir=tmp_path / "cp")  # sources only: fast
+    (first / "stale.txt").write_text("from an older build")
+    again = build.build("rp2040_pico_cp", out_dir=tmp_path / "cp")
+    assert again == first and not (again / "stale.txt").exists() and (again / "MANIFEST.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cp", "out"]  # no temporary folder left behind
+
+
+def test_mpy_cross_failure_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = tmp_path / "src" / "broken.py"
+    broken.parent.mkdir()
+    broken.write_text("def f(:\n")
+    monkeypatch.setattr(build, "sources", lambda flavour=None: [broken])
+    monkeypatch.setattr(build, "ROOT", tmp_path / "src")
+    (tmp_path / "src" / "boards").mkdir()
+    (tmp_path / "src" / "boards" / "rp2040_pico.json").write_text((Path(cli.ROOT) / "boards" / "rp2040_pico.json").read_text())
+    with pytest.raises(build.BuildError, match="mpy-cross failed"):
+        build.build("rp2040_pico", out_dir=tmp_path / "new" / "deeper" / "out")
+    assert not (tmp_path / "new").exists()

@@ -767,7 +767,8 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit) as e:
             C.main(argv)
         assert e.value.code == 2
-        assert "usage: edgetwin convert" in capsys.readouterr().err
+        err = capsys.readouterr().err  # a usage error is one line too (issue 13), pointing at --help
+        assert err.count("\n") == 1 and err.startswith("edgetwin convert: error: ") and "--help" in err, err
     assert not (tmp_path / "x.mbf").exists()
 
 

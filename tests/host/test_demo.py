@@ -49,6 +49,9 @@ def test_demo_json_two_nodes_commit_text_and_answer() -> None:
     took = time.monotonic() - t0
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(r.stdout.strip().splitlines()) == 1  # stdout: the JSON alone; progress went to stderr
+    prog = [ln for ln in r.stderr.splitlines() if ln.startswith("demo [")]
+    assert any("running 2 node(s) for 20 s" in ln for ln in prog) and any("asking: " in ln for ln in prog), r.stderr
     nodes = res["nodes"]
     assert [n["board"] for n in nodes] == ["rp2040_pico", "esp32s3_devkitc"]
     for n in nodes:

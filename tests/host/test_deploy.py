@@ -144,7 +144,7 @@ def test_verification_catches_missing_and_short_files(x64_build: Path, monkeypat
     del on_board["/lib/shared/profile.mpy"]
     on_board["/board.json"] -= 1
 
-    def fake_tool(tool: str, args: list[str], port: str, timeout: float) -> str:
+    def fake_tool(tool: str, args: list[str], port: str, timeout: float, on_line=None) -> str:
         return "cp ...\n" + deploy.REPORT_MARK + json.dumps({"files": on_board, "mem_alloc": 1, "mem_free": 2})
 
     monkeypatch.setattr(deploy, "_run_tool", fake_tool)
@@ -163,7 +163,13 @@ def test_deploy_with_mpremote_then_import_on_the_board(vb: VirtualBoard, x64_bui
     stale.parent.mkdir(parents=True)
     stale.write_text("raise ImportError('stale source')\n")
     (vb.fs_root / "notes.txt").write_text("user file outside the package folders: kept\n")
-    report = deploy.deploy(x64_build, vb.repl_port)
+    lines: list[str] = []
+    report = deploy.deploy(x64_build, vb.repl_port, progress=lines.append)
+    n = len(report["files"])
+    assert [ln for ln in lines if ln.startswith("[")] == [
+        "[%d/%d] %s %s B" % (i, n, f, format(report_size, ",")) for i, (f, report_size) in enumerate(
+            ((remote, local.stat().st_size) for local, remote in deploy.build_files(x64_build)[1]), 1)]
+    assert "removed stale /lib/shared/profile.py" in lines
     manifest = json.loads((x64_build / "MANIFEST.json").read_text())
     assert report["removed"] == ["/lib/shared/profile.py"] and not stale.exists()
     assert (vb.fs_root / "notes.txt").exists()
@@ -191,9 +197,18 @@ def test_deploy_with_mpremote_then_import_on_the_board(vb: VirtualBoard, x64_bui
 @pytest.mark.slow
 def test_deploy_with_ampy_then_run(vb: VirtualBoard, x64_build: Path, tmp_path: Path) -> None:
     small = small_build(x64_build, tmp_path / "small", main_py="print('app main')\n")
-    report = deploy.deploy(small, vb.repl_port, tool="ampy")
+    lines: list[tuple[float, str]] = []
+    report = deploy.deploy(small, vb.repl_port, tool="ampy", progress=lambda ln: lines.append((time.monotonic(), ln)))
     assert [f["path"] for f in report["files"]] == [
         "/board.json", "/lib/shared/__init__.mpy", "/lib/shared/profile.mpy", "/main.py"]
+    # one line per file as its copy starts (ampy itself prints nothing), then the check
+    text = [ln for _, ln in lines]
+    files = [ln for ln in text if ln.startswith("[")]
+    assert [ln.split()[0] for ln in files] == ["[1/4]", "[2/4]", "[3/4]", "[4/4]"]
+    assert sorted(ln.split()[1] for ln in files) == [f["path"] for f in report["files"]]
+    assert text[0].startswith("ampy: 4 files") and text[-1] == "checking the files on the board"
+    stamps = [t for t, ln in lines if ln.startswith("[")]
+    assert all(b > a for a, b in zip(stamps, stamps[1:]))  # they come as the copy goes, not at the end
     assert (vb.fs_root / "main.py").read_text() == "print('app main')\n"
     result = probe(vb.repl_port, "ampy", [])
     assert result["name"] == "rp2040_pico" and result["file"] == "/lib/shared/profile.mpy"

@@ -4,6 +4,7 @@ reconnects after its port disappears; acknowledged lines are in the store before
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -86,10 +87,10 @@ def test_signal_stops_it_cleanly(tmp_path: Path, sig: int) -> None:
 class NodeEnd:
     """A node link endpoint on the master side of a pty (CPython), sending numbered LOG lines."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, board_id: bytes = b"") -> None:
         self.fd = fd
         os.set_blocking(fd, False)
-        self.lk = link.Link(self, role=frame.ROLE_NODE, now=hsession.ticks_ms())
+        self.lk = link.Link(self, role=frame.ROLE_NODE, now=hsession.ticks_ms(), board_id=board_id)
         self.n = 0
 
     def write(self, buf, n=None):
@@ -260,3 +261,55 @@ def test_restarted_session_resumes_whatever_the_nodes_wire_offset(tmp_path: Path
     store.close()
     os.close(m)
     os.close(s)
+
+
+def _run_gateway_with_node(tmp_path: Path, extra: list[str], seconds: float = 6.0) -> tuple[str, str, int]:
+    """A gateway subprocess on a pty, a CPython node link on the other end sending lines, then the node
+    goes quiet (its link dies after dead_ms) and the gateway is stopped: (stdout, stderr, lines sent)."""
+    m, s, path = pty_pair()
+    try:
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        p = subprocess.Popen([sys.executable, "-m", "host.cli", "gateway", "--port", path, "--db",
+                              str(tmp_path / "g.db")] + extra, cwd=str(ROOT), env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        node = NodeEnd(m, board_id=b"pico-test")
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            node.step()
+            time.sleep(0.005)
+        t1 = time.monotonic()
+        while time.monotonic() - t1 < 4.5:  # silent: the gateway's link declares the node lost
+            time.sleep(0.05)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=20)
+        assert p.returncode == 0, err.decode()
+        return out.decode(), err.decode(), node.n
+    finally:
+        os.close(m)
+        os.close(s)
+
+
+def test_gateway_prints_sessions_and_status_lines(tmp_path: Path) -> None:
+    out, err, sent = _run_gateway_with_node(tmp_path, ["--name", "pump-room", "--status-every", "1"])
+    lines = out.splitlines()
+    assert lines[0].startswith("edgetwin gateway: 1 port(s)") and "status line every 1 s" in lines[0]
+    stamp = r"\d\d:\d\d:\d\d "
+    assert re.match(stamp + r"node pump-room connected \(board pico-test\) on /dev/pts/\d+$", lines[1]), out
+    status = [ln for ln in lines if " status: " in ln and "stopped" not in ln]
+    assert len(status) >= 4, out  # one a second
+    counts = [int(re.search(r"1/1 nodes up, (\d+) lines stored, 0 annotations, acceptance -, 0\.0 tokens/s",
+                            ln).group(1)) for ln in status if "1/1 nodes up" in ln]
+    assert counts and counts == sorted(counts) and counts[-1] > 0, out
+    assert any(re.match(stamp + r"node pump-room lost on /dev/pts/\d+: ", ln) for ln in lines), out
+    assert re.search(r"stopped; status: 0/1 nodes up, (\d+) lines stored", lines[-1]), out
+    assert int(re.search(r"(\d+) lines stored", lines[-1]).group(1)) == LogStore(tmp_path / "g.db", readonly=True).count_logs()
+    assert err == "" and sent > 0
+
+
+def test_gateway_quiet_prints_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out, err, sent = _run_gateway_with_node(tmp_path, ["--quiet", "--status-every", "0.5"], seconds=2.0)
+    assert out == "" and err == "" and sent > 0
+    assert "--status-every must be a positive" in one_error_line(capsys, ["gateway", "--port", "/dev/x", "--db",
+                                                                          str(tmp_path / "x.db"), "--status-every", "0"])
+    assert "2 --name options for 1 --port" in one_error_line(capsys, ["gateway", "--port", "/dev/x", "--name", "a",
+                                                                      "--name", "b", "--db", str(tmp_path / "x.db")])

@@ -350,7 +350,8 @@ def test_stop_reaps_the_interpreter_and_closes_everything(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_command_line_runs_until_sigterm(tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "tools.vboard", "--board", "rp2040_pico", "--root", str(tmp_path)],
+    proc = subprocess.Popen([sys.executable, "-m", "tools.vboard", "--board", "rp2040_pico", "--root", str(tmp_path),
+                             "--heap", "196608"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stderr is not None
     try:
@@ -360,17 +361,65 @@ def test_command_line_runs_until_sigterm(tmp_path: Path) -> None:
             assert line, "vboard exited early: %s" % proc.stderr.read()
             lines.append(line)
         text = "".join(lines)
-        repl_port = text.split("REPL", 1)[1].split()[0]
-        assert "UART" in text and str(tmp_path) in text and "heap 196608" in text
-        res = mpremote(repl_port, "eval", "1 + 2")
+        repl_link = text.split("REPL", 1)[1].split()[0]
+        assert repl_link == str(tmp_path / "repl") and "UART  %s ->" % (tmp_path / "uart") in text
+        assert "fs    %s" % (tmp_path / "fs") in text and "heap 196608 bytes (--heap; 1x" in text
+        res = mpremote(repl_link, "eval", "1 + 2")  # through the stable name
         assert res.stdout.strip() == "3", res.stdout + res.stderr
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
     finally:
         proc.kill()
         proc.wait()
+    assert not (tmp_path / "repl").is_symlink() and (tmp_path / "console.log").is_file()
+
+
+@pytest.mark.slow
+def test_stable_links_follow_a_restart_and_the_console_log_keeps_a_boot_crash(tmp_path: Path) -> None:
+    log = tmp_path / "console.log"
+    board = VirtualBoard("rp2040_pico", root=tmp_path / "fs", links_dir=tmp_path, console_log=log)
+    board.start()
+    try:
+        first = os.readlink(tmp_path / "repl"), os.readlink(tmp_path / "uart")
+        assert first == (board.repl_port, board.uart_port)
+        assert board.describe()["repl_link"] == str(tmp_path / "repl")
+    finally:
+        board.stop()
+    assert not (tmp_path / "repl").is_symlink() and not (tmp_path / "uart").is_symlink()
+    (tmp_path / "fs" / "main.py").write_text("print('booting')\nraise MemoryError('at boot')\n")
+    board = VirtualBoard("rp2040_pico", root=tmp_path / "fs", links_dir=tmp_path, console_log=log)
+    board.start()
+    try:
+        again = os.readlink(tmp_path / "repl"), os.readlink(tmp_path / "uart")
+        assert again == (board.repl_port, board.uart_port) and os.path.exists(again[0])
+        deadline = time.monotonic() + 10
+        while "MemoryError: at boot" not in log.read_text(errors="replace") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        text = log.read_text(errors="replace")
+        assert "booting" in text and "MemoryError: at boot" in text and text.count("--- virtual board") == 2
+    finally:
+        board.stop()
+    (tmp_path / "repl").write_text("a user's file")  # never replaced by a link
+    with pytest.raises(VBoardError, match="not a symlink"):
+        VirtualBoard("rp2040_pico", root=tmp_path / "fs", links_dir=tmp_path).start()
+    assert (tmp_path / "repl").read_text() == "a user's file"
 
 
 def test_command_line_rejects_unknown_board(capsys: pytest.CaptureFixture[str]) -> None:
     assert vboard.main(["--board", "nope"]) == 2
     assert "unknown board 'nope'" in capsys.readouterr().err
+
+
+def test_command_line_that_cannot_start_creates_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "micropython"
+    fake.write_text("#!/bin/sh\necho 'no such heap' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(vboard, "micropython_exe", lambda: str(fake))
+    root = tmp_path / "board"
+    assert vboard.main(["--board", "rp2040_pico", "--root", str(root), "--heap", "200000"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "failed to boot" in err, err
+    assert not root.exists()
+    assert vboard.main(["--board", "rp2040_pico", "--root", str(root), "--heap", "5"]) == 2
+    assert "--heap 5 is out of range" in capsys.readouterr().err and not root.exists()

@@ -1,0 +1,87 @@
+"""The product path carries text: a virtual board (the real MicroPython unix port) runs firmware/node.py with the
+shipped draft and its tokenizer; `python -m host.cli gateway --model smollm2` (a subprocess, not the demo's
+in-process wiring) verifies its drafts and stores the annotations; then `python -m host.cli ask` (a
+subprocess) answers from that store. Checked: the stored annotations are decoded text (words, not lists of
+token ids), ask's output shows the windows with their log text and the annotations in them, names the node
+by its board id (not the pty path it was stored under), and the gateway said what happened (connected,
+status lines, stopped)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import gwkit
+from host import qa
+from host.store import LogStore
+from shared import profile
+from tools import demo
+
+ROOT = Path(__file__).resolve().parents[2]
+BOARD = "rp2040_pico"
+
+pytestmark = pytest.mark.slow
+
+
+def test_gateway_smollm2_stores_text_and_ask_quotes_it(tmp_path: Path) -> None:
+    heap = int(profile.load(str(ROOT / "boards" / (BOARD + ".json")))["heap_bytes"]) * demo.HEAP_FACTOR
+    cfg = dict(demo.NODE_CFG, k=4, seed=1, stop_ids=demo.stop_ids(demo.DRAFT))
+    link = tmp_path / "node0"
+    db = tmp_path / "g.db"
+    node = gwkit.VNode(BOARD, tmp_path / "fs", link, cfg, heap=heap, model=demo.DRAFT.read_bytes())
+    gw = None
+    try:
+        gw = gwkit.GatewayProc([str(link)], db, tmp_path / "st.json",
+                               extra=["--model", "smollm2", "--status-every", "2"])
+
+        def notes(st: dict) -> bool:
+            return st["sessions"][0].get("spec", {}).get("annotations", 0) >= 2
+
+        gw.wait_status(notes, timeout=240, what="two annotations stored")
+        assert gw.stop() == 0
+        out = gw.proc.stdout.read().decode()
+    finally:
+        if gw is not None:
+            gw.stop()
+        node.close()
+    # the gateway said what happened
+    assert re.search(r"node connected \(board %s\) on %s" % (BOARD, re.escape(str(link))), out), out
+    assert re.search(r"status: 1/1 nodes up, \d+ lines stored, \d+ annotations, acceptance (0|1)\.\d\d, "
+                     r"[\d.]+ tokens/s", out), out
+    assert "stopped; status: " in out, out
+    # the annotations are text: words, not "216 33 30 33 6799"
+    store = LogStore(db, readonly=True)
+    anns = store.annotations()
+    logs = store.count_logs()
+    store.close()
+    assert len(anns) >= 2 and logs > 20
+    for a in anns:
+        assert not re.fullmatch(r"[\d\s]+", a["text"]), a
+    # decoded SmolLM2 text: letters and units ("1.1mm/s = 1.1 m/s"), where ids would be numbers only
+    assert sum(len(re.findall(r"[A-Za-z]", a["text"])) for a in anns) >= 3, anns
+    assert all(len(a["text"].split()) < a["tokens"] or not a["text"].split()[0].isdigit() for a in anns), anns
+    # ask, on the real path: every window it is given, listed with its text (the annotations among it)
+    question = "what happened to P-101?"
+    found = qa.retrieve(db, question, limit=20, lines=40)
+    assert found.matched
+    k = len(found.windows)
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "host.cli", "ask", question, "--db", str(db), "--candidates", "20",
+                        "--lines", "40", "--k", str(k), "--max-tokens", "16"], cwd=str(ROOT), env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    shown = r.stdout.split("\nAnswer: ")[0]
+    assert "Answer: " in r.stdout and re.search(r"reranking %d windows" % k, r.stderr), r.stderr
+    assert str(link) not in r.stdout and "/dev/pts" not in r.stdout  # named by its board id
+    assert re.search(r"\[1\] %s 20\d\d-" % BOARD, shown), shown[:500]
+    assert re.search(r"^      NOTE( \(unverified\))?: ", shown, re.M), shown[-2000:]
+    firsts = [next(ln.strip() for ln in a["text"].splitlines() if ln.strip()) for a in anns if a["text"].strip()]
+    assert any(f in shown for f in firsts), (firsts, shown[-2000:])  # an annotation's text, quoted
+    assert re.search(r"^      20\d\d-\d\d-\d\dT\d\d:\d\d:\d\dZ P-101 ", shown, re.M)  # the log text itself
+    print("TEXT-PATH annotations %d, e.g. %r; ask: %s" % (len(anns), anns[0]["text"][:80],
+                                                         r.stdout.split("\nAnswer: ")[1][:200].strip()))
