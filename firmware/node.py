@@ -6,17 +6,22 @@
 It reads /board.json (the profile) and /node.json (optional; keys below), opens the link port
 (firmware/boardcfg.py: PtyUART on the virtual board, machine.UART / busio.UART on a board) and loops:
 
-    sampler.poll   plant ticks due -> readings into versioned slots, log lines into the LineQueue
+    sampler.poll   plant ticks due -> readings into versioned slots, log lines into the LineQueue (each
+                   numbered: lseq 1, 2, ... per boot); a full queue moves its oldest line to the flash
+                   spill ring (firmware/spill.py) instead of dropping it
     link.poll      read, deliver VERDICTs, acks, retransmit, heartbeat, handshake
-    logs           queued lines -> LOG frames while the link window has room (2 slots kept for drafts)
-    annotator      system prompt / episode PROMPT / DRAFT blocks (firmware/annotator.py), when a model is there
+    logs           spilled lines first, then queued ones -> LOG frames while the link window has room;
+                   logging comes first: drafts get the link only when no line is waiting
+    annotator      system prompt / episode PROMPT / DRAFT blocks (firmware/annotator.py), when a model is
+                   there and no line waits for the link (offline drafting goes on while the link is down)
     report         every report_ms a level-0 LOG line "NODE heap=... loops=... ..." (heap after gc.collect),
-                   sent directly (not queued) so it describes the stream as the frames around it
+                   sent directly (not queued, lseq 0) so it describes the stream as the frames around it
 
 Every buffer is allocated in the constructor; the loop allocates nothing on MicroPython once warm, so
 the heap stays flat however long it runs (the NODE lines let the gateway and the tests see it). The
-node never waits for the gateway: without one it keeps sampling and queueing (the oldest lines give
-way when the queue is full, counted as dropped) and annotates alone (offline tokens, unverified).
+node never waits for the gateway: without one it keeps sampling and queueing (lines beyond the queue
+go to the spill ring; only when the ring's budget is full do the oldest lines go, counted as dropped)
+and annotates alone (offline tokens, unverified).
 
 /node.json keys (defaults): seed 1, machines 4, sample_every 5 (ticks between sample lines),
 tick_ms 1000 (one plant second), queue 16 (lines), report_ms 2000, model (the profile's model file,
@@ -27,7 +32,11 @@ layout: false / "resident" holds the layers in RAM, "layer" / "phase" / "matrix"
 every step, true means "phase"; deploy writes the mode `edgetwin plan` chose), out_rows 64 (classifier
 rows per streamed block, from the same plan), tokenizer false (true: prompts are
 shared/episode.py text encoded with the tokenizer the model file carries, read lazily from flash),
-stop_ids [] (token ids that end a note, e.g. the ids holding a newline). Every value is checked (RULES
+stop_ids [] (token ids that end a note, e.g. the ids holding a newline), spill_bytes -1 (the flash spill
+ring's size: -1 the profile's spill_bytes, 0 none), spill_path "/spill.bin", uid_path "/node.uid" (where
+a board without machine.unique_id() keeps its generated id). Wall time: the gateway's HELLO and TIME
+frames (docs/NODE.md "Time and identity"); each LOG line carries the wall time it was logged at.
+Every value is checked (RULES
 below; docs/NODE.md): a bad /node.json, or a model that cannot be loaded, makes the node run logs-only and
 say why on the console and to the gateway (main, Node.notice), never stop at boot.
 
@@ -37,6 +46,7 @@ port with the rp2040_pico heap of 196608 B: frame + link + plant bytecode take ~
 """
 import gc
 import json
+import sys
 import time
 
 from firmware.logq import LINE_MAX, LineQueue, put_bytes, put_uint
@@ -48,12 +58,14 @@ except ImportError:  # CPython
     const = lambda x: x  # noqa: E731
 
 CONFIG = "/node.json"
+_HOST = sys.implementation.name == "cpython"
 NOTE_MAX = const(192)  # bytes of a boot-time error line sent to the gateway (Node.notice)
 _TICKS_MASK = const(0x3FFFFFFF)
 DEFAULTS = {"seed": 1, "machines": 4, "sample_every": 5, "tick_ms": 1000, "queue": 16, "report_ms": 2000,
             "model": "", "k": 0, "temperature": 0, "top_k": 4, "max_len": 16, "prompt_max": 48,
             "offline_ms": 4000, "run_s": 0, "window": 8, "window_bytes": 2048, "stream": False, "out_rows": 64,
             "tokenizer": False, "stop_ids": []}
+DEFAULTS.update({"spill_bytes": -1, "spill_path": "/spill.bin", "uid_path": "/node.uid"})  # logging, identity
 
 try:
     ticks_ms = time.ticks_ms  # MicroPython
@@ -89,10 +101,22 @@ class Node:
                             window=c["window"], window_bytes=c["window_bytes"], reorder=8, reorder_bytes=128, now=now)
         self.body = bytearray(frame.LG_TEXT + LINE_MAX)
         self.last = bytearray(LINE_MAX)  # the newest line sent: the next episode's prompt
-        self.rep = bytearray(frame.LG_TEXT + 192)  # the NODE report's LOG body
+        self.rep = bytearray(frame.LG_TEXT + 256)  # the NODE report's LOG body
+        # boot-only code after the big buffers, so the room it frees is where the plant's modules go next:
+        # the node's unique id (into our HELLO) and the spill ring
+        once = __import__("firmware.bootonce", None, None, ("unique_id",))
+        self.uid = once.unique_id(c["uid_path"], "uid_path" in cfg or not _HOST)
+        h = self.lk._hello
+        for i in range(frame.UID_LEN):
+            h[frame.HE_UID + i] = self.uid[i]
+        self.spill = once.open_spill(prof, c, "spill_path" in cfg, _HOST)
+        once.forget()
+        del once
+        self.q.spill = self.spill
+        self.boot = self.spill.boot if self.spill is not None else 0
         from firmware.sampler import Sampler  # after the big buffers: its modules fragment the heap
 
-        self.sampler = Sampler(self.q, c["seed"], c["machines"], c["sample_every"], c["tick_ms"], now)
+        self.sampler = Sampler(self.q, c["seed"], c["machines"], c["sample_every"], c["tick_ms"], now, self.spill)
         self.ann = None
         if drafter is not None:
             from firmware.annotator import Annotator
@@ -113,6 +137,15 @@ class Node:
         self.sent = 0
         self.reboots_seen = 0
         self.heap = 0
+        self.link_lost = 0  # LOG frames the link gave up unacknowledged (EV_TX_DROPPED)
+        # wall time from the gateway (its HELLO, then TIME frames): days since 2000 + ms, at our tick w_tick
+        self.w_ok = False
+        self.w_day = 0
+        self.w_ms = 0
+        self.w_tick = 0
+        self.w_first = 0  # the tick of the first sync this boot: lines before it are back-dated
+        self.syncs = 0
+        self._hellos = 0
         self.notes = []  # boot-time error lines (a bad model or /node.json): sent once the link is up
         self.notes_sent = 0
 
@@ -121,10 +154,46 @@ class Node:
     def on_frame(self, t, buf, off, n):
         if t == frame.VERDICT and self.ann is not None:
             self.ann.on_verdict(buf, off, n)
+        elif t == frame.TIME:
+            self._sync(frame.u16(buf, off + frame.TM_DAY), frame.u32s(buf, off + frame.TM_MS), self.lk.now)
+
+    # ---- wall time ----
+
+    def _sync(self, day, ms, tick):
+        if day == frame.WALL_NONE:
+            return
+        if not self.w_ok:
+            self.w_ok = True
+            self.w_first = tick
+        self.w_day = day
+        self.w_ms = ms
+        self.w_tick = tick
+        self.syncs += 1
+
+    def _put_wall(self, body, tick, boot):
+        # LOG day/ms of a line logged at our tick in boot `boot`; returns the BACKDATED flag or 0
+        if not self.w_ok or boot != self.boot:  # no time yet, or a line of an earlier boot (its ticks are gone)
+            frame.put_u16(body, frame.LG_DAY, frame.WALL_NONE)
+            frame.put_u32(body, frame.LG_MS, 0)
+            return 0
+        d = self.w_day  # the wall time at our tick (within +-6 days of the last sync: small ints)
+        m = self.w_ms + _diff(tick, self.w_tick)
+        while m >= frame.MS_PER_DAY:
+            m -= frame.MS_PER_DAY
+            d += 1
+        while m < 0:
+            m += frame.MS_PER_DAY
+            d -= 1
+        frame.put_u16(body, frame.LG_DAY, d)
+        frame.put_u32(body, frame.LG_MS, m)
+        return frame.LG_BACKDATED if _diff(tick, self.w_first) < 0 else 0
 
     def on_event(self, code, value):
         if code == link.EV_TX_DROPPED:  # the link dropped its oldest unacked frames: they will never be acked
             self._acked()
+            for i in range(value):
+                if self._t_r + i < self._t_w and self._types[(self._t_r + i) & 63] == frame.LOG:
+                    self.link_lost += 1
             self._t_r += value
             if self._t_r > self._t_w:
                 self._t_r = self._t_w
@@ -153,50 +222,94 @@ class Node:
 
     # ---- the loop ----
 
+    def backlog(self):
+        """Lines waiting for the link (RAM queue + spill ring)."""
+        sp = self.spill
+        return self.q.count + (sp.count if sp is not None else 0)
+
+    def _send_line(self, src, off, n, level, ts, boot, lseq, flags):
+        # One LOG frame: the 1.1 layout (flags, boot, lseq), or 1.0's to a 1.0 gateway. False: no room.
+        body = self.body
+        frame.put_u32(body, 0, ts & _TICKS_MASK)
+        body[4] = level
+        j = frame.LG_TEXT_10
+        if self.lk.peer_minor:
+            body[frame.LG_FLAGS] = flags | self._put_wall(body, ts, boot)
+            frame.put_u16(body, frame.LG_BOOT, boot)
+            frame.put_u32(body, frame.LG_LSEQ, lseq)
+            j = frame.LG_TEXT
+        for i in range(n):
+            body[j + i] = src[off + i]
+        if not self.send(frame.LOG, body, j + n):
+            return False
+        last = self.last
+        for i in range(n):
+            last[i] = src[off + i]
+        self.last_n = n
+        self.sent += 1
+        return True
+
     def _send_logs(self, now):
+        # Every free slot of the link window goes to lines, oldest first: the spill ring holds older
+        # lines than the queue (the queue's oldest move there), so it drains first.
         q = self.q
         lk = self.lk
-        keep = 2 if self.ann is not None else 0
-        body = self.body
-        while q.count and lk.free_slots() > keep:
-            off = q.first()
-            n = q.lens[q.head]
-            frame.put_u32(body, 0, q.ts[q.head] & _TICKS_MASK)
-            body[4] = q.levels[q.head]
-            src = q.buf
-            for i in range(n):
-                body[frame.LG_TEXT + i] = src[off + i]
-            if not self.send(frame.LOG, body, frame.LG_TEXT + n):
-                return
-            last = self.last
-            for i in range(n):
-                last[i] = src[off + i]
-            self.last_n = n
-            q.pop()
-            self.sent += 1
+        sp = self.spill
+        while lk.free_slots() > 0:
+            if sp is not None and sp.count and sp.peek():
+                if not self._send_line(sp.rec, sp.text_off, sp.n, sp.level, sp.ts, sp.line_boot, sp.lseq,
+                                       sp.flags | frame.LG_SPILLED):
+                    return
+                sp.pop()
+            elif q.count:
+                h = q.head
+                if not self._send_line(q.buf, q.first(), q.lens[h], q.levels[h], q.ts[h], self.boot, q.lseq[h], 0):
+                    return
+                q.pop()
+            else:
+                break
+        if (sp is not None and not sp.marked and not sp.count and lk.established
+                and self.logs_acked == self.logs_sent):
+            sp.mark()  # every spilled line is with the gateway: a reboot will not send them again
 
     def _report(self, now):
         # A level-0 LOG line formatted in place and sent at once, not through the line queue, so it
         # states the stream and the counters exactly as the frames around it on the wire:
-        # NODE heap=.. loops=.. lines=.. dropped=.. logs_sent=.. logs_acked=.. [gen=.. offline=.. committed=..
-        # live=.. crc=..]. logs_sent counts the LOG frames sent before this one. False: no room, retry.
+        # NODE heap=.. loops=.. lines=.. dropped=.. logs_sent=.. logs_acked=.. boot=.. spilled=..
+        # backlog=.. [gen=.. offline=.. committed=.. live=.. crc=..]. lines: lines logged this boot (the
+        # newest lseq); dropped: lines of this boot the node gave up (spill ring full, or no ring and the
+        # queue full, or frames the link dropped); logs_sent counts the LOG frames sent before this one.
+        # Its lseq is 0: a report is not a numbered line. False: no room, retry.
         if self.lk.free_slots() < 1 or not self.lk.established:
             return False
         r = self.rep
         frame.put_u32(r, 0, now & _TICKS_MASK)
         r[4] = 0
-        j = put_bytes(r, frame.LG_TEXT, b"NODE heap=")
+        j = frame.LG_TEXT_10
+        if self.lk.peer_minor:
+            r[frame.LG_FLAGS] = self._put_wall(r, now, self.boot)
+            frame.put_u16(r, frame.LG_BOOT, self.boot)
+            frame.put_u32(r, frame.LG_LSEQ, 0)
+            j = frame.LG_TEXT
+        j = put_bytes(r, j, b"NODE heap=")
         j = put_uint(r, j, self.heap)
         j = put_bytes(r, j, b" loops=")
         j = put_uint(r, j, self.loops & _TICKS_MASK)
         j = put_bytes(r, j, b" lines=")
         j = put_uint(r, j, self.q.queued & _TICKS_MASK)
+        sp = self.spill
         j = put_bytes(r, j, b" dropped=")
-        j = put_uint(r, j, self.q.dropped & _TICKS_MASK)
+        j = put_uint(r, j, (self.q.dropped + self.link_lost + (sp.lost if sp is not None else 0)) & _TICKS_MASK)
         j = put_bytes(r, j, b" logs_sent=")
         j = put_uint(r, j, self.logs_sent & _TICKS_MASK)
         j = put_bytes(r, j, b" logs_acked=")
         j = put_uint(r, j, self.logs_acked & _TICKS_MASK)
+        j = put_bytes(r, j, b" boot=")
+        j = put_uint(r, j, self.boot)
+        j = put_bytes(r, j, b" spilled=")
+        j = put_uint(r, j, (sp.spilled if sp is not None else 0) & _TICKS_MASK)
+        j = put_bytes(r, j, b" backlog=")
+        j = put_uint(r, j, self.backlog() & _TICKS_MASK)
         a = self.ann
         if a is not None:
             j = put_bytes(r, j, b" gen=")
@@ -210,25 +323,39 @@ class Node:
     def notice(self, text):
         """Keep a level-2 line (at most NOTE_MAX bytes) to send directly once the link is up, before the
         queued lines: how a node that boots logs-only tells the gateway why. Boot time only (allocates)."""
-        b = text.encode()[:NOTE_MAX]
-        body = bytearray(frame.LG_TEXT + len(b))
-        frame.put_u32(body, 0, ticks_ms() & _TICKS_MASK)
+        self.notes.append(text.encode()[:NOTE_MAX])
+
+    def _send_note(self, now, text):
+        # A notice's LOG body in the peer's layout (1.0 or 1.1, as _report), built when it is sent
+        # (boot-time lines: allocating here is fine). Its lseq is 0: not a numbered line.
+        body = bytearray(frame.LG_TEXT + len(text))
+        frame.put_u32(body, 0, now & _TICKS_MASK)
         body[4] = 2
-        body[frame.LG_TEXT:] = b
-        self.notes.append(body)
+        j = frame.LG_TEXT_10
+        if self.lk.peer_minor:
+            body[frame.LG_FLAGS] = self._put_wall(body, now, self.boot)
+            frame.put_u16(body, frame.LG_BOOT, self.boot)
+            frame.put_u32(body, frame.LG_LSEQ, 0)
+            j = frame.LG_TEXT
+        body[j:j + len(text)] = text
+        return self.send(frame.LOG, body, j + len(text))
 
     def step(self, now):
         self.sampler.poll(now)
         self.lk.poll(now)
+        lk = self.lk
+        if lk.hellos_in != self._hellos:  # a HELLO from the gateway: its wall time, if it sent one
+            self._hellos = lk.hellos_in
+            ph = lk.peer_hello
+            self._sync(frame.u16(ph, frame.HE_WDAY), frame.u32s(ph, frame.HE_WMS), lk.peer_hello_at)
         self._acked()
         while self.notes_sent < len(self.notes) and self.lk.established and self.lk.free_slots() > 0:
-            b = self.notes[self.notes_sent]
-            if not self.send(frame.LOG, b, len(b)):
+            if not self._send_note(now, self.notes[self.notes_sent]):
                 break
             self.notes_sent += 1
         self._send_logs(now)
-        if self.ann is not None:
-            self.ann.step(now, self.last, 0, self.last_n)
+        if self.ann is not None and (not self.lk.established or not self.backlog()):
+            self.ann.step(now, self.last, 0, self.last_n)  # drafting yields the link to waiting lines
         if _diff(now, self.next_report) >= 0:
             if not self.report_due:
                 self.report_due = True
@@ -263,7 +390,8 @@ RULES = {"seed": ("int", 0, 0xFFFFFFFF), "machines": ("int", 1, 16), "sample_eve
          "model": ("model", 0, 0), "k": ("int", 0, 32), "temperature": ("num", 0, 10), "top_k": ("int", 1, 16),
          "max_len": ("int", 1, 4096), "prompt_max": ("int", 1, 4096), "offline_ms": ("int", 0, 86400000),
          "run_s": ("int", 0, 500000), "window": ("pow2", 1, 64), "window_bytes": ("int", 64, 0xFFFF),
-         "stream": ("stream", 0, 0), "out_rows": ("int", 1, 4096), "tokenizer": ("bool", 0, 0), "stop_ids": ("ids", 0, 16)}
+         "stream": ("stream", 0, 0), "out_rows": ("int", 1, 4096), "spill_bytes": ("int", -1, 0x3FFFFFFF),
+         "spill_path": ("path", 0, 0), "uid_path": ("path", 0, 0), "tokenizer": ("bool", 0, 0), "stop_ids": ("ids", 0, 16)}
 STREAM_MODES = ("resident", "layer", "phase", "matrix")  # shared/memplan.MODES, without importing the planner
 CONFIG_MAX = const(4096)  # bytes: a longer /node.json is refused before it is parsed
 
@@ -301,6 +429,10 @@ def check_value(path, key, v):
         if v is True or v is False or v in STREAM_MODES:
             return v
         want = "true, false or one of %s" % ", ".join(STREAM_MODES)
+    elif kind == "path":
+        if type(v) is str and 0 < len(v) <= 128:
+            return v
+        want = "a file path of 1..128 characters"
     elif kind == "model":
         if v is None or (type(v) is str and len(v) <= 128):
             return v

@@ -24,6 +24,7 @@ except ImportError:  # CPython
 
 _TICKS_MASK = const(0x3FFFFFFF)
 _TS = const(21)  # plant lines start with "YYYY-MM-DDTHH:MM:SSZ "
+NOTE_S = const(300)  # plant seconds between notes of the plant clock in the spill ring
 
 
 def _diff(a, b):
@@ -31,9 +32,17 @@ def _diff(a, b):
 
 
 class Sampler:
-    def __init__(self, queue, seed=1, n_machines=4, sample_every=5, tick_ms=1000, now=0):
+    def __init__(self, queue, seed=1, n_machines=4, sample_every=5, tick_ms=1000, now=0, spill=None):
         self.q = queue
-        self.plant = plant.Plant(seed, n_machines=n_machines, sample_every=sample_every)
+        # The plant's clock resumes after the last run's (kept in the flash spill ring every NOTE_S plant
+        # seconds; the last run logged less than NOTE_S seconds past its last note), so a reboot never
+        # logs the same plant times twice. Without a ring every boot starts at plant.START_EPOCH.
+        self.spill = spill
+        self.start_s = spill.plant_s + NOTE_S if spill is not None and spill.plant_s else 0
+        self.plant = plant.Plant(seed, n_machines=n_machines, sample_every=sample_every,
+                                 start_epoch_s=plant.START_EPOCH + self.start_s)
+        if spill is not None:
+            spill.note_plant(self.start_s)
         n = self.plant.n
         self.store = versioned.Versioned(n, width=plant.NCH + 1)
         self.rec = array("i", bytearray(4 * (plant.NCH + 1)))
@@ -81,6 +90,8 @@ class Sampler:
         p = self.plant
         n = p.step()
         self.ticks += 1
+        if self.spill is not None and self.ticks % NOTE_S == 0:
+            self.spill.note_plant(self.start_s + self.ticks)
         rec = self.rec
         nch = plant.NCH
         for m in range(p.n):

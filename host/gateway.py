@@ -78,7 +78,7 @@ class Gateway:
         def on_frame(t: int, buf: bytearray, off: int, n: int) -> None:
             before = s.counts["logs"]
             inner(t, buf, off, n)
-            j = off + frame.LG_TEXT
+            j = off + (frame.LG_TEXT if s.link.peer_minor else frame.LG_TEXT_10)  # the node's LOG layout
             if t == frame.LOG and s.counts["logs"] > before and buf[off + 4] & 7 == 2 and buf[j:j + 5] == b"NODE ":
                 text = bytes(buf[j:off + n]).decode("utf-8", "replace")
                 if " error: " in text:

@@ -11,7 +11,8 @@ A session owns:
   restored from the receive state persisted with the lines (``Link.restore``): its first HELLO acks
   what was stored, the node resends only the rest.
 - the frame handler `on_frame`: LOG lines into the store (idempotent by node, epoch, seq: the link's
-  sequence number unwrapped to 64 bits per boot epoch); PROMPT and DRAFT into the speculative stream
+  sequence number unwrapped to 64 bits per boot epoch; and by node, boot, line seq for protocol 1.1
+  nodes, whose LOG bodies carry them: the layout follows the minor version of the node's HELLO); PROMPT and DRAFT into the speculative stream
   (`spec`, see host/gateway.py); anything malformed is counted and dropped, never raised.
 
 On SerialException/OSError (unplugged board, closed pty) the port is closed and reopened every
@@ -33,6 +34,19 @@ from shared import frame, link
 
 TICKS_MASK = 0x3FFFFFFF
 PROMPT = frame.PROMPT  # docs/PROTOCOL.md 3.9: base u30, n u8, flags u8, ids u16 x n
+
+
+UNIX_MS_2000 = 946684800000  # 2000-01-01T00:00:00Z: the wire's wall times count days from here
+
+
+def wall_split(unix_ms: int) -> tuple[int, int]:
+    """(day, ms) of a Unix time in ms, as HELLO, TIME and LOG carry it (docs/PROTOCOL.md 3.1)."""
+    return divmod(int(unix_ms) - UNIX_MS_2000, frame.MS_PER_DAY)
+
+
+def wall_unix_ms(day: int, ms: int) -> int | None:
+    """Unix ms of a wire wall time; None for WALL_NONE."""
+    return None if day == frame.WALL_NONE else UNIX_MS_2000 + day * frame.MS_PER_DAY + ms
 
 
 def ticks_ms() -> int:
@@ -143,7 +157,8 @@ class Session:
 
     def __init__(self, url: str, store: LogStore, name: str | None = None, baud: int = 115200,
                  spec_factory: Callable[["Session", bytes], object] | None = None, reopen_s: float = 0.5,
-                 clock: Callable[[], int] = ticks_ms, wall: Callable[[], int] | None = None) -> None:
+                 clock: Callable[[], int] = ticks_ms, wall: Callable[[], int] | None = None,
+                 time_s: float = 30.0) -> None:
         self.url = url
         self.name = name or url
         self.store = store
@@ -152,6 +167,9 @@ class Session:
         self.clock = clock
         self.wall = wall or (lambda: int(time.time() * 1000))
         self.spec_factory = spec_factory
+        self.time_ms = int(time_s * 1000)  # the node gets a TIME frame this often (and our time in HELLO)
+        self._next_time: int | None = None
+        self.uid = ""
         self.spec: object | None = None  # the speculative stream of this node (host/gateway.py)
         self.transport: SerialTransport | None = None
         self.usb_id: tuple | None = None  # (vid, pid, serial number) of a USB serial adapter, once seen
@@ -160,7 +178,7 @@ class Session:
         self.disconnects = 0
         self.last_error = ""
         self.counts = {"logs": 0, "log_dups": 0, "bad_frames": 0, "prompts": 0, "drafts": 0, "verdicts": 0,
-                       "reboots": 0, "lost": 0, "other": 0}
+                       "reboots": 0, "lost": 0, "other": 0, "spilled": 0}
         self.outbox: collections.deque = collections.deque()
         self._seq_base: dict[int, int] = {}  # peer epoch -> last full (64-bit) seq delivered
         self.link = link.Link(self, on_frame=self.on_frame, on_event=self.on_event, role=frame.ROLE_GATEWAY,
@@ -235,7 +253,18 @@ class Session:
                 self.last_error = str(e)
                 self._next_open = time.monotonic() + self.reopen_s
         self._flush_outbox()
-        self.link.poll(self.clock())
+        now = self.clock()
+        day, ms = wall_split(self.wall())
+        h = self.link._hello  # every HELLO we send carries our wall time (docs/PROTOCOL.md 3.1)
+        frame.put_u16(h, frame.HE_WDAY, day)
+        frame.put_u32(h, frame.HE_WMS, ms)
+        lk = self.link
+        if lk.established and lk.peer_minor and self.time_ms > 0:
+            if self._next_time is None or ((now - self._next_time) & TICKS_MASK) < (TICKS_MASK >> 1):
+                self._next_time = (now + self.time_ms) & TICKS_MASK
+                if not self.outbox:  # a TIME waiting behind verdicts would be late: skip it, next one soon
+                    self.send(frame.TIME, frame.pack_body(frame.TIME, day=day, ms=ms))
+        self.link.poll(now)
         self._commit()
 
     def close(self) -> None:
@@ -279,10 +308,24 @@ class Session:
     def _log(self, epoch: bytes, seq16: int, buf: bytearray, off: int, n: int) -> None:
         ts = frame.u32s(buf, off)
         level = buf[off + 4] & 7
-        text = bytes(buf[off + frame.LG_TEXT:off + n]).decode("utf-8", "replace")
+        wall = None
+        if self.link.peer_minor:  # 1.1: flags, boot, line seq, the node's wall time (docs/PROTOCOL.md 3.5)
+            flags = buf[off + frame.LG_FLAGS]
+            boot = frame.u16(buf, off + frame.LG_BOOT)
+            lseq = frame.u32s(buf, off + frame.LG_LSEQ)
+            wall = wall_unix_ms(frame.u16(buf, off + frame.LG_DAY), frame.u32s(buf, off + frame.LG_MS))
+            start = frame.LG_TEXT
+        else:  # a 1.0 node: no line seq, no wall time
+            flags = boot = lseq = 0
+            start = frame.LG_TEXT_10
+        text = bytes(buf[off + start:off + n]).decode("utf-8", "replace")
         full = self._full_seq(epoch, seq16)
-        if self.store.add_log(self.name, epoch, full, ts, self.wall(), level, text, commit=False):
+        if self.store.add_log(self.name, epoch, full, ts, self.wall() if wall is None else wall, level, text,
+                              commit=False, boot=boot,
+                              lseq=lseq, flags=flags):
             self.counts["logs"] += 1
+            if flags & frame.LG_SPILLED:
+                self.counts["spilled"] += 1
             if self.spec is not None and hasattr(self.spec, "on_log"):
                 self.spec.on_log(text)  # type: ignore[attr-defined]
         else:
@@ -292,7 +335,9 @@ class Session:
         if code == link.EV_ESTABLISHED:
             ph = frame.parse_body(frame.HELLO, bytes(self.link.peer_hello))
             bid = ph["board_id"].decode("ascii", "replace")
-            self.store.node_id(self.name, bid)
+            self.uid = ph["uid"].hex() if any(ph["uid"]) else ""
+            self.store.node_id(self.name, bid, uid=self.uid)
+            self._next_time = None
             self.board_id = bid
             if self.spec is None and self.spec_factory is not None:
                 self.spec = self.spec_factory(self, bytes(self.link.peer_hello))
@@ -314,7 +359,7 @@ class Session:
             self.outbox.popleft()
 
     def status(self) -> dict:
-        st = {"name": self.name, "url": self.url, "open": self.transport is not None,
+        st = {"name": self.name, "uid": self.uid, "url": self.url, "open": self.transport is not None,
               "established": self.link.established, "opens": self.opens, "disconnects": self.disconnects,
               "last_error": self.last_error}
         st.update(self.counts)

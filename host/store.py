@@ -1,14 +1,21 @@
 """The gateway's log store: SQLite in WAL mode with an FTS5 index over the log lines.
 
-What it holds (schema version 1):
+What it holds (schema version 2; a version-1 store is upgraded in place when the gateway opens it):
 
 - ``nodes``: one row per node (its name, usually the serial port or a name given on the command line;
-  the board id from its HELLO; first/last seen; the link receive state ``peer_epoch`` + ``last_seq``
+  the board id and (protocol 1.1) the node's unique id ``uid`` (hex) from its HELLO; first/last seen; the link receive state ``peer_epoch`` + ``last_seq``
   that a restarted gateway gives back to ``Link.restore`` so nothing is delivered twice);
 - ``logs``: every log line a node sent: node, boot epoch (the node link's 32-bit epoch), seq (the LOG
   frame's link sequence number, unwrapped to 64 bits per epoch), the node's ticks (ms, mod 2**30),
   the gateway's wall time in ms, level (0..7) and text. (node, epoch, seq) is unique, so a line
-  delivered again (a retransmission after a gateway restart) is stored once: ``add_log`` returns False;
+  delivered again (a retransmission after a gateway restart) is stored once: ``add_log`` returns False.
+  Protocol 1.1 lines also carry the node's boot number and line sequence number (``boot``, ``lseq``:
+  1, 2, ... per boot; NULL for 1.0 nodes and for the node's own NODE reports) and the LOG flags
+  (``flags``: 1 = the line waited in the node's flash spill ring). (node, boot, lseq) is unique among
+  spilled lines, so a spilled line the node sends again after a reboot is stored once. ``line_gaps(node)`` counts the
+  line seqs missing in the store (per boot; a node without a spill ring restarts its seqs at each
+  link epoch), ``reported_dropped(node)`` the losses the node itself reported (``dropped=`` of its
+  NODE reports), ``line_loss(node)`` both;
 - ``logs_fts``: an FTS5 index (external content) over ``logs.text``, filled by a trigger;
 - ``annotations``: committed annotation text per node: wall span t0..t1 (ms), text, verified flag
   (0: the node drafted it alone while the gateway was away), token count.
@@ -40,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SCHEMA_NAME = "edgetwin-store"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "LEVEL5", "LEVEL6", "LEVEL7")
 
 _SCHEMA = """
@@ -49,6 +56,7 @@ CREATE TABLE nodes (
     id INTEGER PRIMARY KEY,
     name TEXT NOT NULL UNIQUE,
     board_id TEXT NOT NULL DEFAULT '',
+    uid TEXT NOT NULL DEFAULT '',
     first_seen_ms INTEGER NOT NULL,
     last_seen_ms INTEGER NOT NULL,
     peer_epoch INTEGER,
@@ -63,9 +71,13 @@ CREATE TABLE logs (
     wall_ms INTEGER NOT NULL,
     level INTEGER NOT NULL,
     text TEXT NOT NULL,
+    boot INTEGER,
+    lseq INTEGER,
+    flags INTEGER NOT NULL DEFAULT 0,
     UNIQUE (node, epoch, seq)
 );
 CREATE INDEX logs_node_time ON logs (node, wall_ms, id);
+CREATE UNIQUE INDEX logs_line ON logs (node, boot, lseq) WHERE flags & 1;
 CREATE VIRTUAL TABLE logs_fts USING fts5(text, content='logs', content_rowid='id');
 CREATE TRIGGER logs_ai AFTER INSERT ON logs BEGIN
     INSERT INTO logs_fts(rowid, text) VALUES (new.id, new.text);
@@ -82,6 +94,17 @@ CREATE TABLE annotations (
 );
 CREATE INDEX annotations_node_time ON annotations (node, t0_ms);
 """
+
+# schema 1 -> 2: the line seq columns (docs/PROTOCOL.md 3.5, protocol 1.1)
+_UPGRADE_1_2 = """
+ALTER TABLE nodes ADD COLUMN uid TEXT NOT NULL DEFAULT '';
+ALTER TABLE logs ADD COLUMN boot INTEGER;
+ALTER TABLE logs ADD COLUMN lseq INTEGER;
+ALTER TABLE logs ADD COLUMN flags INTEGER NOT NULL DEFAULT 0;
+CREATE UNIQUE INDEX logs_line ON logs (node, boot, lseq) WHERE flags & 1;
+UPDATE meta SET value='2' WHERE key='version';
+"""
+_DROPPED = re.compile(r"\bdropped=(\d+)")
 
 # words that carry no retrieval signal in an operator's question
 _STOP = frozenset("a an and are at be by did do does for from had has have how i in is it its me of on or so "
@@ -224,7 +247,14 @@ class LogStore:
                              "give another --db path" % self.path) from None
         if rows.get("schema") != SCHEMA_NAME:
             raise StoreError("%s is not an edgetwin log store (schema %r)" % (self.path, rows.get("schema")))
-        if rows.get("version") != str(SCHEMA_VERSION):
+        self._lines = True  # the store has the line seq columns
+        if rows.get("version") == "1":
+            if self.readonly:
+                self._lines = False  # read as it is; the gateway upgrades it when it opens it
+            else:
+                self._db.executescript("BEGIN IMMEDIATE;" + _UPGRADE_1_2 + "COMMIT;")
+                rows["version"] = str(SCHEMA_VERSION)
+        if rows.get("version") != str(SCHEMA_VERSION) and self._lines:
             raise StoreError("%s is an edgetwin log store of version %s; this gateway reads version %d"
                              % (self.path, rows.get("version"), SCHEMA_VERSION))
         ok = self._db.execute("PRAGMA quick_check").fetchone()[0]
@@ -243,8 +273,9 @@ class LogStore:
 
     # ---- nodes ----
 
-    def node_id(self, name: str, board_id: str = "") -> int:
-        """The id of node `name`, created on first use; `board_id` updates the stored one if given."""
+    def node_id(self, name: str, board_id: str = "", uid: str = "") -> int:
+        """The id of node `name`, created on first use; `board_id` and `uid` (the node's unique id from
+        its HELLO, hex) update the stored ones if given."""
         if not isinstance(name, str) or not name:
             raise StoreError("node name must be a non-empty str, got %r" % (name,))
         with self._lock:
@@ -263,15 +294,18 @@ class LogStore:
             if board_id:
                 self._writable()
                 self._db.execute("UPDATE nodes SET board_id=? WHERE id=? AND board_id!=?", (board_id, nid, board_id))
+            if uid and self._lines:
+                self._writable()
+                self._db.execute("UPDATE nodes SET uid=? WHERE id=? AND uid!=?", (uid, nid, uid))
             return nid
 
     def nodes(self) -> list[dict]:
         with self._lock:
-            cur = self._db.execute("SELECT name, board_id, first_seen_ms, last_seen_ms, peer_epoch, last_seq, "
+            cur = self._db.execute("SELECT name, board_id, %s, first_seen_ms, last_seen_ms, peer_epoch, last_seq, "
                                    "(SELECT count(*) FROM logs WHERE logs.node=nodes.id), "
                                    "(SELECT count(*) FROM annotations WHERE annotations.node=nodes.id) "
-                                   "FROM nodes ORDER BY id")
-            keys = ("name", "board_id", "first_seen_ms", "last_seen_ms", "peer_epoch", "last_seq", "logs",
+                                   "FROM nodes ORDER BY id" % ("uid" if self._lines else "''"))
+            keys = ("name", "board_id", "uid", "first_seen_ms", "last_seen_ms", "peer_epoch", "last_seq", "logs",
                     "annotations")
             return [dict(zip(keys, r)) for r in cur.fetchall()]
 
@@ -322,12 +356,16 @@ class LogStore:
         return self._in_tx
 
     def add_log(self, node: str, epoch: bytes | int, seq: int, ticks: int, wall_ms: int, level: int, text: str,
-                commit: bool = True) -> bool:
-        """Store one log line; False if (node, epoch, seq) is already stored (a duplicate: nothing changes).
+                commit: bool = True, boot: int = 0, lseq: int = 0, flags: int = 0) -> bool:
+        """Store one log line; False if (node, epoch, seq) or (node, boot, lseq) is already stored (a
+        duplicate: nothing changes). boot/lseq 0: the line has no line seq (stored as NULL).
 
         commit=False leaves it in the open transaction until commit()."""
         self._writable()
         ep = _epoch_int(epoch)
+        _check_int("boot", boot, 0, 0xFFFF)
+        _check_int("lseq", lseq, 0, (1 << 30) - 1)
+        _check_int("flags", flags, 0, 0xFF)
         _check_int("seq", seq, 0, (1 << 63) - 1)
         _check_int("ticks", ticks, 0, (1 << 30) - 1)
         _check_int("wall_ms", wall_ms, 0, (1 << 63) - 1)
@@ -339,8 +377,9 @@ class LogStore:
         with self._lock:
             nid = self.node_id(node)
             self._begin()
-            cur = self._db.execute("INSERT OR IGNORE INTO logs (node, epoch, seq, ticks, wall_ms, level, text) "
-                                   "VALUES (?, ?, ?, ?, ?, ?, ?)", (nid, ep, seq, ticks, wall_ms, level, text))
+            cur = self._db.execute("INSERT OR IGNORE INTO logs (node, epoch, seq, ticks, wall_ms, level, text, boot, "
+                                   "lseq, flags) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                   (nid, ep, seq, ticks, wall_ms, level, text, boot or None, lseq or None, flags))
             added = cur.rowcount == 1
             if commit:
                 self.commit()
@@ -377,15 +416,77 @@ class LogStore:
 
     def logs(self, node: str | None = None, limit: int = 1000000) -> list[dict]:
         """Stored lines in arrival order (all nodes, or one)."""
-        sql = ("SELECT nodes.name, epoch, seq, ticks, wall_ms, level, text FROM logs JOIN nodes ON nodes.id=logs.node")
+        cols = "boot, lseq, flags" if self._lines else "NULL, NULL, 0"
+        sql = ("SELECT nodes.name, epoch, seq, ticks, wall_ms, level, text, %s FROM logs JOIN nodes "
+               "ON nodes.id=logs.node" % cols)
         args: tuple = ()
         if node is not None:
             sql += " WHERE nodes.name=?"
             args = (node,)
         sql += " ORDER BY logs.id LIMIT ?"
-        keys = ("node", "epoch", "seq", "ticks", "wall_ms", "level", "text")
+        keys = ("node", "epoch", "seq", "ticks", "wall_ms", "level", "text", "boot", "lseq", "flags")
         with self._lock:
             return [dict(zip(keys, r)) for r in self._db.execute(sql, args + (limit,)).fetchall()]
+
+    # ---- loss accounting by line seq (protocol 1.1) ----
+
+    def _line_groups(self, node: str) -> list[tuple]:
+        # (boot, epoch-or-0, max lseq, distinct lseqs, lines) per run of line seqs: a boot of a node with a
+        # spill ring (boot > 0, spilled lines may arrive under a later link epoch), else one link epoch
+        if not self._lines:
+            return []
+        with self._lock:
+            return self._db.execute(
+                "SELECT boot, CASE WHEN boot IS NULL THEN epoch ELSE 0 END AS ep, max(lseq), count(DISTINCT lseq), "
+                "count(*) FROM logs JOIN nodes ON nodes.id=logs.node WHERE nodes.name=? AND lseq IS NOT NULL "
+                "GROUP BY boot, ep ORDER BY min(logs.id)", (node,)).fetchall()
+
+    def line_gaps(self, node: str) -> int:
+        """Line seqs missing in the store for `node`: per run, the seqs 1..max not stored. Lines still
+        on their way (after the newest one stored) are not counted."""
+        return sum(int(mx) - int(n) for _b, _e, mx, n, _c in self._line_groups(node))
+
+    def missing_lines(self, node: str, limit: int = 100000) -> list[tuple[int, int]]:
+        """(boot, lseq) of the missing lines of `node` (boot 0: a node without a spill ring), oldest first."""
+        out: list[tuple[int, int]] = []
+        for boot, ep, mx, _n, _c in self._line_groups(node):
+            with self._lock:
+                if boot is None:
+                    have = self._db.execute("SELECT lseq FROM logs JOIN nodes ON nodes.id=logs.node WHERE nodes.name=? "
+                                            "AND boot IS NULL AND epoch=? AND lseq IS NOT NULL", (node, ep)).fetchall()
+                else:
+                    have = self._db.execute("SELECT lseq FROM logs JOIN nodes ON nodes.id=logs.node WHERE nodes.name=? "
+                                            "AND boot=? AND lseq IS NOT NULL", (node, boot)).fetchall()
+            got = set(r[0] for r in have)
+            out += [(boot or 0, i) for i in range(1, int(mx) + 1) if i not in got][:limit - len(out)]
+        return out
+
+    def reported_dropped(self, node: str) -> int:
+        """Lines the node reported it gave up (the highest ``dropped=`` of its NODE reports, per boot or,
+        for a node without a spill ring, per link epoch, summed)."""
+        cols = "boot" if self._lines else "NULL"
+        with self._lock:
+            rows = self._db.execute("SELECT %s, epoch, text FROM logs JOIN nodes ON nodes.id=logs.node WHERE "
+                                    "nodes.name=? AND level=0 AND text LIKE 'NODE %%'" % cols, (node,)).fetchall()
+        best: dict[tuple, int] = {}
+        for boot, ep, text in rows:
+            m = _DROPPED.search(text)
+            if m:
+                key = (boot, 0) if boot else (None, ep)
+                best[key] = max(best.get(key, 0), int(m.group(1)))
+        return sum(best.values())
+
+    def line_loss(self, node: str) -> dict:
+        """{'stored': numbered lines stored, 'missing': line_gaps, 'reported': reported_dropped,
+        'spilled': lines stored that waited in the node's flash ring} for `node`."""
+        groups = self._line_groups(node)
+        spilled = 0
+        if self._lines:
+            with self._lock:
+                spilled = int(self._db.execute("SELECT count(*) FROM logs JOIN nodes ON nodes.id=logs.node WHERE "
+                                               "nodes.name=? AND flags & 1", (node,)).fetchone()[0])
+        return {"stored": sum(int(c) for *_x, c in groups), "missing": sum(int(mx) - int(n) for _b, _e, mx, n, _c in groups),
+                "reported": self.reported_dropped(node), "spilled": spilled}
 
     def annotations(self, node: str | None = None) -> list[dict]:
         sql = ("SELECT nodes.name, t0_ms, t1_ms, text, verified, tokens FROM annotations "

@@ -1,5 +1,5 @@
 # frame.py: the link's frames: header, CRC-32, COBS wrapping, body layouts and checks (docs/PROTOCOL.md).
-"""Frames of the node <-> gateway link, version 1.0. docs/PROTOCOL.md is the specification; this file
+"""Frames of the node <-> gateway link, version 1.1 (reads 1.0 peers too). docs/PROTOCOL.md is the specification; this file
 implements it. Every integer is little-endian. A frame on the wire is
 
     0x00  COBS(header[20] + body[len] + (signature[14] if type bit 7) + CRC-32[4])  0x00
@@ -37,8 +37,9 @@ try:
 except ImportError:  # CPython
     const = lambda x: x  # noqa: E731
 
-VERSION = const(0x10)  # major 1, minor 0
+VERSION = const(0x11)  # major 1, minor 1 (1.1: LOG bodies carry a line sequence number)
 VERSION_MAJOR = const(1)
+MINOR = const(1)  # this side's minor; a peer's is the low nibble of its HELLO's version byte
 MAX_FRAME = const(1024)  # default cap on a decoded frame (header + body + trailer + CRC)
 MIN_FRAME = const(64)
 MAX_FRAME_LIMIT = const(16384)
@@ -72,8 +73,9 @@ DRAFT = const(0x11)
 VERDICT = const(0x12)
 KVSNAP = const(0x13)
 PROMPT = const(0x14)
+TIME = const(0x15)  # 1.1: the gateway's wall clock, sent periodically (3.10)
 TYPE_NAMES = {HELLO: "HELLO", HEARTBEAT: "HEARTBEAT", ACK: "ACK", ERROR: "ERROR", LOG: "LOG",
-              DRAFT: "DRAFT", VERDICT: "VERDICT", KVSNAP: "KVSNAP", PROMPT: "PROMPT"}
+              DRAFT: "DRAFT", VERDICT: "VERDICT", KVSNAP: "KVSNAP", PROMPT: "PROMPT", TIME: "TIME"}
 
 # HELLO body
 _HE_ROLE = const(0)
@@ -92,7 +94,14 @@ _HE_MODEL = const(18)
 _HE_TOK = const(22)
 _HE_BOARD = const(26)
 BOARD_ID_LEN = const(16)
-HELLO_SIZE = const(42)
+HELLO_SIZE = const(42)  # the 1.0 HELLO; 1.1 appends the fields below (a receiver needs only these 42)
+HE_UID = const(42)  # 8 bytes: the node's unique id (machine.unique_id(), or one kept on its filesystem)
+HE_WDAY = const(50)  # u16: the sender's wall clock: days since 2000-01-01 (WALL_NONE: not known)
+HE_WMS = const(52)  # u32 (u30): ms into that day (< MS_PER_DAY)
+HELLO_SIZE_11 = const(56)
+UID_LEN = const(8)
+WALL_NONE = const(0xFFFF)
+MS_PER_DAY = const(86400000)
 ROLE_NODE = const(0)
 ROLE_GATEWAY = const(1)
 HELLO_AUTH = const(1)  # HELLO flags bit 0: the sender signs its frames and requires signed frames
@@ -125,10 +134,23 @@ R_TOKENIZER = const(2)
 R_KV = const(3)
 R_DRAFT = const(4)
 R_ROLE = const(5)
-# LOG body
+# LOG body, version 1.1: ts u32 (u30), level u8, flags u8, boot u16, lseq u32 (u30), day u16, ms u32, text
 _LG_TS = const(0)
 _LG_LEVEL = const(4)
-LG_TEXT = const(5)
+LG_FLAGS = const(5)
+LG_BOOT = const(6)
+LG_LSEQ = const(8)
+LG_DAY = const(12)
+LG_MS = const(14)
+LG_TEXT = const(18)
+LG_TEXT_10 = const(5)  # version 1.0: ts u32, level u8, text
+LG_SPILLED = const(1)  # flags bit 0: the line waited in the node's flash spill ring
+LG_BACKDATED = const(2)  # flags bit 1: logged before the node had the wall time; day/ms back-dated from ticks
+LG_FLAGS_KNOWN = const(3)
+# TIME body: day u16, ms u32 (u30): the gateway's wall clock when it sent the frame
+TM_DAY = const(0)
+TM_MS = const(2)
+TIME_SIZE = const(6)
 # DRAFT body
 _DR_BLOCK = const(0)
 _DR_BASE = const(2)
@@ -230,9 +252,9 @@ def copy4(dst, doff, src, soff):
     dst[doff + 3] = src[soff + 3]
 
 
-def put_header(buf, off, ftype, blen, seq, ack, epoch, peer, txoff, limit):
+def put_header(buf, off, ftype, blen, seq, ack, epoch, peer, txoff, limit, version=VERSION):
     """Write a version-1 header at buf[off:off+20]; epoch and peer are 4-byte buffers."""
-    buf[off] = VERSION
+    buf[off] = version
     buf[off + 1] = ftype
     put_u16(buf, off + H_LEN, blen)
     put_u16(buf, off + H_SEQ, seq)
@@ -392,19 +414,27 @@ class Decoder:
 
 # ---- bodies: checks (allocation-free) ----
 
-def check_body(t, buf, off, n):
+def check_body(t, buf, off, n, minor=MINOR):
     """BODY_OK if the body buf[off:off+n] of a frame of type t (bits 0..6) is well-formed, else a
-    BODY_* code (BODY_ERRORS[code] says why). Types it does not know pass. Allocates nothing."""
+    BODY_* code (BODY_ERRORS[code] says why). Types it does not know pass. minor: the sender's minor
+    version (LOG bodies differ between 1.0 and 1.1). Allocates nothing."""
     if t == DRAFT:
         return _check_draft(buf, off, n)
     if t == VERDICT:
         return _check_verdict(buf, off, n)
     if t == LOG:
-        if n < LG_TEXT:
+        if n < (LG_TEXT if minor else LG_TEXT_10):
             return BODY_SHORT
         if buf[off + _LG_TS + 3] & 0xC0 or buf[off + _LG_LEVEL] > 7:
             return BODY_FIELD
+        if minor and (buf[off + LG_FLAGS] & ~LG_FLAGS_KNOWN or buf[off + LG_LSEQ + 3] & 0xC0
+                      or not _wall_ok(buf, off + LG_DAY, off + LG_MS, True)):
+            return BODY_FIELD
         return BODY_OK
+    if t == TIME:
+        if n < TIME_SIZE:
+            return BODY_SHORT
+        return BODY_OK if _wall_ok(buf, off + TM_DAY, off + TM_MS, False) else BODY_FIELD
     if t == KVSNAP:
         return _check_kvsnap(buf, off, n)
     if t == PROMPT:
@@ -420,9 +450,18 @@ def check_body(t, buf, off, n):
     return BODY_OK
 
 
+def _wall_ok(buf, dpos, mpos, none_ok):
+    # a wall time (day u16, ms u30 below a day); day WALL_NONE (ms 0) where none_ok
+    if u16(buf, dpos) == WALL_NONE:
+        return none_ok and not (buf[mpos] | buf[mpos + 1] | buf[mpos + 2] | buf[mpos + 3])
+    return not buf[mpos + 3] & 0xC0 and u32s(buf, mpos) < MS_PER_DAY
+
+
 def _check_hello(buf, off, n):
     if n < HELLO_SIZE:
         return BODY_SHORT
+    if n >= HELLO_SIZE_11 and not _wall_ok(buf, off + HE_WDAY, off + HE_WMS, True):
+        return BODY_FIELD
     rxbuf = u16(buf, off + HE_RXBUF)
     maxf = u16(buf, off + HE_MAXFRAME)
     k = buf[off + _HE_DRAFTK]
@@ -566,18 +605,22 @@ def prompt_ids(buf, boff, out):
 
 # type: (struct format of the fixed part, its field names, name of the variable-length tail or None)
 BODIES = {
-    HELLO: ("<BBHHHBBBBHHHII16s", ("role", "flags", "rxbuf", "max_frame", "tx_base", "window", "draft_k", "topk",
-                                   "q_bits", "kv_sink", "kv_window", "kv_staged", "model_hash", "tokenizer_hash",
-                                   "board_id"), None),
+    HELLO: ("<BBHHHBBBBHHHII16s8sHI", ("role", "flags", "rxbuf", "max_frame", "tx_base", "window", "draft_k",
+                                       "topk", "q_bits", "kv_sink", "kv_window", "kv_staged", "model_hash",
+                                       "tokenizer_hash", "board_id", "uid", "wall_day", "wall_ms"), None),
     HEARTBEAT: ("<BBHH", ("flags", "reserved", "rx_bad", "rx_dup"), None),
     ACK: ("<B", ("flags",), "sack"),
     ERROR: ("<BBH", ("code", "ref", "detail"), "text"),
-    LOG: ("<IB", ("ts", "level"), "text"),
+    LOG: ("<IBBHIHI", ("ts", "level", "flags", "boot", "lseq", "day", "ms"), "text"),
     DRAFT: ("<HIBB", ("block", "base", "k", "flags"), "tokens"),
     VERDICT: ("<HIBBHI", ("block", "base", "accepted", "flags", "token", "committed"), None),
     KVSNAP: ("<HIII", ("snap", "total", "offset", "crc"), "data"),
     PROMPT: ("<IBB", ("base", "n", "flags"), "ids"),
+    TIME: ("<HI", ("day", "ms"), None),
 }
+BODIES_10 = {LOG: ("<IB", ("ts", "level"), "text"),  # version 1.0 layouts that 1.1 changed
+             HELLO: (BODIES[HELLO][0][:-4], BODIES[HELLO][1][:-3], None)}
+
 _RANGE = {"B": 0xFF, "H": 0xFFFF, "I": 0xFFFFFFFF}
 
 
@@ -585,15 +628,16 @@ def _name(t):
     return TYPE_NAMES.get(t, "type 0x%02x" % t)
 
 
-def _checked(t, body):
-    code = check_body(t, body, 0, len(body))
+def _checked(t, body, minor=MINOR):
+    code = check_body(t, body, 0, len(body), minor)
     if code:
         raise FrameError("%s body: %s" % (_name(t), BODY_ERRORS[code]))
     return body
 
 
-def pack_body(t, **fields):
+def pack_body(t, minor=MINOR, **fields):
     """A body of type t from named fields (BODIES; missing ones are 0, the tail b""), checked.
+    minor=0: the version 1.0 layout (BODIES_10) where it differs.
 
     DRAFT's tail `tokens` is a list of (ids, counts, pick): ids ascending, counts summing to 65536
     (not sent for a single candidate), the drafted token ids[pick]."""
@@ -601,14 +645,15 @@ def pack_body(t, **fields):
 
     if t not in BODIES:
         raise FrameError("no body layout for %s" % _name(t))
-    fmt, names, tail = BODIES[t]
+    fmt, names, tail = BODIES_10[t] if not minor and t in BODIES_10 else BODIES[t]
     vals = []
-    for code, name in zip(fmt[1:].replace("16s", "s"), names):
+    for code, name in zip(fmt[1:].replace("16s", "s").replace("8s", "s"), names):
         v = fields.pop(name, b"" if code == "s" else 0)
         if code == "s":
             v = v.encode() if isinstance(v, str) else bytes(v)
-            if len(v) > BOARD_ID_LEN:
-                raise FrameError("%s is %d bytes; at most %d" % (name, len(v), BOARD_ID_LEN))
+            most = BOARD_ID_LEN if name == "board_id" else UID_LEN
+            if len(v) > most:
+                raise FrameError("%s is %d bytes; at most %d" % (name, len(v), most))
         elif not isinstance(v, int) or isinstance(v, bool) or v < 0 or v > _RANGE[code]:
             raise FrameError("%s %s must be an int in 0..%d, got %r" % (_name(t), name, _RANGE[code], v))
         vals.append(v)
@@ -634,20 +679,24 @@ def pack_body(t, **fields):
             body += bytes((v & 0xFF, v >> 8))
     else:
         body += rest.encode() if isinstance(rest, str) else bytes(rest)
-    return bytes(_checked(t, body))
+    return bytes(_checked(t, body, minor))
 
 
-def parse_body(t, body):
-    """A body's fields as a dict (host side); FrameError if check_body rejects it."""
+def parse_body(t, body, minor=MINOR):
+    """A body's fields as a dict (host side); FrameError if check_body rejects it. minor: the
+    sender's minor version (0: read a 1.0 LOG body; its flags, boot and lseq are then 0)."""
     import struct
 
-    body = bytes(_checked(t, bytes(body)))
+    body = bytes(_checked(t, bytes(body), minor))
     if t not in BODIES:
         return {"raw": body}
-    fmt, names, tail = BODIES[t]
+    old = (not minor and t in BODIES_10) or (t == HELLO and len(body) < HELLO_SIZE_11)
+    fmt, names, tail = BODIES_10[t] if old else BODIES[t]
     out = dict(zip(names, struct.unpack_from(fmt, body, 0)))
     if t == HELLO:
         out["board_id"] = out["board_id"].rstrip(b"\x00")
+        if "uid" not in out:  # a 1.0 HELLO (42 bytes)
+            out.update(uid=bytes(UID_LEN), wall_day=WALL_NONE, wall_ms=0)
     p = struct.calcsize(fmt)
     if tail == "tokens":
         toks = []
@@ -662,6 +711,8 @@ def parse_body(t, body):
         out["ids"] = [u16(body, p + 2 * j) for j in range(out["n"])]
     elif tail:
         out[tail] = body[p:]
+    if old and t == LOG:
+        out.update(flags=0, boot=0, lseq=0, day=WALL_NONE, ms=0)
     return out
 
 
@@ -679,8 +730,11 @@ def pack_verdict(block, base, accepted, correction=None, stale=False, committed=
 
 
 def pack_hello(**fields):
-    """HELLO body with the link's defaults (rxbuf 1024, max_frame 1024, window 8; q_bits 16 if drafting)."""
+    """HELLO body with the link's defaults (rxbuf 1024, max_frame 1024, window 8; q_bits 16 if drafting;
+    wall time not known). minor=0: the 42-byte 1.0 HELLO."""
     f = {"rxbuf": 1024, "max_frame": MAX_FRAME, "window": 8, "q_bits": Q_BITS if fields.get("draft_k") else 0}
+    if fields.get("minor", MINOR):
+        f["wall_day"] = WALL_NONE
     f.update(fields)
     return pack_body(HELLO, **f)
 
@@ -695,8 +749,10 @@ def _b4(v, name):
     return bytes(v)
 
 
-def frame_bytes(ftype, body=b"", seq=0, ack=0, epoch=1, peer=0, txoff=0, limit=0, signer=None, counter=0):
-    """The decoded frame (header + body + trailer + CRC) as bytes; epoch/peer: int or 4 bytes."""
+def frame_bytes(ftype, body=b"", seq=0, ack=0, epoch=1, peer=0, txoff=0, limit=0, signer=None, counter=0,
+                version=VERSION):
+    """The decoded frame (header + body + trailer + CRC) as bytes; epoch/peer: int or 4 bytes;
+    version: the header's version byte (0x10 builds a 1.0 peer's frame)."""
     for name, v, hi in (("type", ftype, 0x7F), ("seq", seq, 0xFFFF), ("ack", ack, 0xFFFF), ("txoff", txoff, 0xFFFF),
                         ("limit", limit, 0xFFFF), ("body length", len(body), MAX_FRAME_LIMIT)):
         if not isinstance(v, int) or not (1 if name == "type" else 0) <= v <= hi:
@@ -704,7 +760,7 @@ def frame_bytes(ftype, body=b"", seq=0, ack=0, epoch=1, peer=0, txoff=0, limit=0
     if signer is not None:
         ftype |= SIGNED
     raw = bytearray(raw_size(ftype, len(body)))
-    put_header(raw, 0, ftype, len(body), seq, ack, _b4(epoch, "epoch"), _b4(peer, "peer"), txoff, limit)
+    put_header(raw, 0, ftype, len(body), seq, ack, _b4(epoch, "epoch"), _b4(peer, "peer"), txoff, limit, version)
     raw[HDR:HDR + len(body)] = body
     if signer is not None:
         signer.sign(raw, 0, len(body), counter_bytes(counter))
@@ -738,7 +794,7 @@ def parse(raw, max_frame=MAX_FRAME):
     out = {"version": raw[0], "type": ftype & 0x7F, "signed": bool(ftype & SIGNED), "len": blen,
            "seq": u16(raw, H_SEQ), "ack": u16(raw, H_ACK), "epoch": raw[H_EPOCH:H_EPOCH + 4],
            "peer": raw[H_PEER:H_PEER + 4], "txoff": u16(raw, H_TXOFF), "limit": u16(raw, H_LIMIT),
-           "body": _checked(ftype & 0x7F, raw[HDR:HDR + blen])}
+           "body": _checked(ftype & 0x7F, raw[HDR:HDR + blen], raw[0] & 15)}
     if ftype & SIGNED:
         out["counter"] = raw[HDR + blen:HDR + blen + SIG_COUNTER]
         out["tag"] = raw[HDR + blen + SIG_COUNTER:HDR + blen + SIG]

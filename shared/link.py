@@ -50,7 +50,9 @@ from shared.frame import (
     DATA_MIN,
     ERROR,
     H_EPOCH,
+
     H_PEER,
+    H_VER,
     HB_PROBE,
     HDR,
     HE_FLAGS,
@@ -60,6 +62,7 @@ from shared.frame import (
     HEARTBEAT,
     HELLO,
     HELLO_SIZE,
+    HELLO_SIZE_11,
     HELLO_WANT,
     OVERHEAD,
     SIG,
@@ -147,7 +150,7 @@ class Link:
                  max_frame=frame.MAX_FRAME, window=8, window_bytes=2048, board_id=b"", model_hash=0,
                  tokenizer_hash=0, kv=(0, 0, 0), draft_k=0, topk=0, key=None, counter=0, accept_hello=None,
                  rto_init=500, rto_min=50, rto_max=3000, ack_ms=5, hb_ms=1000, dead_ms=3500, hello_ms=500,
-                 chunk=128, rx_budget=None, crc=None, now=0, reorder=0, reorder_bytes=0):
+                 chunk=128, rx_budget=None, crc=None, now=0, reorder=0, reorder_bytes=0, uid=b""):
         if not hasattr(transport, "write") or not hasattr(transport, "readinto"):
             raise LinkError("transport needs write(buf, n) and readinto(buf)")
         _int(window, "window", 1, MAX_WINDOW)
@@ -187,7 +190,9 @@ class Link:
         self._nopeer = bytes(4)  # the header's peer while no frame of this run came from the peer
         self._peer_known = False
         self._peer_hello_ok = False
-        self.peer_hello = bytearray(HELLO_SIZE)
+        self.peer_hello = bytearray(HELLO_SIZE_11)  # a 1.0 peer's 42 bytes + no uid, wall time not known
+        self.peer_hello_at = 0  # our ticks when the peer's last HELLO arrived (its wall time was then)
+        self.hellos_in = 0  # HELLOs adopted so far
         self.established = False
         crc = crc if crc is not None else crc32.new()
         self.enc = frame.Encoder(max_frame, raw_bytes=CTRL_RAW, crc=crc)
@@ -204,7 +209,7 @@ class Link:
                                                  max_frame=max_frame, window=window, draft_k=draft_k, topk=topk,
                                                  kv_sink=kv[0], kv_window=kv[1], kv_staged=kv[2],
                                                  model_hash=model_hash, tokenizer_hash=tokenizer_hash,
-                                                 board_id=board_id))
+                                                 board_id=board_id, uid=uid))
         self._init_window(window, window_bytes)
         self._init_reorder(reorder, reorder_bytes or max_frame - OVERHEAD)
         self._init_state(now, rto_init)
@@ -283,6 +288,7 @@ class Link:
         self._blocked_at = 0
         self._pend = 0
         self._ver_seen = 0
+        self.peer_minor = frame.MINOR  # until a HELLO says otherwise (a restored gateway has none yet)
 
     def _zero_counters(self):
         self.tx_frames = 0
@@ -555,9 +561,17 @@ class Link:
         return True
 
     def _adopt_hello(self, buf, blen):
+        self.peer_minor = buf[H_VER] & 15  # the peer's minor version: which LOG layout it speaks
         ph = self.peer_hello
-        for i in range(HELLO_SIZE):
+        k = blen if blen < HELLO_SIZE_11 else HELLO_SIZE_11
+        for i in range(k):
             ph[i] = buf[HDR + i]
+        if k < HELLO_SIZE_11:  # a 1.0 HELLO: no uid, no wall time
+            for i in range(HELLO_SIZE, HELLO_SIZE_11):
+                ph[i] = 0
+            put_u16(ph, frame.HE_WDAY, frame.WALL_NONE)
+        self.peer_hello_at = self.now
+        self.hellos_in += 1
         self._peer_hello_ok = True
         # frames queued for an earlier peer that this one cannot take are dropped (rare: its limits shrank)
         mb = self.max_body()
@@ -576,7 +590,7 @@ class Link:
         if diff == 0:
             self._rx_next = (self._rx_next + 1) & 0xFFFF
             self._ack_later()
-            if frame.check_body(t, buf, HDR, blen):
+            if frame.check_body(t, buf, HDR, blen, self.peer_minor):
                 self.rx_bad_body += 1
                 self._event(EV_BAD_BODY, t)
             else:
@@ -623,7 +637,7 @@ class Link:
             t = self._ro_t[slot]
             n = self._ro_len[slot]
             off = slot * self._ro_size
-            if frame.check_body(t, self._ro, off, n):
+            if frame.check_body(t, self._ro, off, n, self.peer_minor):
                 self.rx_bad_body += 1
                 self._event(EV_BAD_BODY, t)
                 continue
@@ -811,7 +825,7 @@ class Link:
             h = self._hello
             put_u16(h, HE_TXBASE, self._base)
             h[HE_FLAGS] = (1 if self._sig else 0) | (0 if self._peer_hello_ok else HELLO_WANT)
-            return self._ctrl(HELLO, h, HELLO_SIZE)
+            return self._ctrl(HELLO, h, HELLO_SIZE_11)
         if self._err_code and ticks_diff(now, self._last_err) >= self.hello_ms:
             self._last_err = now
             b = self._cbody

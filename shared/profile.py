@@ -28,6 +28,7 @@ FIELDS = (
     ("draft_k", int, 1, 32),
     ("model", str, 1, 80),
 )
+OPTIONAL = (("spill_bytes", int, 0, 256 * 1024 * 1024),)  # the node's flash spill ring (docs/NODE.md); 0: none
 
 
 class ProfileError(ValueError):
@@ -96,6 +97,10 @@ def validate(doc, src="<profile>"):
     for name, typ, lo, hi in FIELDS:
         _check(src, doc, name, typ, lo, hi)
     known = {}
+    for name, typ, lo, hi in OPTIONAL:
+        if name in doc:
+            _check(src, doc, name, typ, lo, hi)
+        known[name] = 1
     for name, _t, _l, _h in FIELDS:
         known[name.split(".")[0]] = 1
     for key in doc:
@@ -117,6 +122,8 @@ def validate(doc, src="<profile>"):
             raise ProfileError("%s: field 'description' holds a control character" % src)
     if doc["fs_bytes"] > doc["flash_bytes"]:
         raise ProfileError("%s: field 'fs_bytes' exceeds 'flash_bytes'" % src)
+    if doc.get("spill_bytes", 0) > doc["fs_bytes"]:
+        raise ProfileError("%s: field 'spill_bytes' exceeds 'fs_bytes'" % src)
     return doc
 
 

@@ -74,12 +74,13 @@ def test_truncated_model_boots_logs_only_and_reports_then_a_good_one_drafts(tmp_
 
 @pytest.mark.slow
 def test_bad_node_json_boots_logs_only_with_the_defaults_and_reports(tmp_path: Path) -> None:
-    # the rp2040_pico heap in bytes: a logs-only node fits it, a 256-line queue (32 KB more) does not
+    # 256 KiB: a logs-only node (with its spill ring's buffers) fits it on this 64-bit port; a 256-line queue
+    # and a 64 KB retransmit window (about 96 KB more) do not
     db = tmp_path / "g.db"
     link = tmp_path / "node"
     nd = gw = None
     try:
-        nd = gwkit.VNode("rp2040_pico", tmp_path / "fs", link, {"tick_ms": 0, "report_ms": 500}, heap=196608)
+        nd = gwkit.VNode("rp2040_pico", tmp_path / "fs", link, {"tick_ms": 0, "report_ms": 500}, heap=262144)
         gw = gwkit.GatewayProc([str(link)], db, tmp_path / "st.json")
 
         def reported(n: int):
@@ -87,7 +88,7 @@ def test_bad_node_json_boots_logs_only_with_the_defaults_and_reports(tmp_path: P
 
         st = gw.wait_status(reported(1), timeout=30, what="the node's config error and 4 log lines")
         # valid values that do not fit this heap: the next boot says so and runs with the defaults
-        (tmp_path / "fs" / "node.json").write_text('{"queue": 256, "model": null}')
+        (tmp_path / "fs" / "node.json").write_text('{"queue": 256, "window_bytes": 65535, "model": null}')
         nd.reboot()
         st = gw.wait_status(reported(2), timeout=30, what="the second boot's config error")
         assert gw.stop() == 0

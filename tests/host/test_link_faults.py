@@ -64,11 +64,15 @@ def test_clean_goodput_is_near_the_line_rate():
 def test_noisy_goodput_stays_useful():
     for baud in bench_link.BAUDS:
         ceiling = baud / 10 * 80 / 107
-        g = bench_link.goodput_run(1000, 2, baud, seconds=2)
-        assert g["accepted_corrupt"] == 0
-        assert g["goodput_bytes_per_s"] >= 0.7 * ceiling, (baud, g)  # ~10 % of the frames are hit at 1e-3
-        g = bench_link.goodput_run(1000, 2, baud, seconds=2, sack=False)
-        assert g["goodput_bytes_per_s"] >= 0.4 * ceiling, (baud, g)
+        # averaged over 3 noise seeds: one run's goodput swings +-15 % with where the errors land (a hit
+        # HELLO or a burst of hit acks costs a timeout), so a single seed tested the draw, not the link
+        runs = [bench_link.goodput_run(1000, seed, baud, seconds=2) for seed in (2, 3, 4)]
+        assert all(g["accepted_corrupt"] == 0 for g in runs)
+        mean = sum(g["goodput_bytes_per_s"] for g in runs) / len(runs)
+        assert mean >= 0.7 * ceiling, (baud, runs)  # ~10 % of the frames are hit at 1e-3
+        runs = [bench_link.goodput_run(1000, seed, baud, seconds=2, sack=False) for seed in (2, 3, 4)]
+        mean = sum(g["goodput_bytes_per_s"] for g in runs) / len(runs)
+        assert mean >= 0.4 * ceiling, (baud, runs)
 
 
 def test_reboot_is_noticed_within_one_hello():

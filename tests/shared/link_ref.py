@@ -44,9 +44,9 @@ def ref_cobs(data):
         start = z + 1
 
 
-def ref_frame(ftype, body, seq, ack, epoch, peer, txoff, limit):
+def ref_frame(ftype, body, seq, ack, epoch, peer, txoff, limit, version=0x11):
     """Version-1 frame (header + body + CRC) with struct, epoch and peer as ints."""
-    hdr = struct.pack("<BBHHHIIHH", 0x10, ftype, len(body), seq, ack, epoch, peer, txoff, limit)
+    hdr = struct.pack("<BBHHHIIHH", version, ftype, len(body), seq, ack, epoch, peer, txoff, limit)
     raw = hdr + bytes(body)
     return raw + struct.pack("<I", binascii.crc32(raw))
 

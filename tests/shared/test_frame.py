@@ -211,6 +211,8 @@ def test_doc_vectors_match_encoder_and_reference():
     vectors = _doc_vectors()
     assert len(vectors) >= 5, "docs/PROTOCOL.md should hold at least 5 vectors, found %d" % len(vectors)
     names = set()
+    versions = set()
+    logs = {}
     saw_zero_run = saw_full_block = False
     for v in vectors:
         names.add(v["name"])
@@ -223,11 +225,16 @@ def test_doc_vectors_match_encoder_and_reference():
         signer = None
         if "key" in v:
             signer = frame.Signer(_hex(v["key"]))
+        ver = h.get("version", 0x11)  # a vector of an older peer names its version
+        versions.add(ver)
         got_raw = frame.frame_bytes(h["type"] & 0x7F, body, seq=h["seq"], ack=h["ack"], epoch=ep, peer=peer,
-                                    txoff=h["txoff"], limit=h["limit"], signer=signer, counter=h.get("counter", 0))
+                                    txoff=h["txoff"], limit=h["limit"], signer=signer, counter=h.get("counter", 0),
+                                    version=ver)
         assert got_raw == raw, "vector %s: frame differs from the encoder" % v["name"]
+        assert raw[0] == ver, v["name"]
         if signer is None:
-            assert raw == ref_frame(h["type"], body, h["seq"], h["ack"], ep, peer, h["txoff"], h["limit"]), v["name"]
+            assert raw == ref_frame(h["type"], body, h["seq"], h["ack"], ep, peer, h["txoff"], h["limit"],
+                                    ver), v["name"]
         assert wire == b"\x00" + ref_cobs(raw) + b"\x00", v["name"]
         assert wire == b"\x00" + cobs.encode(raw) + b"\x00", v["name"]
         dec, got = _decode_all(wire)
@@ -236,11 +243,20 @@ def test_doc_vectors_match_encoder_and_reference():
         assert p["type"] == h["type"] & 0x7F and p["signed"] == (signer is not None)
         if signer is not None:
             assert signer.verify(bytearray(raw), 0, len(body))
-        frame.parse_body(h["type"] & 0x7F, body)  # every vector's body is well-formed
+        fields = frame.parse_body(h["type"] & 0x7F, body, ver & 15)  # every vector's body is well-formed
+        if h["type"] & 0x7F == frame.LOG:
+            logs[v["name"]] = fields
         saw_zero_run = saw_zero_run or b"\x00\x00\x00" in raw
         saw_full_block = saw_full_block or 0xFF in wire[:2]
     assert saw_zero_run and saw_full_block, "vectors should cover zero runs and a full 254-byte COBS block"
     assert len(names) == len(vectors)
+    assert versions == set((frame.VERSION, 0x10)), versions  # the current version and a 1.0 peer's LOG
+    # the same line as a 1.1 and a 1.0 body: the 1.1 one carries its line seq, the 1.0 one reads as seq 0
+    assert logs["log_signed"]["lseq"] == 42 and logs["log_signed"]["boot"] == 1
+    assert logs["log_v10"]["lseq"] == 0 and logs["log_v10"]["text"] == logs["log_signed"]["text"]
+    assert logs["log_full_block"]["flags"] == frame.LG_SPILLED and logs["log_full_block"]["lseq"] == 0x05060708
+    assert (logs["log_signed"]["day"], logs["log_signed"]["ms"]) == (9830, 21601234)  # 2026-11-30T06:00:01.234Z
+    assert logs["log_v10"]["day"] == frame.WALL_NONE  # a 1.0 line carries no wall time
 
 
 def test_every_truncation_is_rejected_and_the_next_frame_survives():
@@ -293,19 +309,24 @@ def test_garbage_bursts_then_resync_at_next_delimiter():
         text = bytes(_rand_bytes(rng, rng.below(120), 0))
         frames.append(_wire(frame.LOG, frame.pack_body(frame.LOG, ts=s, level=1, text=text), seq=s))
     worst = 0
+    starts = []
+    whole = 0
+    for w in frames:
+        starts.append(whole)
+        whole += len(w)
+    base = b"".join(frames)  # built once, and each trial's stream in one buffer: rebuilding them per
+    mv = memoryview(base)  # trial fragments a 196 KB heap (MicroPython)
+    sbuf = bytearray(whole + 201)
     for trial in range(30):
-        gc.collect()  # MicroPython: the streams below are rebuilt each trial on a 196 KB heap
+        gc.collect()
         k = 5 + rng.below(30)
-        stream = bytearray()
-        starts = []
-        for w in frames:
-            starts.append(len(stream))
-            stream += w
         at = starts[k] + rng.below(len(frames[k]) + 1)  # inside frame k or just after it
         burst = _rand_bytes(rng, 1 + rng.below(200), 40)
-        stream = stream[:at] + burst + stream[at:]
         end = at + len(burst)
-        dec, got = _decode_all(bytes(stream))
+        sbuf[0:at] = mv[0:at]
+        sbuf[at:end] = burst
+        sbuf[end:whole + len(burst)] = mv[at:whole]
+        dec, got = _decode_all(memoryview(sbuf)[:whole + len(burst)])
         seqs = [s for s, _ in got]
         lost = [s for s in range(40) if s not in seqs]
         assert len(lost) <= 1 and (not lost or lost[0] == k), (trial, lost)

@@ -28,7 +28,8 @@ ORACLE = {
     "max_len": _int_in(1, 4096), "prompt_max": _int_in(1, 4096), "offline_ms": _int_in(0, 86400000),
     "run_s": _int_in(0, 500000), "window": lambda v: type(v) is int and v <= 64 and _pow2(v),
     "window_bytes": _int_in(64, 0xFFFF), "stream": lambda v: v is True or v is False or v in ("resident", "layer", "phase", "matrix"),
-    "out_rows": _int_in(1, 4096),
+    "out_rows": _int_in(1, 4096), "spill_bytes": _int_in(-1, 0x3FFFFFFF),
+    "spill_path": lambda v: type(v) is str and 0 < len(v) <= 128, "uid_path": lambda v: type(v) is str and 0 < len(v) <= 128,
     "tokenizer": lambda v: v is True or v is False,
     "stop_ids": lambda v: type(v) is list and len(v) <= 16 and all(type(t) is int and 0 <= t <= 0xFFFFFF for t in v),
 }
@@ -38,7 +39,8 @@ GOOD = {
     "queue": (1, 16, 256), "report_ms": (1, 2000), "model": (None, "", "/draft.mbf"), "k": (0, 1, 4, 32),
     "temperature": (0, 0.7, 10), "top_k": (1, 4, 16), "max_len": (1, 16, 4096), "prompt_max": (1, 48),
     "offline_ms": (0, 4000), "run_s": (0, 5), "window": (1, 8, 64), "window_bytes": (64, 2048, 65535),
-    "stream": (True, False, "matrix", "phase"), "out_rows": (1, 16, 64), "tokenizer": (True, False), "stop_ids": ([], [10], [0, 198, 0xFFFFFF]),
+    "stream": (True, False, "matrix", "phase"), "out_rows": (1, 16, 64),
+    "spill_bytes": (-1, 0, 65536), "spill_path": ("/spill.bin", "/s"), "uid_path": ("/node.uid",), "tokenizer": (True, False), "stop_ids": ([], [10], [0, 198, 0xFFFFFF]),
 }
 
 HOSTILE = (-1, 0, 1, 3, 17, 65, 65536, 2 ** 31, 2 ** 64, -2 ** 40, 0.5, -0.0, 1e308, 11, "", "1", "x" * 200,

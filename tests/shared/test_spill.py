@@ -1,0 +1,260 @@
+# The flash spill ring (firmware/spill.py) on both interpreters: order, reopen after a reboot, power cuts
+# (a torn or truncated record loses only that line), wear (each block written once per pass, in order),
+# the oldest lines lost first and counted, and an allocation-free append/peek/pop.
+import os
+import time
+
+import testkit
+from firmware import spill
+
+BLOCK = 512  # small blocks: many passes in a short test (a board uses spill.BLOCK = 4096)
+
+
+def _path(name):
+    base = (os.getenv("TMPDIR") if hasattr(os, "getenv") else None) or "/tmp"
+    ns = time.time_ns() if hasattr(time, "time_ns") else time.ticks_us()
+    return "%s/edgetwin_spill_%s_%d_%s.bin" % (base, "mp" if testkit.IS_MP else "cp", ns % 100000000, name)
+
+
+def _rm(p):
+    try:
+        os.remove(p)
+    except OSError:
+        pass
+
+
+def _line(i, buf):
+    """Line i ("line 000123 ..." with a length that varies with i) into buf; returns its length."""
+    s = "line %06d %s" % (i, "x" * (i * 7 % 90))
+    for j in range(len(s)):
+        buf[j] = ord(s[j])
+    return len(s)
+
+
+def _text(sp):
+    return bytes(sp.rec[spill.REC_HDR:spill.REC_HDR + sp.n]).decode()
+
+
+def _fill(sp, first, last):
+    buf = bytearray(spill.LINE_MAX)
+    for i in range(first, last + 1):
+        n = _line(i, buf)
+        sp.append(buf, 0, n, 1 + i % 3, i, i * 10)
+
+
+def _drain(sp, limit=100000):
+    out = []
+    while len(out) < limit and sp.peek():
+        assert _text(sp).startswith("line %06d" % sp.lseq)
+        assert sp.ts == sp.lseq * 10 and sp.level == 1 + sp.lseq % 3
+        out.append(sp.lseq)
+        sp.pop()
+    return out
+
+
+def _next(boot):
+    return boot % 65535 + 1  # boot numbers run 1..65535 (0: a node without a ring)
+
+
+def test_lines_come_back_in_order_and_survive_a_reopen():
+    p = _path("order")
+    try:
+        sp = spill.Spill(p, 8 * BLOCK, BLOCK)
+        b0 = sp.boot
+        assert 1 <= b0 <= 65535 and sp.count == 0 and not sp.peek()
+        _fill(sp, 1, 30)
+        assert sp.count == 30
+        assert _drain(sp, 10) == list(range(1, 11))
+        sp.close()
+        # a reboot without a mark: the lines read but not marked delivered come again (the store drops the
+        # duplicates by line seq), nothing is lost
+        sp = spill.Spill(p, 8 * BLOCK, BLOCK)
+        assert sp.boot == _next(b0) and sp.recovered == 30
+        assert _drain(sp, 20) == list(range(1, 21))
+        sp.mark()
+        _fill(sp, 31, 35)
+        sp.close()
+        sp = spill.Spill(p, 8 * BLOCK, BLOCK)
+        assert sp.boot == _next(_next(b0)) and sp.recovered == 15
+        assert _drain(sp) == list(range(21, 36))
+        sp.mark()
+        sp.close()
+        sp = spill.Spill(p, 8 * BLOCK, BLOCK)
+        assert sp.boot == _next(_next(_next(b0))) and sp.count == 0 and not sp.peek()
+        sp.close()
+    finally:
+        _rm(p)
+
+
+def test_full_ring_gives_up_the_oldest_lines_and_counts_them():
+    p = _path("full")
+    try:
+        sp = spill.Spill(p, 4 * BLOCK, BLOCK)
+        _fill(sp, 1, 300)  # about 4 times what 4 blocks of 512 bytes hold
+        assert sp.lost > 200 and sp.lost + sp.count == 300 and sp.spilled == 300
+        got = _drain(sp)
+        assert got == list(range(sp.lost + 1, 301))  # exactly the newest ones, in order
+        assert sp.count == 0
+        # after the ring wrapped many times a reopen finds the same unread lines (here: none left)
+        _fill(sp, 301, 340)
+        lost = sp.lost
+        sp.close()
+        sp = spill.Spill(p, 4 * BLOCK, BLOCK)
+        again = _drain(sp)
+        assert again[-1] == 340 and again == list(range(again[0], 341))
+        assert again[0] > lost  # (no mark was written: lines read before the reboot come again, not older ones)
+        sp.close()
+    finally:
+        _rm(p)
+
+
+def test_interleaved_writes_and_reads_over_many_wraps():
+    p = _path("mix")
+    rng = testkit.Rng(5)
+    try:
+        sp = spill.Spill(p, 3 * BLOCK, BLOCK)
+        nxt = 1
+        got = []
+        for _ in range(400):
+            for _ in range(rng.below(6)):
+                _fill(sp, nxt, nxt)
+                nxt += 1
+            got += _drain(sp, rng.below(6))
+        got += _drain(sp)
+        assert got == sorted(got) and len(set(got)) == len(got)
+        assert len(got) + sp.lost == nxt - 1  # every line appended was read or counted lost
+        sp.close()
+    finally:
+        _rm(p)
+
+
+def _last_record_offset(sp):
+    # where the newest line record starts (the writer's block, just before ho)
+    off = 0
+    last = 0
+    while off < sp.ho:
+        sp._read(sp.hb, off)
+        last = off
+        off += spill.rec_size(sp.rec[2])
+    return sp.hb * sp.block + last
+
+
+def test_power_cut_mid_record_loses_only_that_line():
+    for how in ("torn", "truncated"):
+        p = _path(how)
+        try:
+            sp = spill.Spill(p, 8 * BLOCK, BLOCK)
+            _fill(sp, 1, 25)
+            at = _last_record_offset(sp)
+            sp.close()
+            if how == "torn":  # the write stopped inside line 25: its tail is what was there before
+                with open(p, "r+b") as f:
+                    f.seek(at + spill.REC_HDR + 3)
+                    f.write(b"\x00\x00\x00\x00\x00")
+            else:  # the file ends inside the record (a filesystem that had not extended it yet)
+                with open(p, "r+b") as f:
+                    f.seek(0)
+                    data = f.read(at + 9)
+                with open(p, "wb") as f:
+                    f.write(data)
+            sp = spill.Spill(p, 8 * BLOCK, BLOCK)
+            assert sp.recovered == 24, (how, sp.recovered)
+            _fill(sp, 26, 28)  # written where the torn line was
+            assert _drain(sp) == list(range(1, 25)) + [26, 27, 28], how
+            sp.close()
+            sp = spill.Spill(p, 8 * BLOCK, BLOCK)
+            assert sp.recovered == 27, how
+            sp.close()
+        finally:
+            _rm(p)
+
+
+class CountingFile:
+    """A file that records every write as (offset, length)."""
+
+    def __init__(self, f):
+        self.f = f
+        self.pos = 0
+        self.writes = []
+
+    def seek(self, pos):
+        self.pos = pos
+        return self.f.seek(pos)
+
+    def readinto(self, buf):
+        n = self.f.readinto(buf)
+        self.pos += n or 0
+        return n
+
+    def write(self, data):
+        n = self.f.write(data)
+        self.writes.append((self.pos, len(data)))
+        self.pos += len(data)
+        return n
+
+    def flush(self):
+        self.f.flush()
+
+    def close(self):
+        self.f.close()
+
+
+def test_each_block_is_written_once_per_pass_in_order():
+    p = _path("wear")
+    try:
+        with open(p, "wb") as f:  # preallocated, as Spill would: every write below is counted
+            f.write(bytearray(4 * BLOCK))
+        cf = CountingFile(open(p, "r+b"))
+        sp = spill.Spill(p, 4 * BLOCK, BLOCK, f=cf)
+        nxt = 1
+        while len([1 for o, _ in cf.writes if o % BLOCK == 0]) < 8 + 1:  # into the third pass
+            _fill(sp, nxt, nxt)
+            nxt += 1
+            if nxt % 3 == 0:
+                _drain(sp, 1)
+        starts = [0] * 4
+        last_end = [-1] * 4
+        for off, n in cf.writes:
+            b = off // BLOCK
+            assert (off + n - 1) // BLOCK == b  # a record never crosses a block
+            if off % BLOCK == 0:
+                starts[b] += 1  # the writer enters the block: a new pass over it
+            else:
+                assert off == last_end[b], (b, off, last_end[b])  # append-only within the pass
+            last_end[b] = off + n
+        # passes: the ring went round twice and into a third pass; no block was entered more often
+        assert max(starts) - min(starts) <= 1 and max(starts) == 3 and sum(starts) == 9, starts
+        sp.close()
+    finally:
+        _rm(p)
+
+
+def test_append_peek_pop_allocate_nothing():
+    p = _path("alloc")
+    try:
+        sp = spill.Spill(p, 4 * BLOCK, BLOCK)
+        buf = bytearray(spill.LINE_MAX)
+        n = _line(7, buf)
+        box = [sp, buf, n, 0]
+
+        def hot(b):
+            s = b[0]
+            for i in range(40):  # wraps the 4-block ring: drops and block changes included
+                s.append(b[1], 0, b[2], 1, i + 1, i)
+                if i % 2 and s.peek():
+                    b[3] += s.n
+                    s.pop()
+            return 0
+
+        testkit.run_locked(hot, box)
+        assert box[3] > 0 and sp.lost > 0
+        sp.close()
+    finally:
+        _rm(p)
+
+
+def test_bad_sizes_are_refused():
+    e = testkit.raises(spill.SpillError, spill.Spill, _path("bad"), BLOCK, BLOCK)
+    assert "fewer than" in str(e)
+    e = testkit.raises(spill.SpillError, spill.Spill, _path("bad"), 8 * BLOCK, 100)
+    assert "block" in str(e)
