@@ -190,6 +190,34 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+class _heartbeat:
+    """While a long command runs, a line on stderr every `every` s saying it still runs (benches can take
+    minutes before their one JSON object; their own progress lines, where they have them, come between)."""
+
+    def __init__(self, what: str, every: float = 15.0, quiet: bool = False) -> None:
+        import threading
+
+        self.what, self.every, self.quiet = what, every, quiet
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import time
+
+        t0 = time.monotonic()
+        while not self.done.wait(self.every):
+            print("edgetwin %s: still running (%.0f s)" % (self.what, time.monotonic() - t0), file=sys.stderr,
+                  flush=True)
+
+    def __enter__(self) -> "_heartbeat":
+        if not self.quiet:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+
+
 # Built once per process: argparse takes ~10 ms for all the subcommands (parse_args keeps no state).
 parser = functools.lru_cache(maxsize=1)(parser)
 
@@ -199,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["bench"] and len(argv) > 1 and argv[1] in BENCHES:
         import importlib
 
-        return importlib.import_module("tools.bench_" + argv[1]).main(argv[2:])
+        with _heartbeat("bench " + argv[1], quiet="-h" in argv or "--help" in argv):
+            return importlib.import_module("tools.bench_" + argv[1]).main(argv[2:])
     if argv[:1] == ["convert"]:
         # The converter owns its arguments (and --help); argparse's REMAINDER would swallow them badly.
         from tools import convert
