@@ -2,6 +2,7 @@
 
     python -m tools.firmware_build                 # or: make firmware
     python -m tools.firmware_build --check-only    # exit 0 if the cached image is current, 1 if not
+    python -m tools.firmware_build --toolchain-only  # install the ARM toolchain only (make firmware-toolchain)
 
 Output: build/firmware/rp2040_pico/firmware.uf2 (and .elf, .bin), with firmware.stamp beside it holding
 the cache key: a hash of the sources (the vendored tarball's sha256, or the upstream tags when cloned),
@@ -314,12 +315,16 @@ def main(argv: list[str] | None = None) -> int:
                     "../shared/vendor)" % TARBALL)
     ap.add_argument("--manifest", type=Path, help="freeze manifest (default boards/manifest.py)")
     ap.add_argument("--check-only", action="store_true", help="exit 0 if the cached image is current, 1 if not")
+    ap.add_argument("--toolchain-only", action="store_true", help="only install (or check) the ARM toolchain")
     args = ap.parse_args(argv)
     manifest = args.manifest or manifest_path()
     if not manifest.is_file():
         print("firmware: %s: no such freeze manifest" % manifest, file=sys.stderr)
         return 2
     try:
+        if args.toolchain_only:
+            _timed("toolchain", step_toolchain)
+            return 0
         if args.check_only:
             return 0 if image_current(cache_key(args.vendor or default_vendor(), manifest.resolve())) else 1
         ensure(args.vendor, manifest)

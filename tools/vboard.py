@@ -818,6 +818,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=None,
                         help="host directory used as the board's filesystem (default: vboards/<board>)")
     parser.add_argument("--heap", type=int, default=None, help="heap bytes (default: the profile's heap_bytes)")
+    parser.add_argument("--emulate", action="store_true", help=(
+        "run the real rp2 firmware (make firmware) on an emulated RP2040 instead (rp2040_pico only; "
+        "options: python -m tools.emuboard --help)"))
+    # --- emulated board hook (issue 15): tools/emuboard.py takes its own options ---
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--emulate" in argv:
+        from tools import emuboard
+        return emuboard.main([a for a in argv if a != "--emulate"])
+    # --- end of hook ---
     args = parser.parse_args(argv)
     try:
         vb = VirtualBoard(args.board, args.root, heap_bytes=args.heap)
