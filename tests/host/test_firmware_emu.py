@@ -149,6 +149,7 @@ def test_uart0_carries_bytes_both_ways_at_the_baud_in_board_time(board: emuboard
     assert bytes.fromhex(hexed) == reply  # and its RX
     expect_us = len(msg) * 10 * 1e6 / baud  # 10 bit times a byte, in the board's clock
     assert expect_us * 0.95 < int(dt_us) < expect_us * 1.3, (dt_us, expect_us)
+    print("UART0: %d bytes in %s us of board time (%.0f expected)" % (len(msg), dt_us, expect_us))
 
 
 @pytest.mark.slow
