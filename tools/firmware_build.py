@@ -38,7 +38,7 @@ PICOTOOL_DIR = "picotool-2.2.0"
 BOOTROM = "rp2040js-bootrom/bootrom.ts"
 BOARD = "RPI_PICO"
 # Bump when the steps below change what they produce: it is part of the cache key.
-RECIPE = "rp2-RPI_PICO-v1.28.0-recipe-1"
+RECIPE = "rp2-RPI_PICO-v1.28.0-recipe-2"
 APT_PACKAGES = ("gcc-arm-none-eabi", "libnewlib-arm-none-eabi", "libstdc++-arm-none-eabi-newlib")
 # The clone path (no vendor folder): the upstream repositories at the tags SOURCES.md names.
 GIT_SOURCES = (
@@ -254,15 +254,20 @@ def step_picotool(work: Path) -> None:
     run(["make", "-C", str(work / "picotool-build"), "-j%d" % jobs(), "install"], logfile=logfile)
 
 
-def step_firmware(work: Path, manifest: Path) -> Path:
+def step_firmware(work: Path, manifest: Path, vendor: Path) -> Path:
     """The rp2 port's make with the freeze manifest; FROZEN_MANIFEST on the command line, picotool's
     location in the environment (CMAKE_ARGS on the command line would drop the manifest)."""
     port = work / MPY_DIR / "ports" / "rp2"
+    env = {"PICOTOOL_FETCH_FROM_GIT_PATH": str(picotool_install(work))}
+    if sources_key(vendor).startswith("tar:"):
+        # the unpacked tree has no .git of its own: `git describe` would name the enclosing checkout
+        env["MICROPY_GIT_TAG"] = "v1.28.0"
+        env["MICROPY_GIT_HASH"] = "vendored"
     build = port / ("build-" + BOARD)
     for ext in ("uf2", "elf", "bin"):
         (build / ("firmware." + ext)).unlink(missing_ok=True)
     run(["make", "-C", str(port), "-j%d" % jobs(), "BOARD=" + BOARD, "FROZEN_MANIFEST=%s" % manifest],
-        env={"PICOTOOL_FETCH_FROM_GIT_PATH": str(picotool_install(work))}, logfile=work / "firmware.log")
+        env=env, logfile=work / "firmware.log")
     if not (build / "firmware.uf2").is_file():
         raise BuildError("the rp2 build finished without %s (see %s)" % (build / "firmware.uf2",
                                                                         work / "firmware.log"))
@@ -294,7 +299,7 @@ def ensure(vendor: Path | None = None, manifest: Path | None = None) -> Path:
     work = _timed("sources", step_sources, vendor)
     _timed("mpy-cross", step_mpy_cross, work)
     _timed("picotool", step_picotool, work)
-    build = _timed("firmware", step_firmware, work, manifest)
+    build = _timed("firmware", step_firmware, work, manifest, vendor)
     _timed("install", step_install, build, key)
     size = (out / "firmware.uf2").stat().st_size
     log("built %s (%d bytes) in %.0f s" % (out / "firmware.uf2", size, time.monotonic() - t_all))

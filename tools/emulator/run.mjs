@@ -103,8 +103,14 @@ function pacedUart(mcu, uart, onTx) {
   const tx = [];
   const rxPending = [];
   let shifting = false;
-  const byteNanos = () => (uart.baudRate > 0 ? 10e9 / uart.baudRate : 10e9 / 115200);
+  // 10 bit times at the firmware's baud; before the divider is set (or if it is 0) at 115200
+  const byteNanos = () => {
+    const baud = uart.baudRate;
+    return baud > 0 && baud <= 10_000_000 ? 10e9 / baud : 10e9 / 115200;
+  };
+  // rp2040js's clock unlinks an alarm before its callback but leaves it marked scheduled: clear the mark
   const txAlarm = mcu.clock.createAlarm(() => {
+    txAlarm.scheduled = false;
     onTx(tx.shift());
     if (tx.length) {
       txAlarm.schedule(byteNanos());
@@ -117,6 +123,7 @@ function pacedUart(mcu, uart, onTx) {
     }
   });
   const rxAlarm = mcu.clock.createAlarm(() => {
+    rxAlarm.scheduled = false;
     if (rxPending.length && !uart.rxFIFO.full) {
       uart.feedByte(rxPending.shift());
     }
@@ -260,6 +267,10 @@ function main() {
   function slice() {
     if (finished) return;
     const start = performance.now();
+    if (start - lastStats > 1000) {
+      lastStats = start;
+      event({ event: 'stats', emu_ns: clock.nanos, cycles, host_ms: start - t0, flash_ops: flashOps });
+    }
     while (usbReady && usbIn.length && cdc.txFIFO.itemCount < cdc.txFIFO.size) {
       cdc.sendSerialByte(usbIn.shift());
     }
@@ -289,12 +300,7 @@ function main() {
           clock.tick(n * CYCLE_NS);
         }
       }
-      const now = performance.now();
-      if (now - lastStats > 1000) {
-        lastStats = now;
-        event({ event: 'stats', emu_ns: clock.nanos, cycles, host_ms: now - t0, flash_ops: flashOps });
-      }
-      if (now - start > SLICE_MS || finished) break;
+      if (performance.now() - start > SLICE_MS || finished) break;
     }
     setImmediate(slice);
   }
