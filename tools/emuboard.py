@@ -50,6 +50,7 @@ RUNNER = EMULATOR_DIR / "run.mjs"
 BOARDS = {"rp2040_pico": "firmware.uf2"}
 HARD_RESET_EXIT = 3  # the runner's exit status when the firmware asked for a reset (watchdog)
 _OUT_LIMIT = 256 * 1024  # bytes kept for a pty nobody reads; older ones are dropped
+_TO_NODE_MAX = 64 * 1024  # bytes queued for the runner before the ptys stop being read
 _FLASH_SYMBOLS = ("flash_range_erase", "flash_range_program")
 
 
@@ -189,6 +190,8 @@ class EmuBoard:
                                       stderr=subprocess.PIPE)
         os.set_blocking(self._proc.stdout.fileno(), False)
         os.set_blocking(self._proc.stderr.fileno(), False)
+        os.set_blocking(self._proc.stdin.fileno(), False)
+        self._to_node = bytearray()  # frames waiting for the runner's stdin (never a blocking write)
         self._inbuf = bytearray()
         self._stderr = bytearray()
         self.boots += 1
@@ -230,11 +233,12 @@ class EmuBoard:
         proc = self._proc
         if proc is None or proc.poll() is not None:
             return
-        try:
-            proc.stdin.write(b"Q\0\0")
-            proc.stdin.flush()
-        except OSError:
-            pass
+        self._to_node += b"Q\0\0"
+        deadline = time.monotonic() + 2
+        while self._to_node and time.monotonic() < deadline and proc.poll() is None:
+            self._flush_to_node()
+            self._drain_stdout()
+            time.sleep(0.005)
         try:
             proc.wait(5)
         except subprocess.TimeoutExpired:
@@ -251,16 +255,25 @@ class EmuBoard:
     # --- relay --------------------------------------------------------------------------------------
 
     def _send(self, channel: bytes, data: bytes) -> None:
+        for i in range(0, len(data), 4096):
+            part = data[i:i + 4096]
+            self._to_node += channel + struct.pack("<H", len(part)) + part
+        self._flush_to_node()
+
+    def _flush_to_node(self) -> None:
         proc = self._proc
         if proc is None or proc.poll() is not None:
+            self._to_node.clear()
             return
-        try:
-            for i in range(0, len(data), 4096):
-                part = data[i:i + 4096]
-                proc.stdin.write(channel + struct.pack("<H", len(part)) + part)
-            proc.stdin.flush()
-        except OSError:
-            pass
+        while self._to_node:
+            try:
+                n = os.write(proc.stdin.fileno(), self._to_node)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # the runner is gone; the relay notices its exit
+                self._to_node.clear()
+                return
+            del self._to_node[:n]
 
     def _drain_stdout(self) -> None:
         proc = self._proc
@@ -300,8 +313,12 @@ class EmuBoard:
             with self._lock:
                 proc = self._proc
             outs = proc.stdout.fileno() if proc and proc.poll() is None else None
-            rlist = [self.repl.master, self.uart.master] + ([outs, proc.stderr.fileno()] if outs else [])
+            # while the runner has a backlog, the ptys are not read: their clients wait (flow control)
+            rlist = [self.repl.master, self.uart.master] if len(self._to_node) < _TO_NODE_MAX else []
+            rlist += [outs, proc.stderr.fileno()] if outs else []
             wlist = [p.master for p in (self.repl, self.uart) if p.out]
+            if outs and self._to_node:
+                wlist.append(proc.stdin.fileno())
             try:
                 r, w, _ = select.select(rlist, wlist, [], 0.05)
             except (OSError, ValueError):
@@ -320,6 +337,7 @@ class EmuBoard:
                         if data:
                             self._send(ch, data)
                 if self._proc is proc and proc is not None:
+                    self._flush_to_node()
                     self._drain_stdout()
                     try:
                         self._stderr += os.read(proc.stderr.fileno(), 65536)

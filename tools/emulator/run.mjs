@@ -33,7 +33,7 @@ import { RP2040, USBCDC, ConsoleLogger, LogLevel } from 'rp2040js';
 
 const CPU_HZ = 125_000_000;
 const CYCLE_NS = 1e9 / CPU_HZ;
-const SLICE_MS = 20;          // host time per run slice before the event loop gets a turn
+const SLICE_MS = 4;           // host time per run slice before the event loop gets a turn
 const UART_FIFO = 32;
 const UART_TX_TRIGGER = 16;   // TX interrupt when the TX FIFO holds at most this many bytes
 const RPMSG_MAX = 4096;       // frame payload size towards the host
@@ -253,7 +253,7 @@ function main() {
     if (finished) return;
     finished = true;
     try { fs.fsyncSync(fd); fs.closeSync(fd); } catch (e) { /* already closed */ }
-    event({ event: 'stats', emu_ns: mcu.clock.nanos, cycles, host_ms: performance.now() - t0, flash_ops: flashOps });
+    event({ event: 'stats', emu_ns: Math.round(mcu.clock.nanos), cycles: Math.round(cycles), host_ms: performance.now() - t0, flash_ops: flashOps });
     process.stdout.write(Buffer.alloc(0), () => process.exit(code));
   }
 
@@ -269,7 +269,7 @@ function main() {
     const start = performance.now();
     if (start - lastStats > 1000) {
       lastStats = start;
-      event({ event: 'stats', emu_ns: clock.nanos, cycles, host_ms: start - t0, flash_ops: flashOps });
+      event({ event: 'stats', emu_ns: Math.round(clock.nanos), cycles: Math.round(cycles), host_ms: start - t0, flash_ops: flashOps });
     }
     while (usbReady && usbIn.length && cdc.txFIFO.itemCount < cdc.txFIFO.size) {
       cdc.sendSerialByte(usbIn.shift());
