@@ -48,7 +48,7 @@ firmware-toolchain:
 	$(PYTHON) -m tools.firmware_build --toolchain-only
 
 # The emulated RP2040's runner (tools/emulator: rp2040js pinned in its own package.json and lock file;
-# the root package.json is mip's). Skipped quietly where node/npm are absent: the emulator tests then say so.
+# the root package.json is mip's). Where npm is absent it says so, and the emulator tests fail naming the step.
 EMU_STAMP := tools/emulator/node_modules/.installed
 emulator-setup: $(EMU_STAMP)
 
