@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # /opt/wheels; point pip there even where PIP_FIND_LINKS is not set, so it never fetches a CUDA build.
 FIND_LINKS := $(if $(wildcard /opt/wheels/torch-*),--find-links /opt/wheels,)
 
-.PHONY: demo test models venv clean
+.PHONY: demo test models venv clean firmware firmware-toolchain emulator-setup
 
 venv: $(STAMP)
 
@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/edgetwin demo
 
-test: $(STAMP)
+test: $(STAMP) emulator-setup
 	$(BIN)/python -m pytest
 
 # Rebuild every shipped model artifact from scratch (long: corpus, distillation, fine-tuning; not part of
@@ -34,5 +34,28 @@ models: $(STAMP)
 	$(BIN)/python -m tools.make_draft
 	$(BIN)/python -m tools.make_reranker
 
+# MicroPython v1.28.0 rp2 RPI_PICO firmware with the node frozen (boards/manifest.py), from the sources
+# in $(EDGETWIN_VENDOR) (cloned from GitHub when that folder is absent). Cached: rebuilt only when the
+# sources, the manifest or a frozen file change. Output: build/firmware/rp2040_pico/firmware.uf2 (.elf).
+# Installs the ARM toolchain with apt-get where it runs as root (or says which command to run).
+EDGETWIN_VENDOR ?= ../shared/vendor
+export EDGETWIN_VENDOR
+# (Standard library only: runs with $(PYTHON), no venv needed.)
+firmware:
+	$(PYTHON) -m tools.firmware_build
+
+firmware-toolchain:
+	$(PYTHON) -m tools.firmware_build --toolchain-only
+
+# The emulated RP2040's runner (tools/emulator: rp2040js pinned in its own package.json and lock file;
+# the root package.json is mip's). Where npm is absent it says so, and the emulator tests fail naming the step.
+EMU_STAMP := tools/emulator/node_modules/.installed
+emulator-setup: $(EMU_STAMP)
+
+$(EMU_STAMP): tools/emulator/package.json tools/emulator/package-lock.json
+	@if command -v npm >/dev/null; then \
+		cd tools/emulator && (npm ci --no-audit --no-fund || npm install --no-audit --no-fund) && touch node_modules/.installed; \
+	else echo "emulator-setup: npm not found; install node.js 18+ and npm for the emulated board"; fi
+
 clean:
-	rm -rf build vboards .pytest_cache .hypothesis
+	rm -rf build vboards .pytest_cache .hypothesis tools/emulator/node_modules

@@ -48,7 +48,10 @@ def _has_module(name):
 def _virtual_uart():
     import os
 
-    return os.getenv("EDGETWIN_UART") or None
+    try:
+        return os.getenv("EDGETWIN_UART") or None
+    except AttributeError:  # the rp2 and esp32 ports' os has no getenv: a real board, not a virtual one
+        return None
 
 
 def choose(prof, port="uart", impl=None, virtual=None):

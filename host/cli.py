@@ -66,6 +66,12 @@ def _print_node(node: dict) -> None:
 def cmd_vboard(args: argparse.Namespace) -> int:
     from tools import vboard
 
+    if args.emulate:  # the real rp2 firmware on an emulated RP2040 (tools/emuboard.py, docs/BOARDS.md)
+        from tools import emuboard
+
+        _board(args.board)  # a bad profile is refused the same way
+        extra = (["--image", args.image] if args.image else []) + (["--flash", args.flash] if args.flash else [])
+        return emuboard.main(["--board", args.board] + extra + (["--root", args.root] if args.root else []))
     prof = _board(args.board)
     try:
         return vboard.run(prof, args.root, args.heap)
@@ -154,6 +160,10 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("--root", help="directory that is the board's filesystem (default vboards/BOARD)")
     v.add_argument("--heap", type=int, help="heap bytes (default: what a drafting node of the profile needs "
                                             "on the 64-bit unix port, printed with its factor)")
+    v.add_argument("--emulate", action="store_true", help="run the real MicroPython rp2 firmware (make firmware) on "
+                   "an emulated RP2040 (rp2040js) instead of the unix port (rp2040_pico)")
+    v.add_argument("--image", help="with --emulate: the firmware .uf2 (default build/firmware/rp2040_pico/firmware.uf2)")
+    v.add_argument("--flash", help="with --emulate: the board's flash file (default flash.bin beside the image)")
     v.set_defaults(func=cmd_vboard)
 
     d = sub.add_parser("deploy", help="build for a board and copy the build onto it (mpremote, or ampy)")

@@ -990,6 +990,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="the board's directory (default: vboards/<board>): fs/, repl, uart, console.log")
     parser.add_argument("--heap", type=int, default=None,
                         help="heap bytes (default: what a drafting node of the profile needs here, printed)")
+    parser.add_argument("--emulate", action="store_true", help=(
+        "run the real rp2 firmware (make firmware) on an emulated RP2040 instead (rp2040_pico; "
+        "options: python -m tools.emuboard --help)"))
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--emulate" in argv:  # tools/emuboard.py takes its own options (--image, --flash)
+        from tools import emuboard
+
+        return emuboard.main([a for a in argv if a != "--emulate"])
     args = parser.parse_args(argv)
     from host.errors import UserError
 

@@ -1,0 +1,203 @@
+"""The real rp2 firmware (make firmware) on the emulated RP2040 (tools/emuboard.py, rp2040js).
+
+The cache-key test is fast. The others are marked slow: they build the firmware through `make firmware`
+(a few minutes the first time, then cached) and boot it in the emulator, about 0.5 s of host time per
+boot. They skip only where the vendored sources are absent outside CI; in CI (CI set) the sources are
+beside the checkout and their absence fails.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import serial
+
+from tools import build, emuboard, firmware_build
+
+ROOT = Path(__file__).resolve().parents[2]
+MPREMOTE = str(Path(sys.executable).parent / "mpremote")
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_cache_key_follows_sources_manifest_and_frozen_files(tmp_path: Path) -> None:
+    vendor = tmp_path / "vendor"
+    sha = write(vendor / (firmware_build.TARBALL + ".sha256"), "aa" * 32 + "  x\n")
+    write(vendor / firmware_build.TARBALL, "not read by the key")
+    manifest = write(tmp_path / "m" / "manifest.py",
+                     'include("$(PORT_DIR)/boards/manifest.py")\n'
+                     'package("pkg", files=("a.py",), base_path="..")\nmodule("b.py")\n')
+    a = write(tmp_path / "pkg" / "a.py", "x = 1\n")
+    write(tmp_path / "m" / "b.py", "y = 2\n")
+    key = firmware_build.cache_key(vendor, manifest)
+    assert firmware_build.cache_key(vendor, manifest) == key  # deterministic
+    a.write_text("x = 2\n")  # a frozen file's contents
+    key_a = firmware_build.cache_key(vendor, manifest)
+    assert key_a != key
+    manifest.write_text(manifest.read_text() + "# a comment\n")  # the manifest itself
+    key_m = firmware_build.cache_key(vendor, manifest)
+    assert key_m != key_a
+    sha.write_text("bb" * 32 + "  x\n")  # the sources
+    assert firmware_build.cache_key(vendor, manifest) not in (key, key_a, key_m)
+    # without the tarball the sources are the clone's pinned tags: another key again
+    (vendor / firmware_build.TARBALL).unlink()
+    assert firmware_build.sources_key(vendor).startswith("git:")
+    # the project's manifest freezes every file it names, the viper kernels included
+    names = {p.relative_to(ROOT).as_posix() for p in firmware_build.frozen_files(ROOT / "boards" / "manifest.py")}
+    assert {"boards/manifest.py", "shared/q4_viper.py", "shared/drafter.py", "firmware/node.py"} <= names
+
+
+@pytest.fixture(scope="module")
+def image() -> Path:
+    """The firmware through `make firmware` (cached: a current image is reused, a stale one rebuilt)."""
+    vendor = firmware_build.default_vendor()
+    if not (vendor / firmware_build.TARBALL).is_file():
+        if os.environ.get("CI"):
+            pytest.fail("CI: no %s in %s (EDGETWIN_VENDOR); CI has the vendored sources beside the checkout"
+                        % (firmware_build.TARBALL, vendor))
+        pytest.skip("no vendored MicroPython sources in %s (set EDGETWIN_VENDOR); `make firmware` would clone "
+                    "them from GitHub" % vendor)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    t0 = time.monotonic()
+    proc = subprocess.run(["make", "-C", str(ROOT), "firmware", "PYTHON=" + sys.executable],
+                          env=env, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    print("make firmware: %.1f s" % (time.monotonic() - t0))
+    uf2 = firmware_build.out_dir() / "firmware.uf2"
+    assert firmware_build.image_current(firmware_build.cache_key(vendor, firmware_build.manifest_path().resolve()))
+    return uf2
+
+
+@pytest.fixture
+def board(image: Path, tmp_path: Path):
+    eb = emuboard.EmuBoard("rp2040_pico", image, tmp_path / "flash.bin").start()
+    yield eb
+    eb.stop()
+
+
+def mpremote(port: str, *args: str, timeout: float = 60) -> str:
+    proc = subprocess.run([MPREMOTE, "connect", port, *args], capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.slow
+def test_mpremote_runs_code_on_the_emulated_firmware(board: emuboard.EmuBoard) -> None:
+    out = mpremote(board.repl_port, "exec", "import gc, os, sys, shared.crc32, firmware.node\n"
+                   "gc.collect(); print(1 + 1, gc.mem_free(), sys.platform, sys.implementation._build,"
+                   " 'shared' in os.listdir('/'), sys.implementation.version[:2])")
+    two, free, platform, build, on_fs, version = out.split(None, 5)
+    assert (two, platform, build) == ("2", "rp2", "RPI_PICO")
+    assert version.strip() == "(1, 28)"
+    assert on_fs == "False"  # the node's code came from the firmware (frozen), not the filesystem
+    assert 200_000 < int(free) < 264 * 1024  # the RP2040's SRAM, less the firmware's own
+    print("boot %.2f s host, %.3f s board; gc.mem_free %s" % (board.boot_host_s, board.boot_emu_s, free))
+
+
+@pytest.mark.slow
+def test_flash_writes_survive_an_emulator_restart(board: emuboard.EmuBoard) -> None:
+    # rp2040js alone does not erase or program flash: littlefs could not format, and writes read back 0xff
+    mpremote(board.repl_port, "exec", "with open('probe.txt', 'w') as f: f.write('persist-%d' % (6 * 7))")
+    board.restart()
+    assert board.boots == 2
+    out = mpremote(board.repl_port, "exec", "import os; print(open('probe.txt').read(), os.statvfs('/')[2])")
+    text, blocks = out.split()
+    assert text == "persist-42"
+    assert int(blocks) * 4096 == board.profile["fs_bytes"]  # the profile's filesystem is the firmware's
+    assert board.flash_path.stat().st_size == board.flash_bytes
+
+
+@pytest.mark.slow
+def test_uart0_carries_bytes_both_ways_at_the_baud_in_board_time(board: emuboard.EmuBoard) -> None:
+    baud = board.profile["uart"]["baud"]
+    msg = bytes(range(32, 127)) + b"\n"
+    reply = b"reply-from-host-\x00\xff-0123456789\n"
+    code = ("import time\nfrom machine import UART\n"
+            "u = UART(0, %d, timeout=0)\n"
+            "msg = bytes(range(32, 127)) + b'\\n'\n"
+            "t0 = time.ticks_us(); u.write(msg); u.flush(); dt = time.ticks_diff(time.ticks_us(), t0)\n"
+            "buf = b''\nt = time.ticks_ms()\n"
+            "while not buf.endswith(b'9\\n') and time.ticks_diff(time.ticks_ms(), t) < 30000:\n"
+            "    d = u.read()\n"
+            "    if d: buf += d\n"
+            "    time.sleep_ms(1)\n"
+            "print(dt, buf.hex())\n" % baud)
+    got = bytearray()
+    with serial.Serial(board.uart_port, baud, timeout=0.1) as ser:
+        def gateway_side() -> None:
+            t = time.monotonic()
+            while not got.endswith(b"\n") and time.monotonic() - t < 60:
+                got.extend(ser.read(256))
+            ser.write(reply)
+
+        th = threading.Thread(target=gateway_side)
+        th.start()
+        out = mpremote(board.repl_port, "exec", code, timeout=90)
+        th.join()
+    dt_us, hexed = out.split()
+    assert bytes(got) == msg  # the board's TX: with rp2040js's own UART, write() never returned
+    assert bytes.fromhex(hexed) == reply  # and its RX
+    expect_us = len(msg) * 10 * 1e6 / baud  # 10 bit times a byte, in the board's clock
+    assert expect_us * 0.95 < int(dt_us) < expect_us * 1.3, (dt_us, expect_us)
+    print("UART0: %d bytes in %s us of board time (%.0f expected)" % (len(msg), dt_us, expect_us))
+
+
+@pytest.mark.slow
+def test_machine_reset_reboots_from_flash(board: emuboard.EmuBoard) -> None:
+    mpremote(board.repl_port, "exec", "with open('boot_mark.txt', 'w') as f: f.write('kept')")
+    mpremote(board.repl_port, "exec", "--no-follow", "import machine; machine.reset()")
+    t = time.monotonic()
+    while board.boots < 2 and time.monotonic() - t < 30:
+        time.sleep(0.05)
+    assert board.boots == 2 and board.error is None
+    assert any(e.get("event") == "reset" for e in board.events)
+    time.sleep(0.5)
+    assert mpremote(board.repl_port, "exec", "print(open('boot_mark.txt').read())").strip() == "kept"
+
+
+# the build's own main.py (firmware/boardcfg.py must cope with the rp2 port's os, which has no getenv)
+MAIN_PY = build.NODE_MAIN
+
+
+@pytest.mark.slow
+def test_logs_only_node_on_the_firmware_sends_log_frames_to_the_gateway(board: emuboard.EmuBoard,
+                                                                          tmp_path: Path) -> None:
+    import gwkit
+    from host.store import LogStore
+
+    write(tmp_path / "node.json", '{"model": null}\n')
+    write(tmp_path / "main.py", MAIN_PY)
+    mpremote(board.repl_port, "fs", "cp", str(ROOT / "boards" / "rp2040_pico.json"), ":board.json", "+",
+             "fs", "cp", str(tmp_path / "node.json"), ":node.json", "+", "fs", "cp", str(tmp_path / "main.py"),
+             ":main.py", "+", "reset")
+    t = time.monotonic()
+    while board.boots < 2 and time.monotonic() - t < 30:  # machine.reset(): the emulator boots again
+        time.sleep(0.05)
+    assert board.boots == 2, board.events
+    db = tmp_path / "g.db"
+    gw = gwkit.GatewayProc(["pico=" + board.uart_port], db, tmp_path / "st.json",
+                           baud=board.profile["uart"]["baud"])
+    try:
+        st = gw.wait_status(lambda s: s["logs_stored"] >= 5, timeout=90, what="5 LOG lines from the node")
+    finally:
+        gw.stop()
+    sess = st["sessions"][0]
+    assert sess["established"] and sess["bad_frames"] == 0 and sess["link_err_crc"] == 0
+    store = LogStore(db, readonly=True)
+    try:
+        texts = [r["text"] for r in store.logs("pico")]
+    finally:
+        store.close()
+    assert len(texts) >= 5
+    print("logs-only node on the emulated Pico: %d lines stored, peer lost %d times (gateway dead_ms vs "
+          "board time), first %r" % (len(texts), sess["lost"], texts[:2]))
