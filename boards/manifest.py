@@ -39,9 +39,11 @@ package("firmware", files=(
     "__init__.py",
     "annotator.py",
     "boardcfg.py",
+    "bootonce.py",
     "hal.py",
     "logq.py",
     "node.py",
     "sampler.py",
     "selftest.py",
+    "spill.py",
 ), base_path="..")

@@ -31,6 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", action="append", default=[], metavar="NAME",
                    help="name the nodes in the store and in `ask`, in the order of the --port options (the same as "
                         "NAME=PORT); default: the board's id from the handshake is shown, the port is stored")
+    p.add_argument("--peer-timeout", type=float, default=3.5, metavar="SECONDS",
+                   help="a node silent this long is lost (default 3.5; an emulated board runs 6-20x slower than a "
+                        "real one: give it 30)")
     p.add_argument("--status-every", type=float, default=30.0, metavar="SECONDS",
                    help="print a status line this often: nodes up, lines stored, annotations, acceptance, tokens/s "
                         "(default 30)")
@@ -77,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
         if pairs[i][0] is not None and pairs[i][0] != n:
             raise UserError("port %s is named twice: %s=... and --name %s" % (pairs[i][1], pairs[i][0], n))
         pairs[i] = (n, pairs[i][1])
+    if not 0.5 <= args.peer_timeout <= 3600:
+        raise UserError("--peer-timeout must be 0.5..3600 seconds, got %s" % args.peer_timeout)
     if not args.status_every > 0:
         raise UserError("--status-every must be a positive number of seconds, got %s" % args.status_every)
     ports = [p for _, p in pairs]
@@ -132,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         gw = Gateway(ports, db, baud=args.baud, names=names, spec_factory=spec_factory, verify=verify,
                      status_path=args.status, out=None if args.quiet else sys.stdout,
-                     status_every=args.status_every)
+                     status_every=args.status_every, peer_timeout_s=args.peer_timeout)
     except (StoreError, ValueError) as e:
         _remove(ours)
         raise UserError(str(e)) from None

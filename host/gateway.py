@@ -43,14 +43,15 @@ class Gateway:
     def __init__(self, ports: list[str], db: str | Path, baud: int = 115200, names: list[str] | None = None,
                  spec_factory: Callable | None = None, verify: Callable[[list], None] | None = None,
                  status_path: str | Path | None = None, status_s: float = 0.5, tick_s: float = 0.002,
-                 out=None, status_every: float = 30.0) -> None:
+                 out=None, status_every: float = 30.0, peer_timeout_s: float = 3.5) -> None:
         if not ports:
             raise ValueError("at least one --port is needed")
         if len(set(ports)) != len(ports):
             raise ValueError("a port is given twice: %s" % ", ".join(sorted(p for p in ports if ports.count(p) > 1)))
         self.store = LogStore(db)
         names = names or [None] * len(ports)  # type: ignore[list-item]
-        self.sessions = [Session(p, self.store, name=n, baud=baud, spec_factory=spec_factory)
+        self.sessions = [Session(p, self.store, name=n, baud=baud, spec_factory=spec_factory,
+                                 peer_timeout_s=peer_timeout_s)
                          for p, n in zip(ports, names)]
         self.node_errors: dict[str, list[str]] = {}  # per node: its "NODE ... error: ..." lines (printed)
         for s in self.sessions:

@@ -158,7 +158,7 @@ class Session:
     def __init__(self, url: str, store: LogStore, name: str | None = None, baud: int = 115200,
                  spec_factory: Callable[["Session", bytes], object] | None = None, reopen_s: float = 0.5,
                  clock: Callable[[], int] = ticks_ms, wall: Callable[[], int] | None = None,
-                 time_s: float = 30.0) -> None:
+                 time_s: float = 30.0, peer_timeout_s: float = 3.5) -> None:
         self.url = url
         self.name = name or url
         self.store = store
@@ -182,7 +182,8 @@ class Session:
         self.outbox: collections.deque = collections.deque()
         self._seq_base: dict[int, int] = {}  # peer epoch -> last full (64-bit) seq delivered
         self.link = link.Link(self, on_frame=self.on_frame, on_event=self.on_event, role=frame.ROLE_GATEWAY,
-                              rxbuf=4096, reorder=8, board_id=b"gateway", now=clock())
+                              rxbuf=4096, reorder=8, board_id=b"gateway", now=clock(),
+                              dead_ms=int(peer_timeout_s * 1000))
         state = store.rx_state(self.name)
         if state is not None:  # restarted: resume after what is stored
             self.link.restore(state[0], state[1])

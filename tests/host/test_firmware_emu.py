@@ -186,13 +186,14 @@ def test_logs_only_node_on_the_firmware_sends_log_frames_to_the_gateway(board: e
     assert board.boots == 2, board.events
     db = tmp_path / "g.db"
     gw = gwkit.GatewayProc(["pico=" + board.uart_port], db, tmp_path / "st.json",
-                           baud=board.profile["uart"]["baud"])
+                           baud=board.profile["uart"]["baud"], extra=["--peer-timeout", "30"])
     try:
         st = gw.wait_status(lambda s: s["logs_stored"] >= 5, timeout=90, what="5 LOG lines from the node")
     finally:
         gw.stop()
     sess = st["sessions"][0]
     assert sess["established"] and sess["bad_frames"] == 0 and sess["link_err_crc"] == 0
+    assert sess["lost"] == 0  # --peer-timeout 30 covers the emulated board's slower heartbeat
     store = LogStore(db, readonly=True)
     try:
         texts = [r["text"] for r in store.logs("pico")]
