@@ -15,7 +15,8 @@ It reads /board.json (the profile) and /node.json (optional; keys below), opens 
     annotator      system prompt / episode PROMPT / DRAFT blocks (firmware/annotator.py), when a model is
                    there and no line waits for the link (offline drafting goes on while the link is down)
     report         every report_ms a level-0 LOG line "NODE heap=... loops=... ..." (heap after gc.collect),
-                   sent directly (not queued, lseq 0) so it describes the stream as the frames around it
+                   sent directly (not queued, lseq 0) so it describes the stream as the frames around it;
+                   it takes the first free slot when due, so a lasting backlog of lines never holds it back
 
 Every buffer is allocated in the constructor; the loop allocates nothing on MicroPython once warm, so
 the heap stays flat however long it runs (the NODE lines let the gateway and the tests see it). The
@@ -353,16 +354,16 @@ class Node:
             if not self._send_note(now, self.notes[self.notes_sent]):
                 break
             self.notes_sent += 1
-        self._send_logs(now)
-        if self.ann is not None and (not self.lk.established or not self.backlog()):
-            self.ann.step(now, self.last, 0, self.last_n)  # drafting yields the link to waiting lines
-        if _diff(now, self.next_report) >= 0:
+        if _diff(now, self.next_report) >= 0:  # before the lines: a backlog that lasts never starves the report
             if not self.report_due:
                 self.report_due = True
                 self.heap = _mem()  # gc.collect, then the bytes in use: flat when nothing leaks
             if self._report(now):
                 self.report_due = False
                 self.next_report = (now + self.report_ms) & _TICKS_MASK
+        self._send_logs(now)
+        if self.ann is not None and (not self.lk.established or not self.backlog()):
+            self.ann.step(now, self.last, 0, self.last_n)  # drafting yields the link to waiting lines
         self.loops += 1
 
     def run(self, seconds=0):

@@ -286,3 +286,18 @@ def test_drafting_yields_the_link_to_waiting_lines(tmp_path: Path) -> None:
     assert rig.node.spill.spilled > 0  # the stalls made lines wait
     assert rig.store.line_gaps("n") == 0 and sorted(rig.lseqs()) == list(range(1, logged + 1))
     rig.store.close()
+
+
+def test_reports_keep_coming_while_lines_wait(tmp_path: Path) -> None:
+    # a plant faster than the link for good (about 2x its capacity) and a tiny ring: lines always wait,
+    # the full ring gives up its oldest, and the NODE reports, which take the first free slot when due,
+    # still reach the gateway every report_ms, so what the node gave up is reported while it goes on
+    rig = Rig(tmp_path, {"spill_bytes": 4 * 4096, "tick_ms": 5})
+    rig.run(15000)
+    nd, st = rig.node, rig.store
+    reports = [r for r in st.logs("n") if r["text"].startswith("NODE ")]
+    assert nd.backlog() > 0 and nd.spill.lost > 0  # lines waited throughout, the ring gave some up
+    assert len(reports) >= 12, len(reports)  # report_ms 1000: one a second (1 in 15 s when lines went first)
+    assert 0 < st.reported_dropped("n") <= nd.spill.lost
+    assert st.reported_dropped("n") <= st.line_gaps("n")  # what was reported as given up is missing
+    rig.store.close()
