@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 from host.errors import UserError
+from host.usage import Parser
 
 # `edgetwin bench NAME ...` runs tools/bench_NAME.py, each printing one JSON object.
 BENCHES = tuple(sorted(p.stem[len("bench_"):] for p in (ROOT / "tools").glob("bench_*.py")))
@@ -138,15 +139,8 @@ def _node_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, help="draft .mbf for --node (default models/draft/draft.mbf)")
 
 
-class _Parser(argparse.ArgumentParser):
-    """A usage mistake is one line too (argparse prints the whole usage first): exit 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, "%s: error: %s (see %s --help)\n" % (self.prog, message, self.prog))
-
-
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="edgetwin", description=__doc__)
+    p = Parser(prog="edgetwin", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     b = sub.add_parser("build", help="compile shared/ and firmware/ with mpy-cross for a board into build/BOARD/")
@@ -238,7 +232,12 @@ def main(argv: list[str] | None = None) -> int:
         import importlib
 
         with _heartbeat("bench " + argv[1], quiet="-h" in argv or "--help" in argv):
-            return importlib.import_module("tools.bench_" + argv[1]).main(argv[2:])
+            try:
+                return importlib.import_module("tools.bench_" + argv[1]).main(argv[2:])
+            except SystemExit as e:  # a usage error (one line): its code, for in-process callers; --help exits
+                if not e.code:
+                    raise
+                return e.code if isinstance(e.code, int) else 2
     if argv[:1] == ["convert"]:
         # The converter owns its arguments (and --help); argparse's REMAINDER would swallow them badly.
         from tools import convert

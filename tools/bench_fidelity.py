@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from host.usage import Parser
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = ("2026-11-30T10:15:02Z P-101 RUNNING T=61.2C V=4.1mm/s I=12.3A P=3.2bar Q=41.0m3/h\n"
@@ -133,7 +134,7 @@ def run(n_tokens: int, mbf_dir: Path, variants: list[str], sink: int = 4, window
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="edgetwin bench fidelity", description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="edgetwin bench fidelity", description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", type=int, default=48, help="tokens of the built-in text to score (default 48)")
     ap.add_argument("--variants", default=",".join(VARIANTS),
                     help="comma-separated, of %s (default: all)" % ", ".join(VARIANTS))

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):  # run as a script: make `shared` importable
     sys.path.insert(0, str(ROOT))
 
+from host.usage import Parser  # noqa: E402
 from shared import kernels, q4  # noqa: E402
 
 SHAPES = ((64, 64), (576, 576))
@@ -159,7 +160,7 @@ def run_cpython(reps: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="edgetwin bench kernels", description=__doc__.split("\n\n")[0])
     ap.add_argument("--micropython", help="micropython unix binary (default: next to python, or on PATH)")
     ap.add_argument("--reps", type=int, default=200, help="repetitions of the fast backend (default 200)")
     args = ap.parse_args(argv)

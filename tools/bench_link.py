@@ -51,6 +51,7 @@ import link_ref  # noqa: E402  (tests/shared: the simulated UART shared with the
 
 from shared import frame, link  # noqa: E402
 from tools.vboard import write_all  # noqa: E402
+from host.usage import Parser
 
 RATES = (("1e-4", 100), ("1e-3", 1000))
 
@@ -408,7 +409,7 @@ def run(seed: int = 1, msgs: int = 1500, seconds: int = 5, pty_seconds: float = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = Parser(prog="edgetwin bench link", description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=1, help="simulation seed (default 1)")
     ap.add_argument("--msgs", type=int, default=1500, help="messages each way per error rate (default 1500)")
     ap.add_argument("--seconds", type=int, default=5, help="simulated seconds per goodput run (default 5)")

@@ -23,6 +23,7 @@ if __package__ in (None, ""):  # run as a script: make `shared` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from shared.lruk import LRUK  # noqa: E402
+from host.usage import Parser
 
 
 def scan_trace(rng: random.Random, n: int, hot: int, burst: int) -> list[int]:
@@ -88,7 +89,7 @@ def ops_per_s(make, trace: list[int], repeats: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="edgetwin bench lruk", description=__doc__.split("\n\n")[0])
     ap.add_argument("--accesses", type=int, default=100_000, help="accesses per trace (default 100000)")
     ap.add_argument("--seed", type=int, default=1, help="random seed of the traces (default 1)")
     ap.add_argument("--repeats", type=int, default=3, help="timing runs per cache, best kept (default 3)")

@@ -29,6 +29,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
+from host.usage import Parser
 
 FULL = {"n": 30, "candidates": 20, "window_tokens": 512}
 QUICK = {"n": 6, "candidates": 10, "window_tokens": 256}
@@ -134,7 +135,7 @@ def evaluate(model_dir: str, n: int, n_candidates: int, window_tokens: int) -> d
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="bench models", description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="edgetwin bench models", description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object (the only output format)")
     ap.add_argument("--quick", action="store_true", help="%(n)d questions x %(candidates)d windows of ~%(window_tokens)d "
                     "tokens" % QUICK)

@@ -33,6 +33,7 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 import tracemalloc  # noqa: E402
 from pathlib import Path  # noqa: E402
+from host.usage import Parser
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -318,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="edgetwin bench prism", description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="edgetwin bench prism", description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="accepted for symmetry: the output is always one JSON object")
     ap.add_argument("--model", help="reranker directory (default: the fine-tuned reranker, else MiniLM + random head)")
     ap.add_argument("--questions", type=int, default=50, help="held-out questions (default 50)")

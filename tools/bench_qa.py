@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from host.usage import Parser
 
 if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -164,7 +165,7 @@ def cold(db: Path, qs: list[str], k: int, candidates: int, max_tokens: int) -> d
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="edgetwin bench qa", description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="edgetwin bench qa", description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="(the output is always one JSON object)")
     ap.add_argument("--questions", type=int, default=20, help="warm questions (default 20)")
     ap.add_argument("--cold", type=int, default=20, help="cold `edgetwin ask` processes (default 20; 0: none)")

@@ -74,6 +74,7 @@ import json  # noqa: E402
 import time  # noqa: E402
 from array import array  # noqa: E402
 from pathlib import Path  # noqa: E402
+from host.usage import Parser
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -598,7 +599,7 @@ def run(args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="edgetwin bench spec", description=__doc__.split("\n")[0])
+    ap = Parser(prog="edgetwin bench spec", description=__doc__.split("\n")[0])
     ap.add_argument("--json", action="store_true", help="print the JSON object (the default output anyway)")
     ap.add_argument("--quick", action="store_true", help="tiny matched models instead of SmolLM2 (seconds)")
     ap.add_argument("--target", help="target GGUF (default: SmolLM2-135M-Instruct)")

