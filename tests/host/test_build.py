@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -40,9 +42,59 @@ def test_circuitpython_build_ships_sources(tmp_path: Path) -> None:
     manifest = json.loads((out / "MANIFEST.json").read_text())
     assert manifest["arch"] == "source"
     assert all(f["path"].endswith(".py") for f in manifest["files"])
-    # CircuitPython has no native code: the viper modules stay behind, the ulab backend goes along
+    # no draft plan fits its heap (edgetwin plan says so): the logs-only package, and room for the spill ring
+    assert not build.can_draft(build.board_profile("rp2040_pico_cp"))
     paths = {f["path"] for f in manifest["files"]}
-    assert "lib/shared/q4_viper.py" not in paths and "lib/shared/q4_ulab.py" in paths
+    assert manifest["package"] == "logs-only"
+    assert not paths & {"lib/" + p for p in build.DRAFTING}
+    assert "lib/firmware/node.py" in paths and "lib/firmware/spill.py" in paths
+    prof = json.loads((out / "board.json").read_text())
+    assert manifest["total_bytes"] + prof["spill_bytes"] <= prof["fs_bytes"]
+    assert prof["spill_bytes"] >= 156 * 4096  # 2 hours of the default line rate (docs/NODE.md)
+
+
+def test_drafting_profiles_get_the_drafting_package(tmp_path: Path) -> None:
+    # a user's CircuitPython profile with room to draft gets the model runtime (the ulab backend, no viper)
+    prof = dict(build.board_profile("rp2040_pico_cp"), name="big_cp", heap_bytes=4 * 1024 * 1024,
+                psram_bytes=0, flash_bytes=8 * 1024 * 1024, fs_bytes=6 * 1024 * 1024)
+    out = build.build(prof, out_dir=tmp_path / "big")
+    manifest = json.loads((out / "MANIFEST.json").read_text())
+    paths = {f["path"] for f in manifest["files"]}
+    assert manifest["package"] == "drafting"
+    assert "lib/shared/q4_viper.py" not in paths and "lib/shared/q4_ulab.py" in paths and "lib/shared/llama.py" in paths
+
+
+def test_the_logs_only_package_runs_a_node_on_its_own(tmp_path: Path) -> None:
+    # the CircuitPython build is source: run its node in a fresh interpreter that sees only that package,
+    # over a loopback UART, and check it logs (and that the model runtime really is absent)
+    out = build.build("rp2040_pico_cp", out_dir=tmp_path / "cp")
+    script = (
+        "import json, sys\n"
+        "sys.path[:0] = [%r]\n"
+        "from firmware import node\n"
+        "from shared import frame\n"
+        "class Loop:\n"
+        "    def __init__(self): self.out = bytearray()\n"
+        "    def write(self, b, n=None): b = bytes(b[:n] if n is not None else b); self.out += b; return len(b)\n"
+        "    def readinto(self, buf): return 0\n"
+        "    def any(self): return 0\n"
+        "prof = json.load(open(%r))\n"
+        "u = Loop()\n"
+        "n = node.Node(u, prof, {'model': None, 'tick_ms': 1, 'spill_bytes': 0}, now=0)\n"
+        "for t in range(0, 3000, 5): n.step(t)\n"
+        "try:\n"
+        "    import shared.llama\n"
+        "    print('llama present')\n"
+        "except ImportError:\n"
+        "    print('no llama')\n"
+        "print(n.q.queued, len(u.out))\n" % (str(out / "lib"), str(out / "board.json")))
+    res = subprocess.run([sys.executable, "-I", "-S", "-c", script], capture_output=True, text=True, timeout=60,
+                         cwd=str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.split("\n")
+    assert lines[0] == "no llama"
+    queued, wire = map(int, lines[1].split())
+    assert queued > 20 and wire > 100  # lines were logged and the link sent bytes (its HELLOs at least)
 
 
 def test_header_reader_rejects_non_mpy(tmp_path: Path) -> None:
@@ -55,7 +107,7 @@ def test_header_reader_rejects_non_mpy(tmp_path: Path) -> None:
 def test_mpy_cross_errors_are_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     broken = tmp_path / "broken.py"
     broken.write_text("def f(:\n")
-    monkeypatch.setattr(build, "sources", lambda flavour=None: [broken])
+    monkeypatch.setattr(build, "sources", lambda flavour=None, drafting=True: [broken])
     monkeypatch.setattr(build, "ROOT", tmp_path)
     (tmp_path / "boards").mkdir()
     (tmp_path / "boards" / "rp2040_pico.json").write_text((Path(cli.ROOT) / "boards" / "rp2040_pico.json").read_text())
@@ -142,7 +194,7 @@ def test_mpy_cross_failure_leaves_nothing(tmp_path: Path, monkeypatch: pytest.Mo
     broken = tmp_path / "src" / "broken.py"
     broken.parent.mkdir()
     broken.write_text("def f(:\n")
-    monkeypatch.setattr(build, "sources", lambda flavour=None: [broken])
+    monkeypatch.setattr(build, "sources", lambda flavour=None, drafting=True: [broken])
     monkeypatch.setattr(build, "ROOT", tmp_path / "src")
     (tmp_path / "src" / "boards").mkdir()
     (tmp_path / "src" / "boards" / "rp2040_pico.json").write_text((Path(cli.ROOT) / "boards" / "rp2040_pico.json").read_text())
