@@ -58,18 +58,10 @@ def _check_out_path(opt: str, path: Path) -> None:
         raise UserError("%s %s: not writable" % (opt, path))
 
 
-def _remove(paths: list[Path]) -> None:
-    for p in paths:
-        try:
-            p.unlink()
-        except OSError:
-            pass
-
-
 def run(args: argparse.Namespace) -> int:
     from host.gateway import Gateway
     from host.session import PortError
-    from host.store import StoreError, side_files
+    from host.store import StoreError, remove_files, side_files
 
     pairs = [_split(p) for p in args.port]
     if len(args.name) > len(pairs):
@@ -139,13 +131,13 @@ def run(args: argparse.Namespace) -> int:
                      status_path=args.status, out=None if args.quiet else sys.stdout,
                      status_every=args.status_every, peer_timeout_s=args.peer_timeout)
     except (StoreError, ValueError) as e:
-        _remove(ours)
+        remove_files(ours)
         raise UserError(str(e)) from None
     try:
         gw.open()
     except PortError as e:
         gw.close()
-        _remove(ours)
+        remove_files(ours)
         raise UserError(str(e)) from None
     if not args.quiet:
         print("edgetwin gateway: %d port(s), store %s%s; a status line every %g s (--quiet: none)"

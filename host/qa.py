@@ -78,16 +78,23 @@ def fmt_ms(ms: int, time_only: bool = False) -> str:
 # ---------------------------------------------------------------------------------------------- retrieval + rerank
 
 
-def candidates(store_path: str | Path, question: str, limit: int = 20, lines: int = 8) -> list:
-    """FTS5 log windows for the question from the gateway's store (read-only), best bm25 first."""
+def _open_store(store_path: str | Path, question: str):
+    """The gateway's store, read-only, for a non-empty question (QAError otherwise)."""
     from host.store import LogStore, StoreError
 
     if not isinstance(question, str) or not question.strip():
         raise QAError("the question is empty")
     try:
-        store = LogStore(store_path, readonly=True)
+        return LogStore(store_path, readonly=True)
     except StoreError as e:
         raise QAError(str(e)) from None
+
+
+def candidates(store_path: str | Path, question: str, limit: int = 20, lines: int = 8) -> list:
+    """FTS5 log windows for the question from the gateway's store (read-only), best bm25 first."""
+    from host.store import StoreError
+
+    store = _open_store(store_path, question)
     try:
         return store.windows(question, limit=limit, lines=lines)
     except StoreError as e:
@@ -151,14 +158,9 @@ def _recent_lines(store, limit: int, lines: int) -> list:
 
 def retrieve(store_path: str | Path, question: str, limit: int = 20, lines: int = 8) -> Retrieval:
     """Candidate windows for the question (see the module docstring: Fallback), read-only."""
-    from host.store import LogStore, StoreError
+    from host.store import StoreError
 
-    if not isinstance(question, str) or not question.strip():
-        raise QAError("the question is empty")
-    try:
-        store = LogStore(store_path, readonly=True)
-    except StoreError as e:
-        raise QAError(str(e)) from None
+    store = _open_store(store_path, question)
     try:
         labels = node_labels(store)
         found = store.windows(question, limit=limit, lines=lines)

@@ -164,6 +164,15 @@ def _epoch_int(epoch: object) -> int:
     return _check_int("epoch", epoch, 0, 0xFFFFFFFF)
 
 
+def remove_files(paths: list[Path]) -> None:
+    """Remove the files a failed start created (never one it found), ignoring those already gone."""
+    for p in paths:
+        try:
+            p.unlink()
+        except OSError:
+            pass
+
+
 class LogStore:
     """One SQLite store file. Thread-safe for one process (a lock around the connection)."""
 
@@ -214,24 +223,16 @@ class LogStore:
             self._check()
         except sqlite3.DatabaseError as e:
             self._close_quietly()
-            self._remove(created)
+            remove_files(created)
             raise StoreError("log store %s is not a usable SQLite database (%s): move it away or give another "
                              "--db path" % (self.path, e)) from None
         except BaseException:
             self._close_quietly()
-            self._remove(created)
+            remove_files(created)
             raise
         self._in_tx = False
 
     # ---- set-up ----
-
-    @staticmethod
-    def _remove(paths: list[Path]) -> None:
-        for p in paths:
-            try:
-                p.unlink()
-            except OSError:
-                pass
 
     def _create(self) -> None:
         # one transaction: a crash while creating leaves an empty file, which the next start recreates

@@ -42,14 +42,13 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tools import build, firmware_build  # noqa: E402
-from tools.vboard import set_raw  # noqa: E402
+from tools.vboard import _Outbox, set_raw  # noqa: E402
 
 ROOT = build.ROOT
 EMULATOR_DIR = ROOT / "tools" / "emulator"
 RUNNER = EMULATOR_DIR / "run.mjs"
 BOARDS = {"rp2040_pico": "firmware.uf2"}
 HARD_RESET_EXIT = 3  # the runner's exit status when the firmware asked for a reset (watchdog)
-_OUT_LIMIT = 256 * 1024  # bytes kept for a pty nobody reads; older ones are dropped
 _TO_NODE_MAX = 64 * 1024  # bytes queued for the runner before the ptys stop being read
 _FLASH_SYMBOLS = ("flash_range_erase", "flash_range_program")
 
@@ -103,35 +102,17 @@ def elf_symbols(path: Path, names: tuple[str, ...]) -> dict[str, int]:
     return found
 
 
-class _Pty:
-    """A pty pair: the master is relayed; the slave stays open so the device lives between clients."""
+class _Pty(_Outbox):
+    """A pty pair: the master is relayed (bytes for it wait in the outbox); the slave stays open so the
+    device lives between clients."""
 
     def __init__(self) -> None:
-        self.master, self.slave = os.openpty()
+        master, self.slave = os.openpty()
+        super().__init__(master)
+        self.master = master
         self.path = os.ttyname(self.slave)
         set_raw(self.slave)
         os.set_blocking(self.master, False)
-        self.out = bytearray()
-        self.dropped = 0
-
-    def put(self, data: bytes) -> None:
-        self.out += data
-        over = len(self.out) - _OUT_LIMIT
-        if over > 0:
-            del self.out[:over]
-            self.dropped += over
-
-    def flush(self) -> None:
-        while self.out:
-            try:
-                n = os.write(self.master, self.out)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                self.dropped += len(self.out)
-                self.out.clear()
-                return
-            del self.out[:n]
 
     def close(self) -> None:
         for fd in (self.master, self.slave):
@@ -316,7 +297,7 @@ class EmuBoard:
             # while the runner has a backlog, the ptys are not read: their clients wait (flow control)
             rlist = [self.repl.master, self.uart.master] if len(self._to_node) < _TO_NODE_MAX else []
             rlist += [outs, proc.stderr.fileno()] if outs else []
-            wlist = [p.master for p in (self.repl, self.uart) if p.out]
+            wlist = [p.master for p in (self.repl, self.uart) if p.buf]
             if outs and self._to_node:
                 wlist.append(proc.stdin.fileno())
             try:
