@@ -445,9 +445,9 @@ def ask(question: str, store_path: str | Path, prism, answerer: Optional[Callabl
     found = retrieve(store_path, question, limit=limit, lines=lines)
     t1 = time.perf_counter()
     rep("progress", "retrieval: %s (%.2f s)" % (found.how, t1 - t0))
-    if k > len(found.windows):  # in the CLI's words (k is its --k)
-        raise QAError("--k %d is larger than the %d candidate windows found for this question; use --k %d or less"
-                      % (k, len(found.windows), len(found.windows)))
+    if 0 < len(found.windows) < k:  # a young store: every window there is, said so (k is a most)
+        rep("progress", "only %d windows found: all of them are used (--k %d)" % (len(found.windows), k))
+        k = len(found.windows)
     rep("progress", "reranking %d windows with PRISM" % len(found.windows))
     chosen, ranking = rerank(prism, question, found.windows, k, labels=found.labels)
     t2 = time.perf_counter()

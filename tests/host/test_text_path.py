@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 import gwkit
-from host import qa
+from host import node_config, qa
 from host.store import LogStore
 from shared import profile
-from tools import demo
+from tools import demo, vboard
 
 ROOT = Path(__file__).resolve().parents[2]
 BOARD = "rp2040_pico"
@@ -29,8 +29,10 @@ pytestmark = pytest.mark.slow
 
 
 def test_gateway_smollm2_stores_text_and_ask_quotes_it(tmp_path: Path) -> None:
-    heap = int(profile.load(str(ROOT / "boards" / (BOARD + ".json")))["heap_bytes"]) * demo.HEAP_FACTOR
-    cfg = dict(demo.NODE_CFG, k=4, seed=1, stop_ids=demo.stop_ids(demo.DRAFT))
+    prof = profile.load(str(ROOT / "boards" / (BOARD + ".json")))
+    heap = vboard.node_heap(prof)[0]  # what `edgetwin vboard` gives a drafting node of the profile
+    # what `deploy --node` writes for the board (the plan's layout, tokenizer, stop ids), at the demo's pace
+    cfg = dict(node_config.derive(prof, demo.DRAFT)[0], **demo.NODE_CFG, seed=1)
     link = tmp_path / "node0"
     db = tmp_path / "g.db"
     node = gwkit.VNode(BOARD, tmp_path / "fs", link, cfg, heap=heap, model=demo.DRAFT.read_bytes())
