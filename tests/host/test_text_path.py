@@ -3,7 +3,7 @@ shipped draft and its tokenizer; `python -m host.cli gateway --model smollm2` (a
 in-process wiring) verifies its drafts and stores the annotations; then `python -m host.cli ask` (a
 subprocess) answers from that store. Checked: the stored annotations are decoded text (words, not lists of
 token ids), ask's output shows the windows with their log text and the annotations in them, names the node
-by its board id (not the pty path it was stored under), and the gateway said what happened (connected,
+by its unique id from the handshake (not the pty path it was stored under), and the gateway said what happened (connected,
 status lines, stopped)."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def test_gateway_smollm2_stores_text_and_ask_quotes_it(tmp_path: Path) -> None:
             gw.stop()
         node.close()
     # the gateway said what happened
-    assert re.search(r"node connected \(board %s\) on %s" % (BOARD, re.escape(str(link))), out), out
+    assert re.search(r"node connected \(board %s, uid [0-9a-f]{16}\) on %s" % (BOARD, re.escape(str(link))), out), out
     assert re.search(r"status: 1/1 nodes up, \d+ lines stored, \d+ annotations, acceptance (0|1)\.\d\d, "
                      r"[\d.]+ tokens/s", out), out
     assert "stopped; status: " in out, out
@@ -79,8 +79,8 @@ def test_gateway_smollm2_stores_text_and_ask_quotes_it(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr[-2000:]
     shown = r.stdout.split("\nAnswer: ")[0]
     assert "Answer: " in r.stdout and re.search(r"reranking %d windows" % k, r.stderr), r.stderr
-    assert str(link) not in r.stdout and "/dev/pts" not in r.stdout  # named by its board id
-    assert re.search(r"\[1\] %s 20\d\d-" % BOARD, shown), shown[:500]
+    assert str(link) not in r.stdout and "/dev/pts" not in r.stdout  # named by its unique id
+    assert re.search(r"\[1\] [0-9a-f]{16} 20\d\d-", shown), shown[:500]  # named by its unique id
     assert re.search(r"^      NOTE( \(unverified\))?: ", shown, re.M), shown[-2000:]
     firsts = [next(ln.strip() for ln in a["text"].splitlines() if ln.strip()) for a in anns if a["text"].strip()]
     assert any(f in shown for f in firsts), (firsts, shown[-2000:])  # an annotation's text, quoted
