@@ -116,11 +116,16 @@ def _annotations(db: Path) -> list[str]:
 
 
 def _log_count(db: Path) -> int:
-    con = sqlite3.connect("file:%s?mode=ro" % db, uri=True, timeout=5)
+    if not db.exists():
+        return 0
     try:
-        return con.execute("SELECT count(*) FROM logs").fetchone()[0]
-    finally:
-        con.close()
+        con = sqlite3.connect("file:%s?mode=ro" % db, uri=True, timeout=5)
+        try:
+            return con.execute("SELECT count(*) FROM logs").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
 
 
 @pytest.mark.slow
@@ -145,11 +150,11 @@ def test_readme_real_node_steps_2_and_4_on_a_virtual_board(tmp_path):
         notes: list[str] = []
         while time.monotonic() < deadline and gw.poll() is None:
             notes = [n for n in _annotations(db) if n.strip()]
-            if len(notes) >= 2:
+            if len(notes) >= 2 and _log_count(db) > 10:  # the default plant logs 0.8 lines/s
                 break
             time.sleep(2)
         assert gw.poll() is None, "the gateway exited: " + _stop(gw)[-3000:]
-        assert len(notes) >= 2, "no annotations stored within 240 s"
+        assert len(notes) >= 2, "fewer than 2 annotations stored within 240 s"
         # annotations are text, not token ids
         assert not any(re.fullmatch(r"[\d\s]+", n) for n in notes), notes
         assert _log_count(db) > 10
