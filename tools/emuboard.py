@@ -42,7 +42,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tools import build, firmware_build  # noqa: E402
-from tools.vboard import _Outbox, set_raw  # noqa: E402
+from tools.vboard import _Outbox, _PtyEnd  # noqa: E402
 
 ROOT = build.ROOT
 EMULATOR_DIR = ROOT / "tools" / "emulator"
@@ -102,24 +102,13 @@ def elf_symbols(path: Path, names: tuple[str, ...]) -> dict[str, int]:
     return found
 
 
-class _Pty(_Outbox):
-    """A pty pair: the master is relayed (bytes for it wait in the outbox); the slave stays open so the
-    device lives between clients."""
+class _Pty(_PtyEnd, _Outbox):
+    """vboard's pty pair (the slave stays open so the device lives between clients) whose master's
+    pending bytes wait in vboard's outbox."""
 
     def __init__(self) -> None:
-        master, self.slave = os.openpty()
-        super().__init__(master)
-        self.master = master
-        self.path = os.ttyname(self.slave)
-        set_raw(self.slave)
-        os.set_blocking(self.master, False)
-
-    def close(self) -> None:
-        for fd in (self.master, self.slave):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        _PtyEnd.__init__(self)
+        _Outbox.__init__(self, self.master)
 
 
 class EmuBoard:
