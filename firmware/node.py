@@ -228,17 +228,22 @@ class Node:
         sp = self.spill
         return self.q.count + (sp.count if sp is not None else 0)
 
+    def _put_head(self, body, ts, level, boot, lseq, flags):
+        # A LOG body's head in the peer's layout: 1.1 (flags, boot, lseq, wall day/ms) or 1.0's (ts,
+        # level); returns the text's offset. lseq 0: not a numbered line (reports, notices).
+        frame.put_u32(body, 0, ts & _TICKS_MASK)
+        body[4] = level
+        if not self.lk.peer_minor:
+            return frame.LG_TEXT_10
+        body[frame.LG_FLAGS] = flags | self._put_wall(body, ts, boot)
+        frame.put_u16(body, frame.LG_BOOT, boot)
+        frame.put_u32(body, frame.LG_LSEQ, lseq)
+        return frame.LG_TEXT
+
     def _send_line(self, src, off, n, level, ts, boot, lseq, flags):
         # One LOG frame: the 1.1 layout (flags, boot, lseq), or 1.0's to a 1.0 gateway. False: no room.
         body = self.body
-        frame.put_u32(body, 0, ts & _TICKS_MASK)
-        body[4] = level
-        j = frame.LG_TEXT_10
-        if self.lk.peer_minor:
-            body[frame.LG_FLAGS] = flags | self._put_wall(body, ts, boot)
-            frame.put_u16(body, frame.LG_BOOT, boot)
-            frame.put_u32(body, frame.LG_LSEQ, lseq)
-            j = frame.LG_TEXT
+        j = self._put_head(body, ts, level, boot, lseq, flags)
         for i in range(n):
             body[j + i] = src[off + i]
         if not self.send(frame.LOG, body, j + n):
@@ -284,14 +289,7 @@ class Node:
         if self.lk.free_slots() < 1 or not self.lk.established:
             return False
         r = self.rep
-        frame.put_u32(r, 0, now & _TICKS_MASK)
-        r[4] = 0
-        j = frame.LG_TEXT_10
-        if self.lk.peer_minor:
-            r[frame.LG_FLAGS] = self._put_wall(r, now, self.boot)
-            frame.put_u16(r, frame.LG_BOOT, self.boot)
-            frame.put_u32(r, frame.LG_LSEQ, 0)
-            j = frame.LG_TEXT
+        j = self._put_head(r, now, 0, self.boot, 0, 0)
         j = put_bytes(r, j, b"NODE heap=")
         j = put_uint(r, j, self.heap)
         j = put_bytes(r, j, b" loops=")
@@ -330,14 +328,7 @@ class Node:
         # A notice's LOG body in the peer's layout (1.0 or 1.1, as _report), built when it is sent
         # (boot-time lines: allocating here is fine). Its lseq is 0: not a numbered line.
         body = bytearray(frame.LG_TEXT + len(text))
-        frame.put_u32(body, 0, now & _TICKS_MASK)
-        body[4] = 2
-        j = frame.LG_TEXT_10
-        if self.lk.peer_minor:
-            body[frame.LG_FLAGS] = self._put_wall(body, now, self.boot)
-            frame.put_u16(body, frame.LG_BOOT, self.boot)
-            frame.put_u32(body, frame.LG_LSEQ, 0)
-            j = frame.LG_TEXT
+        j = self._put_head(body, now, 2, self.boot, 0, 0)
         body[j:j + len(text)] = text
         return self.send(frame.LOG, body, j + len(text))
 
