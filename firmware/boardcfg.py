@@ -1,9 +1,9 @@
 # boardcfg.py: read /board.json and open the link port that fits this interpreter and board.
 """    from firmware import boardcfg
-    link = boardcfg.open_link()          # adapter from firmware.hal, per /board.json
+    link = boardcfg.open_link()          # adapter from firmware.uart, per /board.json
     link = boardcfg.open_link(port="usb_cdc")   # CircuitPython: the USB data channel instead
 
-Which adapter (see firmware/hal.py):
+Which adapter (see firmware/uart.py):
 - $EDGETWIN_UART set (the virtual board, tools/vboard.py): PtyUART;
 - MicroPython with machine.UART: MachineUART(uart.id, uart.baud, uart.tx, uart.rx, uart.rxbuf);
 - CircuitPython with busio: BusioUART(uart.tx, uart.rx, uart.baud, uart.rxbuf); port="usb_cdc": UsbCdcData.
@@ -11,7 +11,7 @@ A profile written for the other interpreter is refused: its heap and KV sizes wo
 """
 import sys
 
-from firmware import hal
+from firmware import uart
 from shared import profile
 
 PROFILE_PATH = "/board.json"
@@ -55,7 +55,7 @@ def _virtual_uart():
 
 
 def choose(prof, port="uart", impl=None, virtual=None):
-    """Name of the hal adapter class for `prof` here: 'PtyUART', 'MachineUART', 'BusioUART' or
+    """Name of the uart adapter class for `prof` here: 'PtyUART', 'MachineUART', 'BusioUART' or
     'UsbCdcData'. `impl` and `virtual` default to this interpreter and $EDGETWIN_UART."""
     if port not in PORTS:
         raise BoardConfigError("port %r is not one of %s" % (port, ", ".join(PORTS)))
@@ -95,15 +95,15 @@ def open_link(prof=None, port="uart", path=PROFILE_PATH, timeout_ms=0, impl=None
     name = choose(prof, port, impl, virtual)
     u = prof["uart"]
     if name == "PtyUART":
-        return hal.PtyUART(virtual)
+        return uart.PtyUART(virtual)
     if name == "MachineUART":
         if not _has_module("machine"):
             raise BoardConfigError("no machine module: this MicroPython port cannot drive a UART")
-        return hal.MachineUART(u["id"], u["baud"], u["tx"], u["rx"], u["rxbuf"], timeout_ms)
+        return uart.MachineUART(u["id"], u["baud"], u["tx"], u["rx"], u["rxbuf"], timeout_ms)
     if name == "BusioUART":
         if not _has_module("busio"):
             raise BoardConfigError("no busio module on this CircuitPython build")
         if u["tx"] < 0 or u["rx"] < 0:
             raise BoardConfigError("busio.UART needs explicit pins: set uart.tx and uart.rx in the profile")
-        return hal.BusioUART(u["tx"], u["rx"], u["baud"], u["rxbuf"], timeout_ms)
-    return hal.UsbCdcData(timeout_ms)
+        return uart.BusioUART(u["tx"], u["rx"], u["baud"], u["rxbuf"], timeout_ms)
+    return uart.UsbCdcData(timeout_ms)

@@ -2,7 +2,7 @@
 """One plant tick per `tick_ms` (the plant's second). Each tick the sampler
 
 - writes every machine's readings (hundredths of their unit, shared/plant.py) and the tick number as
-  one record into its single-writer slot of a shared/versioned.py store: a reader on another thread,
+  one record into its single-writer slot of a shared/seqlock.py store: a reader on another thread,
   core or in an IRQ handler gets a consistent record without a lock;
 - writes the tick's log lines (samples every `sample_every` ticks, alarms and state changes as they
   happen) into the LineQueue with a level: 1 info (samples), 2 warning (alarm events, LOST), 3 error
@@ -14,7 +14,7 @@ Where it runs: on MicroPython with machine.Timer (RP2040, ESP32) a timer IRQ onl
 happens in the main loop, never in the IRQ, so plant.step() needs no lock. Allocation-free per tick."""
 from array import array
 
-from shared import plant, versioned
+from shared import plant, seqlock
 from firmware.logq import LINE_MAX
 
 try:
@@ -44,7 +44,7 @@ class Sampler:
         if spill is not None:
             spill.note_plant(self.start_s)
         n = self.plant.n
-        self.store = versioned.Versioned(n, width=plant.NCH + 1)
+        self.store = seqlock.Versioned(n, width=plant.NCH + 1)
         self.rec = array("i", bytearray(4 * (plant.NCH + 1)))
         self.scratch = bytearray(LINE_MAX)
         self.tick_ms = tick_ms

@@ -16,7 +16,7 @@ try:
 except ImportError:  # CPython
     micropython = None
 
-from shared import kvsnap, lruk, ringkv, versioned
+from shared import kvsnap, lruk, ringkv, seqlock
 
 
 def _locked(fn, arg):
@@ -123,8 +123,8 @@ def _check_lruk():
             "heap_bytes": a1 - a0}
 
 
-def _check_versioned(prof):
-    store = versioned.Versioned(4)
+def _check_seqlock(prof):
+    store = seqlock.Versioned(4)
     v = store.version(0)
     ok = store.cas(0, v, 42) and not store.cas(0, v, 43) and store.read(0) == 42
     threads = 0
@@ -172,12 +172,12 @@ def run(profile_path="/board.json"):
               "version": ".".join(str(x) for x in sys.implementation.version[:3])}
     report["ringkv"] = _check_kv(prof)
     report["lruk"] = _check_lruk()
-    report["versioned"] = _check_versioned(prof)
+    report["seqlock"] = _check_seqlock(prof)
     gc.collect()
     report["heap_in_use"] = _alloc()
     report["heap_used_by_selftest"] = report["heap_in_use"] - start
     if hasattr(gc, "mem_free"):
         report["heap_free"] = gc.mem_free()
-    report["ok"] = report["ringkv"]["ok"] and report["lruk"]["ok"] and report["versioned"]["ok"]
+    report["ok"] = report["ringkv"]["ok"] and report["lruk"]["ok"] and report["seqlock"]["ok"]
     print("SELFTEST " + json.dumps(report))
     return report["ok"]

@@ -41,10 +41,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _reranker_dir(arg: str | None) -> str:
     if arg:
         return arg
-    from host import models
+    from host import weights
 
     try:
-        return str(models.reranker_dir())
+        return str(weights.reranker_dir())
     except (OSError, ValueError) as e:  # ModelNotInstalled is a FileNotFoundError
         raise UserError("no reranker: %s; or pass --reranker DIR" % e) from None
 
@@ -54,10 +54,10 @@ def _target_path(arg: str | None) -> str:
         if not Path(arg).is_file():
             raise UserError("target model %s does not exist" % arg)
         return arg
-    from host import models
+    from host import weights
 
     try:
-        return str(models.smollm2_gguf())
+        return str(weights.smollm2_gguf())
     except OSError as e:
         raise UserError("no target model: %s; or pass --target FILE.gguf" % e) from None
 

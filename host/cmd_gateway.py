@@ -104,11 +104,11 @@ def run(args: argparse.Namespace) -> int:
                             % p)
     spec_factory = verify = None
     if args.model == "smollm2":
-        from host import models
+        from host import weights
 
         try:
-            args.model = str(models.smollm2_gguf())
-        except models.ModelNotInstalled as e:
+            args.model = str(weights.smollm2_gguf())
+        except weights.ModelNotInstalled as e:
             raise UserError(str(e)) from None
     if args.model is not None and Path(args.model).is_dir():
         raise UserError("--model %s is a directory, not a GGUF model file" % args.model)

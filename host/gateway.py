@@ -217,8 +217,8 @@ def _crc_ids(ids: list[int]) -> int:
     return zlib.crc32(b"".join(int(t).to_bytes(2, "little") for t in ids))
 
 
-class SpecStream:
-    """A drafting node's token stream at the gateway: host/verifier.Stream plus what the gateway keeps
+class NodeStream:
+    """A drafting node's token stream at the gateway: host/verifier.TargetMirror plus what the gateway keeps
     about it: the annotation being committed (stored when the episode ends), and a record of
     (committed count -> CRC of the live ids) to check the node's NODE reports against (lockstep)."""
 
@@ -234,7 +234,7 @@ class SpecStream:
         self.sink = hello["kv_sink"]
         self.window = hello["kv_window"]
         staged = max(16, 2 * max(1, hello["draft_k"]) * 2 + 1)
-        self.stream = verifier.Stream(target, self.sink, self.window, staged, temperature=temperature,
+        self.stream = verifier.TargetMirror(target, self.sink, self.window, staged, temperature=temperature,
                                       top_k=top_k, seed=seed, name=session.name)
         # a new gateway (or a new session) does not know where the node's stream is: adopt the base of
         # its first PROMPT (0 for a fresh stream, committed - live for a resend_history after our restart)
@@ -418,9 +418,9 @@ TINY_SEQ_LEN = 512
 
 def make_spec(model: str, temperature: float = 0.0, top_k: int = 0, seed: int = 1, loaded: tuple | None = None,
               hook: Callable | None = None):
-    """(spec_factory, verify) for Gateway: one SpecStream per drafting node, one batched pass per round.
+    """(spec_factory, verify) for Gateway: one NodeStream per drafting node, one batched pass per round.
     loaded: (target, decode) already loaded (e.g. with a text decoder: tools/demo.py), instead of `model`;
-    hook: set as every SpecStream's hook (see SpecStream.hook)."""
+    hook: set as every NodeStream's hook (see NodeStream.hook)."""
     from host import verifier
 
     target, decode = loaded if loaded is not None else load_target(model)
@@ -432,7 +432,7 @@ def make_spec(model: str, temperature: float = 0.0, top_k: int = 0, seed: int = 
         h = frame.parse_body(frame.HELLO, hello)
         if not h["draft_k"]:
             return None  # a node that does not draft: logs only
-        sp = SpecStream(session, h, target, temperature, top_k, seed, decode)
+        sp = NodeStream(session, h, target, temperature, top_k, seed, decode)
         sp.hook = hook
         return sp
 
@@ -454,4 +454,4 @@ def make_spec(model: str, temperature: float = 0.0, top_k: int = 0, seed: int = 
     return factory, verify
 
 
-__all__ = ["Gateway", "PortError", "SpecStream", "make_spec"]
+__all__ = ["Gateway", "PortError", "NodeStream", "make_spec"]

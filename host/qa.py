@@ -319,7 +319,7 @@ def load_text_model(path: str | Path):
     """(Target, tokenizer, stop ids) from one GGUF read: the target, the `tokenizers.Tokenizer` its own
     tokenizer fields make (bpe_tokenizer), and the ids that end a turn (eos, <|im_end|>, <|endoftext|>)."""
     from host.gguf_load import load_gguf
-    from host.target import Target, TargetError
+    from host.llama_np import Target, TargetError
 
     try:
         m = load_gguf(path)

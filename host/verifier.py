@@ -1,12 +1,12 @@
 """The gateway side of deferred speculative decoding: per-node streams and one batched verification pass.
 
-    streams = {node: Stream(target, sink=4, window=28, staged=16, temperature=0.7, seed=1)}
+    streams = {node: TargetMirror(target, sink=4, window=28, staged=16, temperature=0.7, seed=1)}
     stream.on_prompt(body)                 # PROMPT (0x14): ids committed without verification
     stream.on_draft(body)                  # DRAFT (0x11): queued
     for stream, verdict, ids in Verifier(target).verify(list(streams.values())):
         send(VERDICT, verdict)             # ids: the tokens this verdict committed (accepted + correction)
 
-A Stream mirrors one node's token stream: a KVCache of the target with the node's sink and window
+A TargetMirror mirrors one node's token stream: a KVCache of the target with the node's sink and window
 (the same logical slots as the node's RingKV), the committed count, the token ids (IdRing, as the node
 keeps them) and the target row p after the last committed token.
 
@@ -32,7 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
-from host.target import KVCache, Target
+from host.llama_np import KVCache, Target
 from shared import frame, specdec
 from shared.drafter import ID_SKIP, IdRing
 
@@ -43,7 +43,7 @@ TWO29 = float(1 << 29)
 
 
 class VerifierError(ValueError):
-    """A malformed or out-of-range PROMPT / DRAFT body, or a misused Stream."""
+    """A malformed or out-of-range PROMPT / DRAFT body, or a misused TargetMirror."""
 
 
 class StreamDesync(VerifierError):
@@ -174,13 +174,13 @@ def _newer(a: int, b: int) -> bool:
     return ((a - b) & 0xFFFF) < 0x8000
 
 
-class Stream:
+class TargetMirror:
     """One node's token stream on the gateway (see the module docstring)."""
 
     def __init__(self, target: Target, sink: int, window: int, staged: int = 32, temperature: float = 0.0,
                  top_k: int = 0, seed: int = 1, name: str = ""):
         if not isinstance(target, Target):
-            raise VerifierError("Stream needs a host.target.Target, got %s" % type(target).__name__)
+            raise VerifierError("TargetMirror needs a host.llama_np.Target, got %s" % type(target).__name__)
         if not (isinstance(temperature, (int, float)) and temperature >= 0):
             raise VerifierError("temperature must be >= 0, got %r" % (temperature,))
         if not isinstance(top_k, int) or top_k < 0:
@@ -388,12 +388,12 @@ class Verifier:
 
     def __init__(self, target: Target):
         if not isinstance(target, Target):
-            raise VerifierError("Verifier needs a host.target.Target, got %s" % type(target).__name__)
+            raise VerifierError("Verifier needs a host.llama_np.Target, got %s" % type(target).__name__)
         self.target = target
         self.passes = 0
         self.tokens_fed = 0
 
-    def verify(self, streams: Sequence[Stream]) -> list[tuple[Stream, bytes, list[int]]]:
+    def verify(self, streams: Sequence[TargetMirror]) -> list[tuple[TargetMirror, bytes, list[int]]]:
         """One batched forward over all streams' prompt tokens and pending blocks; the verdicts, in stream
         order and, per stream, block order: (stream, VERDICT body, committed ids)."""
         out: list = []

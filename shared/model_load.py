@@ -125,8 +125,8 @@ def reserve(reader, cfg):
 
 def _empty_matrix(dtype, rows, cols):
     if dtype == "q8":
-        from shared import q4w
-        return q4w.Q8Matrix(rows, cols)
+        from shared import q4a_q8
+        return q4a_q8.Q8Matrix(rows, cols)
     mat = Q4Matrix(rows, cols)
     if dtype == "q4a":
         mat.set_mins(bytearray(rows * (cols // GROUP) * 2))
@@ -241,7 +241,7 @@ class EmbedRows:
     2**(16 - wshift) for q4a, rounded, with the matrix's prepared fixed-point scales (the classifier of
     a tied model uses the same numbers); a streamed table reads the row's weights and float16 scales
     (and mins) with read_range and converts them exactly as prepare() does. wshift: an int, or for q4a
-    the (t, k) pair of q4w.asym_shifts (weight_shift gives either)."""
+    the (t, k) pair of q4a_q8.asym_shifts (weight_shift gives either)."""
 
     def __init__(self, reader, name, rows, dim, mat=None, scales=None, wshift=None, mins=None):
         self.reader = reader
@@ -261,7 +261,7 @@ class EmbedRows:
         self.t = self.k = 0
         if mat is not None:
             self.wshift = mat.wshift
-        elif type(wshift) is tuple:  # q4a read from the file: (t, k) of q4w.asym_shifts
+        elif type(wshift) is tuple:  # q4a read from the file: (t, k) of q4a_q8.asym_shifts
             self.t, self.k = wshift
             self.wshift = self.t - self.k
         else:
@@ -271,10 +271,10 @@ class EmbedRows:
         self.sbuf = bytearray(2 * self.ng) if conv else None
         self.mbuf = None
         if conv and self.kind == KIND_ASYM:
-            from shared import q4w  # the row conversion of prepare_asym, kept as plain function attributes
+            from shared import q4a_q8  # the row conversion of prepare_asym, kept as plain function attributes
             self.mbuf = bytearray(2 * self.ng)
-            self.fix_min = q4w.asym_fixed_min
-            self.round_shift = q4w.round_shift
+            self.fix_min = q4a_q8.asym_fixed_min
+            self.round_shift = q4a_q8.round_shift
         self.rshift = 0  # rows go into the residual stream, in Q(16 - rshift) (Config.resid_shift)
 
     def fill(self, row, out):
@@ -353,7 +353,7 @@ class Head:
             raise ModelError("out_rows (classifier rows per streamed block) must be an int >= 1, got %r" % (block,))
         dtype = reader.seg(name).dtype
         if dtype != "q4":
-            from shared import q4w
+            from shared import q4a_q8
         b = block if block < rows else rows
         ng = dim // GROUP
         self.reader = reader
@@ -363,9 +363,9 @@ class Head:
         if dtype == "q4a":
             self.mins = bytearray(rows * ng * 2)
             reader.read_into(name + mbf.MINS_SUFFIX, self.mins, False)
-            self.wshift = q4w.prepare_asym(self.scales, self.mins)
+            self.wshift = q4a_q8.prepare_asym(self.scales, self.mins)
         elif dtype == "q8":
-            self.wshift = q4w.prepare_scales8(self.scales)
+            self.wshift = q4a_q8.prepare_scales8(self.scales)
         else:
             self.wshift = prepare_scales(self.scales)
         nib = bytearray(b * self.half)
@@ -378,8 +378,8 @@ class Head:
             self.mviews = [mv[i * b * ng * 2:min(rows, (i + 1) * b) * ng * 2] for i in range(self.nblocks)]
         tail = rows - (self.nblocks - 1) * b
         if dtype == "q8":
-            self.full = q4w.Q8Matrix(b, dim, nib, self.views[0])
-            self.tail = q4w.Q8Matrix(tail, dim, memoryview(nib)[0:tail * self.half], self.views[-1])
+            self.full = q4a_q8.Q8Matrix(b, dim, nib, self.views[0])
+            self.tail = q4a_q8.Q8Matrix(tail, dim, memoryview(nib)[0:tail * self.half], self.views[-1])
         else:
             mins = self.mviews
             self.full = Q4Matrix(b, dim, nib, self.views[0], mins[0] if mins else None)
@@ -495,16 +495,16 @@ def fp16_scale_shift(reader, name):
 
 def weight_shift(reader, name):
     """What a streamed row reader needs to convert segment name's rows as prepare() would: the wshift
-    of a q4 or q8 matrix, or (t, k) of a q4a one (q4w.asym_scan), from its float16 scales (and mins)
+    of a q4 or q8 matrix, or (t, k) of a q4a one (q4a_q8.asym_scan), from its float16 scales (and mins)
     streamed through small buffers."""
     dtype = reader.seg(name).dtype
     sh = fp16_scale_shift(reader, name) if dtype != "q4a" else 0
     if dtype == "q4":
         return sh
     if dtype == "q8":
-        return sh - 4 if sh else 0  # q4w.prepare_scales8: the largest scale in [2**10, 2**11)
-    from shared import q4w
-    return q4w.asym_scan(reader, name + mbf.SCALES_SUFFIX, name + mbf.MINS_SUFFIX, _CHUNK)
+        return sh - 4 if sh else 0  # q4a_q8.prepare_scales8: the largest scale in [2**10, 2**11)
+    from shared import q4a_q8
+    return q4a_q8.asym_scan(reader, name + mbf.SCALES_SUFFIX, name + mbf.MINS_SUFFIX, _CHUNK)
 
 
 def f32_to_f16(b):

@@ -12,7 +12,7 @@ Q4Matrix: rows x cols INT4 weights, cols a multiple of 32, and one scale per gro
            minimums m (Q4_1 style: weight = scale * nibble + m, nibble in 0..15); prepare() turns scales
            and mins together into ws < 2**14 and the int16 mf = fixed(m + 8 * scale), so that
            weight = ((nibble - 8) * ws + mf) * 2**-wshift and the kernel adds mf * sum(q_a) per group.
-Q8Matrix (shared/q4w.py): rows x cols int8 weights (two's complement, one byte each) and one float16
+Q8Matrix (shared/q4a_q8.py): rows x cols int8 weights (two's complement, one byte each) and one float16
   scale per group, prepared to ws < 2**11 (Q8_0 style; the embedding / tied classifier).
 QAct: an activation vector quantised per group of 32 to int8 q in [-127, 127] with a power-of-two
   scale 2**e_g (in Q16 units), e_g in 0..24; one byte each, offset-binary like the nibbles: q + 128.
@@ -206,8 +206,8 @@ class Q4Matrix:
         Call it once after every load of float16 bits into .scales (and .mins). Integers only, so the
         board and the host get the same scales."""
         if self.mins is not None:
-            from shared import q4w  # load time: the asymmetric form's conversion
-            self.wshift = q4w.prepare_asym(self.scales, self.mins)
+            from shared import q4a_q8  # load time: the asymmetric form's conversion
+            self.wshift = q4a_q8.prepare_asym(self.scales, self.mins)
         else:
             self.wshift = prepare_scales(self.scales)
         return self
@@ -434,7 +434,7 @@ def group_dots(out, mat, act, row):
         out[g] = acc
 
 
-# The INT8 (Q8Matrix) plain kernels live in shared/q4w.py with the load-time code of the asymmetric
-# and INT8 forms (a model without them never imports it); importing q4w sets these two.
+# The INT8 (Q8Matrix) plain kernels live in shared/q4a_q8.py with the load-time code of the asymmetric
+# and INT8 forms (a model without them never imports it); importing q4a_q8 sets these two.
 matvec8 = None
 group_dots8 = None

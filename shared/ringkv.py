@@ -177,7 +177,7 @@ class RingKV:
         This is its RoPE position only while committing the staged tokens before it would evict
         nothing. Once the ring is full, the query of staged token s sees what it would see had the s
         tokens before it been committed one by one (the s oldest window tokens drop out), so its
-        position is S+W; shared/llama.py and host/target.py compute the positions that way."""
+        position is S+W; shared/llama.py and host/llama_np.py compute the positions that way."""
         if s < 0 or s >= self.pending:
             raise RingKVError("RingKV: staged index %d out of range 0..%d" % (s, self.pending - 1))
         return self.live + s

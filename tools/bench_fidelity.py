@@ -1,7 +1,7 @@
 """How close the board's INT4 runtime stays to the float model it came from; prints one JSON object.
 
 The parent is SmolLM2-135M-Instruct as shipped (GGUF: layers Q4_1, embedding Q8_0, dequantised to
-float32 and run by the gateway's numpy target, host/target.py). The child is the same model converted
+float32 and run by the gateway's numpy target, host/llama_np.py). The child is the same model converted
 to an MBF (tools/convert.py) and run by the board's integer W4A8 runtime (shared/llama.py) on its numpy
 backend, which computes the same integers as viper on a board. Variants (convert --weights / --embed):
   sym        symmetric INT4 everywhere (q4: one float16 scale per 32; the old default): a second
@@ -35,7 +35,7 @@ TEXT = ("2026-11-30T10:15:02Z P-101 RUNNING T=61.2C V=4.1mm/s I=12.3A P=3.2bar Q
 
 
 def gguf_path() -> Path:
-    from host.models import smollm2_gguf
+    from host.weights import smollm2_gguf
 
     return smollm2_gguf()
 
@@ -108,7 +108,7 @@ def compare(parent: np.ndarray, child: np.ndarray) -> dict:
 
 
 def run(n_tokens: int, mbf_dir: Path, variants: list[str], sink: int = 4, window: int = 64) -> dict:
-    from host.target import Target
+    from host.llama_np import Target
 
     paths = {v: ensure_mbf(mbf_dir / FILES[v], v) for v in variants}
     ids = encode(paths[variants[0]], n_tokens)

@@ -1,6 +1,6 @@
 """Bench the default models on held-out data: the PRISM reranker against SQLite FTS5 bm25, plus the draft's figures.
 
-Reranker: the fine-tuned cross-encoder (host.models.reranker_dir()) run with the project's numpy BERT
+Reranker: the fine-tuned cross-encoder (host.weights.reranker_dir()) run with the project's numpy BERT
 (host/prism/bert.py, all candidates of a question as one batch), on held-out questions of tools/qa_corpus
 (plant seeds >= 2000). BM25: an in-memory FTS5 table per question holding the same candidates, queried with
 the question's words OR-ed, ranked by bm25(). Metrics: nDCG@10 with gain 2**relevance - 1 (relevance 2 =
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, help="held-out questions (default %d)" % FULL["n"])
     ap.add_argument("--candidates", type=int, help="windows per question (default %d)" % FULL["candidates"])
     ap.add_argument("--window-tokens", type=int, help="tokens per window (default %d)" % FULL["window_tokens"])
-    ap.add_argument("--model", help="reranker directory (default: host.models.reranker_dir())")
+    ap.add_argument("--model", help="reranker directory (default: host.weights.reranker_dir())")
     ap.add_argument("--no-draft", action="store_true", help="skip tools.eval_draft")
     args = ap.parse_args(argv)
     cfg = dict(QUICK if args.quick else FULL)
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.model:
             model_dir = args.model
         else:
-            from host.models import reranker_dir
+            from host.weights import reranker_dir
             model_dir = str(reranker_dir())
         out: dict[str, Any] = {"bench": "models", "quick": args.quick, "model": model_dir}
         out.update(evaluate(model_dir, cfg["n"], cfg["candidates"], cfg["window_tokens"]))

@@ -48,19 +48,19 @@ PAPER = {"latency_ratio": 0.108, "peak_mem_ratio": 0.087, "top5_agreement": 0.99
 
 def pick_model(model_dir: str | None) -> tuple[str, str, bool]:
     """(directory, description, init_head): --model, else the fine-tuned reranker, else MiniLM + random head."""
-    from host import models
+    from host import weights
 
     if model_dir:
         return model_dir, "given: %s" % model_dir, False
-    get = getattr(models, "reranker_dir", None)
+    get = getattr(weights, "reranker_dir", None)
     if get is not None:
         try:
             d = Path(get())
             if (d / "model.safetensors").is_file():
-                return str(d), "fine-tuned reranker (host.models.reranker_dir)", False
+                return str(d), "fine-tuned reranker (host.weights.reranker_dir)", False
         except Exception:
             pass
-    return str(models.minilm_dir()), "all-MiniLM-L6-v2 + random head (seed 0): fine-tuned reranker not available", True
+    return str(weights.minilm_dir()), "all-MiniLM-L6-v2 + random head (seed 0): fine-tuned reranker not available", True
 
 
 def load_questions(split: str, n: int, n_candidates: int, window_tokens: int, seed: int) -> tuple[list[dict], str]:

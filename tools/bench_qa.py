@@ -114,12 +114,12 @@ def pct(xs: list[float], p: float) -> float | None:
 
 
 def warm(db: Path, qs: list[str], k: int, candidates: int, max_tokens: int) -> dict:
-    from host import models, qa
+    from host import weights, qa
     from host.prism.engine import Prism
 
     t0 = time.perf_counter()
-    prism = Prism.from_pretrained(str(models.reranker_dir()))
-    answerer = qa.Answerer.from_gguf(models.smollm2_gguf())
+    prism = Prism.from_pretrained(str(weights.reranker_dir()))
+    answerer = qa.Answerer.from_gguf(weights.smollm2_gguf())
     load_s = time.perf_counter() - t0
     say("warm: models loaded in %.1f s" % load_s)
     runs = []
@@ -179,11 +179,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("need --questions >= 1, --cold >= 0, --nodes >= 1, 1 <= --k <= --candidates, --max-tokens >= 1")
     if not 0 < a.hours <= 48:
         ap.error("--hours must be in (0, 48]")
-    from host import models
+    from host import weights
 
     try:
-        models.smollm2_gguf()
-        models.reranker_dir()
+        weights.smollm2_gguf()
+        weights.reranker_dir()
     except (OSError, ValueError) as e:
         print("edgetwin bench qa: error: %s" % e, file=sys.stderr)
         return 2

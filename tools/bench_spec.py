@@ -173,7 +173,7 @@ def load_profile(board: str) -> dict:
 
 
 def gateway_staged(k: int) -> int:
-    """The staging room host/gateway.py's SpecStream gives a node's target cache."""
+    """The staging room host/gateway.py's NodeStream gives a node's target cache."""
     return max(16, 2 * max(1, k) * 2 + 1)
 
 
@@ -315,7 +315,7 @@ def baseline(target, sources: list[Source], temperature: float, geo: dict, stop,
 def speculative(target, make_draft_model, sources: list[Source], temperature: float, geo: dict, k: int,
                 max_pending: int, stop, stop_list: list[int], max_note: int, seed: int, draft_top_k: int) -> dict:
     """The N nodes drafting, the gateway verifying (see the module docstring). -> figures and `notes`."""
-    from host.verifier import Stream, Verifier, pack_prompt
+    from host.verifier import TargetMirror, Verifier, pack_prompt
     from shared import drafter, frame
     from tools.spec_models import Loop
 
@@ -325,7 +325,7 @@ def speculative(target, make_draft_model, sources: list[Source], temperature: fl
         d = drafter.Drafter(make_draft_model(), k, temperature=temperature, top_k=draft_top_k if temperature else 1,
                             seed=seed + 100 + i, max_pending=max_pending, stop_ids=stop_list, max_len=max_note,
                             out_cap=max(64, max_note))
-        s = Stream(target, geo["sink"], geo["window"], geo["gateway_staged"], temperature=temperature, seed=seed + i)
+        s = TargetMirror(target, geo["sink"], geo["window"], geo["gateway_staged"], temperature=temperature, seed=seed + i)
         pairs.append((d, s))
     ver = Verifier(target)
     loop = Loop(pairs, ver, lockstep=True)  # its buffers and lockstep check
@@ -470,8 +470,8 @@ def setup(args) -> dict:
         stop_list = list(QUICK_STOPS)
         integer_max_mb = 1e9  # the tiny draft runs on shared/llama.py itself
     else:
-        from host.models import smollm2_gguf
-        from host.target import Target
+        from host.weights import smollm2_gguf
+        from host.llama_np import Target
         from tools import corpus, tokenizer_export
 
         gguf = Path(args.target) if args.target else smollm2_gguf()

@@ -3,12 +3,12 @@
     python -m tools.bench_stream [--tokens 8000] [--sink 4] [--window 2048] [--chunk 128] [--sweep 256,1024]
                                  [--step-check 320] [--recompute 48] [--speed-steps 32] [--gguf PATH]
 
-- ppl_sink_ring:   S sink tokens + a ring of the last W tokens (host.target's KVCache, StreamingLLM positions);
+- ppl_sink_ring:   S sink tokens + a ring of the last W tokens (host.llama_np's KVCache, StreamingLLM positions);
 - ppl_window_only: the same ring with no sinks (the first tokens get evicted like any other);
 - ppl_dense:       every token attends to every earlier token (a dense cache as large as the text).
 
 The ring modes have per-token streaming semantics: token m sees what it would see had the tokens before
-it been fed one at a time (host.target computes a chunk of staged tokens under exactly that mask and
+it been fed one at a time (host.llama_np computes a chunk of staged tokens under exactly that mask and
 those positions). The run is chunked for speed and checks itself: the first --step-check tokens of the
 sink + ring run are also fed one token per forward, and the largest difference in their
 log-probabilities is reported (`step_check_max_abs_dlogp`), past the ring's first wrap. `speed` gives
@@ -43,7 +43,7 @@ if __package__ in (None, ""):  # run as a script: make the repo importable
 
 import numpy as np  # noqa: E402
 
-from host.target import KVCache, Target  # noqa: E402
+from host.llama_np import KVCache, Target  # noqa: E402
 from host.usage import Parser
 
 # ---- the log stream -------------------------------------------------------------------------------------

@@ -91,7 +91,7 @@ def board_profile(board: str | dict) -> dict:
 # What only a drafting node imports (firmware/node.py loads them lazily, when a model is there): a board
 # whose heap no draft plan fits (rp2040_pico_cp) gets the logs-only package without them, which leaves its
 # filesystem room for the spill ring.
-DRAFTING = {"shared/llama.py", "shared/bpe.py", "shared/unicats.py", "shared/q4.py", "shared/q4w.py",
+DRAFTING = {"shared/llama.py", "shared/bpe.py", "shared/unicats.py", "shared/q4.py", "shared/q4a_q8.py",
             "shared/q4_numpy.py", "shared/q4_ulab.py", "shared/q4_viper.py", "shared/kernels.py",
             "shared/fixedmath.py", "shared/drafter.py", "shared/mbf.py", "shared/memplan.py", "shared/memfit.py",
             "shared/model_load.py", "shared/ringkv.py", "shared/ringkv_viper.py", "shared/kvsnap.py",

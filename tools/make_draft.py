@@ -46,7 +46,7 @@ def restricted_tokenizer(keep: int = TOKENIZER_KEEP) -> bytes:
     """The target's tokenizer restricted to the `keep` most frequent tokens of the training streams' text
     (with every byte and control token, closed under merges): same ids, same segmentation for every word
     it can spell as the target would."""
-    from host.models import smollm2_gguf
+    from host.weights import smollm2_gguf
     from tools import tokenizer_export as te
     data = te.read_gguf(smollm2_gguf())
     texts = [corpus.corpus_text(s) for s in corpus.load_split("train")]

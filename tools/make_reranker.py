@@ -52,7 +52,7 @@ def write_manifest(shipped: Path) -> dict:
     """manifest.json for the delta in `shipped`; the assembled hash is measured by assembling once."""
     from safetensors import safe_open
 
-    from host.models import minilm_dir
+    from host.weights import minilm_dir
 
     backbone = minilm_dir()
     with safe_open(str(shipped / ra.DELTA_FILE), "np") as fh:
@@ -110,7 +110,7 @@ Only the tensors fine-tuning changed ship here: `delta.safetensors` ({n_delta} t
     python -m tools.reranker_assemble          # -> build/models/reranker
 
 deterministically (backbone + delta upcast to float32, SHA-256 of the result checked against
-`manifest.json`); `host.models.reranker_dir()` runs it on first use.
+`manifest.json`); `host.weights.reranker_dir()` runs it on first use.
 
 ## Training
 
@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-train", action="store_true")
     ap.add_argument("--shipped", type=Path, default=ra.SHIPPED)
     ap.add_argument("--out", type=Path, default=ra.DEFAULT_OUT, help="where the full model is assembled "
-                    "(default %(default)s, what host.models.reranker_dir() uses)")
+                    "(default %(default)s, what host.weights.reranker_dir() uses)")
     ap.add_argument("--train-args", default=PHASE1, help="arguments of training phase 1 (windows of 256 tokens)")
     ap.add_argument("--train2-args", default=PHASE2, help="arguments of phase 2 (from phase 1's tensors, 512 tokens)")
     ap.add_argument("--train3-args", default=PHASE3, help="arguments of phase 3 (from phase 2's tensors, new "

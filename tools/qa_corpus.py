@@ -85,7 +85,7 @@ class CorpusError(ValueError):
 
 
 def _tokenizer():
-    from host.models import minilm_dir
+    from host.weights import minilm_dir
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(minilm_dir() / "tokenizer.json"))

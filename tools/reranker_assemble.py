@@ -7,7 +7,7 @@ under BertForSequenceClassification names, the delta upcast to float32 over them
 safetensors; config.json gains the 1-label classifier; the tokenizer files are copied. A hash that does
 not match is an AssembleError (a ValueError) naming the file, and nothing is left in place.
 
-    python -m tools.reranker_assemble                 # -> build/models/reranker (what host.models.reranker_dir() uses)
+    python -m tools.reranker_assemble                 # -> build/models/reranker (what host.weights.reranker_dir() uses)
     python -m tools.reranker_assemble --out DIR --force
 """
 
@@ -131,7 +131,7 @@ def assemble(out: Path = DEFAULT_OUT, backbone: Path | None = None, shipped: Pat
         return out
     manifest = read_manifest(shipped)
     if backbone is None:
-        from host.models import minilm_dir
+        from host.weights import minilm_dir
         backbone = minilm_dir()
     tensors = build_tensors(Path(backbone), Path(shipped), manifest)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -59,7 +59,7 @@ def show(report: dict, console: Console) -> None:
     t.add_row("LRU-K cache", "pass" if lk["ok"] else "FAIL",
               f"scan trace: LRU-2 {lk['hits_lru2']} hits vs LRU {lk['hits_lru']} of {lk['accesses']}, heap {lk['heap_bytes']} B"
               + (", heap locked" if lk["heap_locked"] else ""))
-    vs = st["versioned"]
+    vs = st["seqlock"]
     t.add_row("versioned store", "pass" if vs["ok"] else "FAIL", f"CAS increments {vs['cas_increments']} from {vs['threads']} threads")
     console.print(t)
     console.print(f"heap in use after the self-test: {st['heap_in_use']} B, free: {st.get('heap_free', '?')} B; "

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from host.target import LayerWeights, LlamaConfig, LlamaWeights, Target
+from host.llama_np import LayerWeights, LlamaConfig, LlamaWeights, Target
 from shared import mbf, ringkv
 from shared.q4_numpy import quantize_matrix
 from tools.mbf_write import build, layer_name, scales_name

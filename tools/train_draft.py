@@ -8,7 +8,7 @@ embedding/classifier is target id vocab[r]), plus one shared row for every other
 its input embedding is learned from the rare tokens; as an output it maps to a target id the text
 never uses, so its probability is trained down and sampling stays exact: q(x) = 0 for ids outside the
 sub-vocabulary). Training uses the node's attention exactly: a sink + ring window (sink 4, window 28,
-as shared/llama.py and host/target.py compute it: window keys at their true distance, sink keys seen
+as shared/llama.py and host/llama_np.py compute it: window keys at their true distance, sink keys seen
 from position min(m, sink + window)), over whole streams.
 
 Loss, per position whose next token is a note token (the draft drafts only notes; prompt positions get

@@ -27,7 +27,7 @@ if __package__ in (None, ""):
 
 import numpy as np  # noqa: E402
 
-from host.models import minilm_dir  # noqa: E402
+from host.weights import minilm_dir  # noqa: E402
 from host.prism import wordpiece  # noqa: E402
 from tools import qa_corpus  # noqa: E402
 

@@ -279,10 +279,10 @@ def test_ask_answers_with_smollm2(plant):
     import subprocess
     import sys
 
-    from host import models
+    from host import weights
 
     try:
-        models.smollm2_gguf()
+        weights.smollm2_gguf()
     except OSError:
         pytest.skip("SmolLM2 GGUF not installed")
     root = Path(__file__).resolve().parents[2]

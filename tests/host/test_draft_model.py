@@ -118,7 +118,7 @@ def test_loads_and_steps_under_micropython_rp2040_heap(tmp_path):
         pytest.skip("no micropython executable")
     cross = build.mpy_cross_exe()
     (tmp_path / "shared").mkdir()
-    skip = ("plant", "bpe", "unicats", "frame", "link", "cobs", "lruk", "versioned", "kvsnap", "specdec", "drafter",
+    skip = ("plant", "bpe", "unicats", "frame", "link", "cobs", "lruk", "seqlock", "kvsnap", "specdec", "drafter",
             "episode", "q4_numpy", "q4_ulab")
     for src in sorted((ROOT / "shared").glob("*.py")):
         if src.stem.startswith(skip):

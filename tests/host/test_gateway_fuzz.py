@@ -89,7 +89,7 @@ def mutate(rng: random.Random, body: bytes) -> bytes:
     return bytes(b)
 
 
-def gateway_frames(rng: random.Random, spec: gateway.SpecStream | None):
+def gateway_frames(rng: random.Random, spec: gateway.NodeStream | None):
     """(type, body) pairs: mostly near-valid for the stream's current state."""
     committed = spec.stream.committed if spec is not None else 0
     block = rng.randrange(0x10000)

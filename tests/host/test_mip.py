@@ -21,7 +21,7 @@ def test_package_json_is_current() -> None:
     data = json.loads((ROOT / "package.json").read_text())
     paths = [dest for dest, src in data["urls"]]
     assert all(dest == src for dest, src in data["urls"])
-    assert "shared/__init__.py" in paths and "shared/ringkv.py" in paths and "firmware/hal.py" in paths
+    assert "shared/__init__.py" in paths and "shared/ringkv.py" in paths and "firmware/uart.py" in paths
     assert all((ROOT / p).is_file() for p in paths)
     assert not any(p in build.EXCLUDED["micropython"] for p in paths)  # host-only backends stay out
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from host import models
+from host import weights
 from host.prism import BertCrossEncoder, PrismModelError
 from tools import reranker_assemble as ra
 
@@ -59,7 +59,7 @@ def test_loads_without_torch_and_matches_reference():
     code = (
         "import sys, json\n"
         "sys.modules['torch'] = None; sys.modules['transformers'] = None  # importing either now fails\n"
-        "from host.models import reranker_dir\n"
+        "from host.weights import reranker_dir\n"
         "from host.prism import BertCrossEncoder\n"
         "ref = json.load(open('models/reranker/reference.json'))\n"
         "m = BertCrossEncoder.from_pretrained(str(reranker_dir()), max_length=ref['max_length'])\n"
@@ -132,12 +132,12 @@ def test_missing_or_bad_manifest_and_wrong_backbone(tmp_path):
 def test_reranker_dir_without_shipped_tensors(tmp_path, monkeypatch):
     monkeypatch.setattr(ra, "SHIPPED", tmp_path / "nothing")
     monkeypatch.setattr(ra, "DEFAULT_OUT", tmp_path / "out")
-    with pytest.raises(models.ModelNotInstalled, match="make_reranker"):
-        models.reranker_dir()
+    with pytest.raises(weights.ModelNotInstalled, match="make_reranker"):
+        weights.reranker_dir()
 
 
 def test_corrupt_model_directory(tmp_path):
-    src = models.reranker_dir()
+    src = weights.reranker_dir()
     with pytest.raises(PrismModelError, match="does not exist"):
         BertCrossEncoder.from_pretrained(str(tmp_path / "absent"))
     bad = tmp_path / "bad"

@@ -20,7 +20,7 @@ def test_selftest_under_cpython(capsys: pytest.CaptureFixture[str]) -> None:
     assert report["board"] == "esp32s3_devkitc" and report["interpreter"] == "cpython"
     assert report["ringkv"]["tokens_committed"] > 0 and report["ringkv"]["max_position"] <= report["ringkv"]["position_limit"]
     assert report["lruk"]["hits_lru2"] > report["lruk"]["hits_lru"]
-    assert report["versioned"]["cas_increments"] == 1000
+    assert report["seqlock"]["cas_increments"] == 1000
 
 
 def test_selftest_without_profile(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -36,7 +36,7 @@ def test_selftest_json_on_a_virtual_board(capsys: pytest.CaptureFixture[str]) ->
     assert report["ok"] and st["interpreter"] == "micropython" and st["board"] == "rp2040_pico"
     # on the unix port the hot loops ran with the heap locked and the KV run grew the heap by nothing
     assert st["ringkv"]["heap_locked"] and st["ringkv"]["heap_growth_after_run"] == 0
-    assert st["versioned"]["threads"] == 2
+    assert st["seqlock"]["threads"] == 2
     assert 0 < st["heap_in_use"] < 196608
     assert report["deploy"]["tool"] == "mpremote" and report["deploy"]["total_bytes"] > 0
 

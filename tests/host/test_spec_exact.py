@@ -1,5 +1,5 @@
 """Speculative decoding end to end: the real shared/drafter.py (driving shared/llama.py, or a float twin)
-against host/verifier.py over host/target.py. Greedy output equals target-only greedy token for token
+against host/verifier.py over host/llama_np.py. Greedy output equals target-only greedy token for token
 across ring wraps for K = 1, 2, 4, 8, with a draft equal to the target (all accepted), the INT4 draft
 of the same weights, and an unrelated draft (almost nothing accepted); both caches hold the same token
 ids in the same logical slots after every round; several nodes are verified in one batched pass."""
@@ -13,7 +13,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 
-from host.verifier import Stream, Verifier, pack_prompt  # noqa: E402
+from host.verifier import TargetMirror, Verifier, pack_prompt  # noqa: E402
 from shared import drafter  # noqa: E402
 from tools import spec_models as sm  # noqa: E402
 
@@ -39,7 +39,7 @@ def run_greedy(pair, make_model, k, n_tok, prompts):
     nodes = []
     for i, p in enumerate(prompts):
         d = drafter.Drafter(make_model(), k, temperature=0, max_pending=2, max_len=n_tok)
-        s = Stream(pair.target, SINK, WINDOW, 32, temperature=0.0, name="n%d" % i)
+        s = TargetMirror(pair.target, SINK, WINDOW, 32, temperature=0.0, name="n%d" % i)
         nodes.append((d, s))
     loop = sm.Loop(nodes, Verifier(pair.target))
     for i, p in enumerate(prompts):
@@ -83,7 +83,7 @@ def test_prompt_between_episodes_and_long_prompt_prefill(pair):
     the gateway's staging room (prefilled in chunks); output still equals target-only greedy."""
     twin = sm.FloatModel(pair.target, SINK, WINDOW, 16)
     d = drafter.Drafter(twin, 4, temperature=0, max_pending=2, max_len=10)
-    s = Stream(pair.target, SINK, WINDOW, 12)
+    s = TargetMirror(pair.target, SINK, WINDOW, 12)
     loop = sm.Loop([(d, s)], Verifier(pair.target))
     first = list(range(1, 30))  # 29 ids > 12 staging slots
     loop.prompt(0, first)
@@ -105,7 +105,7 @@ def test_prompt_between_episodes_and_long_prompt_prefill(pair):
 
 
 def test_stream_checks_and_stale_blocks(pair):
-    s = Stream(pair.target, SINK, WINDOW, 16)
+    s = TargetMirror(pair.target, SINK, WINDOW, 16)
     v = Verifier(pair.target)
     from host.verifier import StreamDesync, VerifierError
     from shared import frame
@@ -132,7 +132,7 @@ def test_stream_checks_and_stale_blocks(pair):
     s.on_prompt(pack_prompt(1000, [1, 2, 3], unverified=True))
     assert s.committed == 1003 and s.stats["unverified"] == 3
     with pytest.raises(VerifierError):
-        Stream(pair.target, SINK, WINDOW, 16, temperature=-1)
+        TargetMirror(pair.target, SINK, WINDOW, 16, temperature=-1)
     with pytest.raises(VerifierError):
         Verifier(object())
 
@@ -145,7 +145,7 @@ def test_sampling_mode_with_the_int4_draft_keeps_lockstep(pair):
     for i in range(2):
         d = drafter.Drafter(sm.node_model(pair.mbf, SINK, WINDOW, 16), 4, temperature=0.8, top_k=8, seed=3 + i,
                             max_pending=2, max_len=40)
-        nodes.append((d, Stream(pair.target, SINK, WINDOW, 32, temperature=0.8, seed=30 + i)))
+        nodes.append((d, TargetMirror(pair.target, SINK, WINDOW, 32, temperature=0.8, seed=30 + i)))
     loop = sm.Loop(nodes, Verifier(pair.target))
     for i in range(2):
         loop.prompt(i, PROMPTS[i])
@@ -228,7 +228,7 @@ def test_block_ids_wrap_and_long_streams(related):
     draft = table if related else sm.bigram_logits(6, 16)
     d = drafter.Drafter(sm.TableModel(draft, 2, 6, 8), 2, temperature=0, max_pending=2, max_len=600)
     d.next_id = 0xFFE0
-    s = Stream(target, 2, 6, 16)
+    s = TargetMirror(target, 2, 6, 16)
     loop = sm.Loop([(d, s)], Verifier(target))
     loop.prompt(0, [3])
     import array

@@ -96,7 +96,7 @@ def speculate(models, monkeypatch, wrong: bool = False, episodes: int = EPISODES
     for i in range(PARALLEL):
         d = drafter.Drafter(sm.TableModel(draft, 2, 8, 8), K, temperature=1.0, top_k=4, seed=1000 + i,
                             max_pending=2, max_len=L)
-        s = V.Stream(target, 2, 8, 8, temperature=1.0, top_k=0, seed=5000 + i)
+        s = V.TargetMirror(target, 2, 8, 8, temperature=1.0, top_k=0, seed=5000 + i)
         pairs.append((d, s))
     loop = sm.Loop(pairs, V.Verifier(target), lockstep=False)
     joint: dict = {}

@@ -1,4 +1,4 @@
-"""host.target and host.gguf_load on tiny random llama models made here (mechanics), plus a short
+"""host.llama_np and host.gguf_load on tiny random llama models made here (mechanics), plus a short
 streaming bench on SmolLM2 (slow).
 
 The reference for the cache is the obvious one (DESIGN.md 3.1): a per-token float64 forward with
@@ -18,7 +18,7 @@ import pytest
 gguf = pytest.importorskip("gguf", reason="GGUF files are written and read with the `gguf` package")
 
 from host.gguf_load import GGUFError, load_gguf, permute_rows, unpermute_rows  # noqa: E402
-from host.target import (KVCache, LayerWeights, LlamaConfig, LlamaWeights, Target,  # noqa: E402
+from host.llama_np import (KVCache, LayerWeights, LlamaConfig, LlamaWeights, Target,  # noqa: E402
                          TargetError)
 from shared.ringkv import RingKV  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The dense cache's own path (host/target.py: rotated keys kept by logical index, KVCache.kt/vt) gives the
+"""The dense cache's own path (host/llama_np.py: rotated keys kept by logical index, KVCache.kt/vt) gives the
 logits of the general path (a sink-less ring cache as large as the text, which rotates every key each
 forward), through prefill chunks, single steps, commits of part of a staged block and discards."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from test_target import CFG, RNG_TOKENS, W0, close
-from host.target import Target
+from host.llama_np import Target
 
 
 def test_dense_path_equals_the_general_path_through_commit_and_discard():

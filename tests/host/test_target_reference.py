@@ -1,4 +1,4 @@
-"""Fidelity of host.target on SmolLM2-135M-Instruct against an independent implementation.
+"""Fidelity of host.llama_np on SmolLM2-135M-Instruct against an independent implementation.
 
 The reference is Hugging Face transformers' LlamaForCausalLM on torch (CPU, float32), loading the SAME
 GGUF through `from_pretrained(dir, gguf_file=...)`: transformers dequantises with the `gguf` package,
@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch", reason="the reference needs torch (optional
 transformers = pytest.importorskip("transformers", reason="the reference needs transformers (optional group 'ref')")
 pytest.importorskip("accelerate", reason="transformers' GGUF loading needs accelerate (optional group 'ref')")
 
-from host.target import Target  # noqa: E402
+from host.llama_np import Target  # noqa: E402
 from tools import bench_stream  # noqa: E402
 
 GGUF = bench_stream.default_gguf()

@@ -110,7 +110,7 @@ def test_verifier_block_equals_specdec_verify_block(temperature):
             pick = rng.randint(len(qi))
             toks.append(qi[pick])
             recs.append((qi, qc if len(qi) > 1 else [], pick))
-        s = V.Stream(t, 2, 6, 16, temperature=temperature, seed=trial + 1)
+        s = V.TargetMirror(t, 2, 6, 16, temperature=temperature, seed=trial + 1)
         s.on_prompt(V.pack_prompt(0, prompt))
         greedy = temperature == 0 and all(len(r[0]) == 1 for r in recs)
         s.on_draft(frame.pack_draft(9, len(prompt), recs, greedy=greedy))

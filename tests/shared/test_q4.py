@@ -3,7 +3,7 @@ from array import array
 
 import testkit
 from kernels_ref import assert_same, run_all
-from shared import kernels, q4, q4w
+from shared import kernels, q4, q4a_q8
 from shared.q4 import GROUP, LIM, Q4Error
 
 FP16_ONE = 0x3C00
@@ -44,7 +44,7 @@ def make_asym(rng, rows, cols, h_lo=0x2000, h_span=0x1400, nib=None, m_lo=None, 
 
 def make_q8(rng, rows, cols, h_lo=0x2000, h_span=0x1400, val=None):
     """Random (or constant `val`) int8 weights and float16 scales, prepared."""
-    m = q4w.Q8Matrix(rows, cols)
+    m = q4a_q8.Q8Matrix(rows, cols)
     b = m.buf
     for i in range(m.nib_bytes):
         b[i] = rng.below(256) if val is None else val & 255
@@ -310,7 +310,7 @@ def test_prepare_asym_definition():
     bad.mins[1] = 0xFC  # min -Inf
     testkit.raises(Q4Error, bad.prepare)
     testkit.raises(Q4Error, q4.Q4Matrix, 2, 32, None, None, bytearray(2))  # mins: 2 groups * 2 bytes
-    q = q4w.Q8Matrix(2, 64)
+    q = q4a_q8.Q8Matrix(2, 64)
     for i in range(4):
         o = q.nib_bytes + 2 * i
         q.buf[o], q.buf[o + 1] = 0x00, 0x3C + 4 * i  # 1.0 * 2**i
@@ -320,8 +320,8 @@ def test_prepare_asym_definition():
     q.buf[1] = 0x80
     q.buf[2] = 0x7F
     assert q.weight(0, 1) == -128 and q.weight(0, 2) == 127
-    testkit.raises(Q4Error, q4w.Q8Matrix, 2, 32, bytearray(64))  # 64 weights + 4 scale bytes
-    testkit.raises(Q4Error, q4w.Q8Matrix, 2, 32, bytearray(68), bytearray(4))
+    testkit.raises(Q4Error, q4a_q8.Q8Matrix, 2, 32, bytearray(64))  # 64 weights + 4 scale bytes
+    testkit.raises(Q4Error, q4a_q8.Q8Matrix, 2, 32, bytearray(68), bytearray(4))
 
 
 def test_asym_and_q8_backends_agree():

@@ -1,4 +1,4 @@
-# hal.py: link UART adapters, one per port, all with readinto/write/any/close that never return None.
+# uart.py: link UART adapters, one per port, all with readinto/write/any/close that never return None.
 """The node's link to its gateway is a byte stream; each port opens it differently and reports
 "nothing yet" differently (machine.UART and busio.UART return None on timeout, a pty file returns 0,
 pyserial on the host returns b''). The adapters below hide that: every one exposes
@@ -12,7 +12,7 @@ readinto/write allocate nothing on MicroPython (no slicing, no *args, no float):
 loop calls them with buffers it allocated once. On CircuitPython (BusioUART, UsbCdcData) that holds for
 whole-buffer calls (n=None or n=len(buf)): busio and usb_cdc take no length argument, so a partial n
 costs a memoryview. Bad n raises HalError (a ValueError). The hardware adapters are thin on purpose: they cannot
-run on the host, so tests/shared/test_hal.py drives them with fake machine/busio modules.
+run on the host, so tests/shared/test_uart.py drives them with fake machine/busio modules.
 """
 
 try:

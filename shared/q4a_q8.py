@@ -1,4 +1,4 @@
-# q4w.py: the asymmetric INT4 and the INT8 weight forms: load-time conversion, Q8Matrix, plain INT8 kernels.
+# q4a_q8.py: the asymmetric INT4 and the INT8 weight forms: load-time conversion, Q8Matrix, plain INT8 kernels.
 """Imported only by models that use these forms (Q4Matrix.prepare of an asymmetric matrix, the model
 loader for q4a / q8 segments, the converters), so a board running symmetric INT4 only does not carry
 this code. docs/KERNELS.md has the formats and the bounds. Integers only, as q4.py."""

@@ -1,4 +1,4 @@
-# test_hal.py: link UART adapters and board selection, driven by fake machine/busio/board/usb_cdc modules.
+# test_uart.py: link UART adapters and board selection, driven by fake machine/busio/board/usb_cdc modules.
 # The fakes behave like the real drivers where it matters: readinto returns None when nothing arrived
 # before the timeout, busio rejects a timeout that is not 0..100 seconds, usb_cdc.data is None until
 # boot.py enables it.
@@ -6,7 +6,7 @@ import json
 import sys
 
 import testkit
-from firmware import boardcfg, hal
+from firmware import boardcfg, uart
 from shared import profile
 
 _FAKES = ("machine", "busio", "board", "microcontroller", "usb_cdc")
@@ -214,11 +214,11 @@ def _check_echo(link, fake, locked=True, size=32, n=7):
 def test_machine_uart_gets_profile_pins_baud_rxbuf():
     saved = _install(machine=_machine())
     try:
-        link = hal.MachineUART(0, 115200, 0, 1, 1024)
+        link = uart.MachineUART(0, 115200, 0, 1, 1024)
         uid, baud, tx, rx, rxbuf, timeout = link._u.args
         assert (uid, baud, rxbuf, timeout) == (0, 115200, 1024, 0)
         assert tx.num == 0 and rx.num == 1
-        nopins = hal.MachineUART(1, 921600, -1, -1, 256)
+        nopins = uart.MachineUART(1, 921600, -1, -1, 256)
         assert nopins._u.args[2] is None and nopins._u.args[3] is None  # port's default pins
         link.close()
         assert link._u.closed
@@ -229,7 +229,7 @@ def test_machine_uart_gets_profile_pins_baud_rxbuf():
 def test_machine_uart_none_on_timeout_becomes_zero():
     saved = _install(machine=_machine())
     try:
-        link = hal.MachineUART(0, 115200, 0, 1, 1024)
+        link = uart.MachineUART(0, 115200, 0, 1, 1024)
         buf = bytearray(8)
         assert link._u.readinto(buf) is None  # the fake is as unhelpful as the real driver
         got = link.readinto(buf)
@@ -247,7 +247,7 @@ def test_machine_uart_none_on_timeout_becomes_zero():
 def test_machine_uart_all_byte_values_without_allocating():
     saved = _install(machine=_machine())
     try:
-        link = hal.MachineUART(0, 115200, 0, 1, 1024)
+        link = uart.MachineUART(0, 115200, 0, 1, 1024)
         _check_echo(link, link._u)
     finally:
         _restore(saved)
@@ -256,19 +256,19 @@ def test_machine_uart_all_byte_values_without_allocating():
 def test_machine_uart_errors_are_clear():
     saved = _install(machine=_machine(with_uart=False))
     try:
-        e = testkit.raises(hal.HalError, hal.MachineUART, 0, 115200, 0, 1, 1024)
+        e = testkit.raises(uart.HalError, uart.MachineUART, 0, 115200, 0, 1, 1024)
         assert "no UART" in str(e) and "PtyUART" in str(e), str(e)
     finally:
         _restore(saved)
     saved = _install(machine=_machine())
     try:
-        e = testkit.raises(hal.HalError, hal.MachineUART, 5, 115200, 0, 1, 1024)
+        e = testkit.raises(uart.HalError, uart.MachineUART, 5, 115200, 0, 1, 1024)
         assert "machine.UART(5" in str(e) and "doesn't exist" in str(e), str(e)
-        link = hal.MachineUART(0, 115200, 0, 1, 1024)
+        link = uart.MachineUART(0, 115200, 0, 1, 1024)
         buf = bytearray(8)
-        e = testkit.raises(hal.HalError, link.readinto, buf, 9)
+        e = testkit.raises(uart.HalError, link.readinto, buf, 9)
         assert "n=9" in str(e) and "len(buf)=8" in str(e), str(e)
-        testkit.raises(hal.HalError, link.write, buf, -1)
+        testkit.raises(uart.HalError, link.write, buf, -1)
         assert isinstance(e, ValueError)
     finally:
         _restore(saved)
@@ -279,16 +279,16 @@ def test_machine_uart_errors_are_clear():
 def test_busio_timeout_is_converted_to_seconds():
     saved = _install(busio=_busio(), board=_board(("GP0", "GP1")))
     try:
-        link = hal.BusioUART(0, 1, 115200, 1024, timeout_ms=2000)  # 2000 passed as-is would be refused
+        link = uart.BusioUART(0, 1, 115200, 1024, timeout_ms=2000)  # 2000 passed as-is would be refused
         tx, rx, baud, timeout, rxbuf = link._u.args
         assert tx.num == "GP0" and rx.num == "GP1"
         assert baud == 115200 and rxbuf == 1024
         assert abs(timeout - 2.0) < 1e-6, timeout
-        link = hal.BusioUART(0, 1, 115200, 1024, timeout_ms=50)
+        link = uart.BusioUART(0, 1, 115200, 1024, timeout_ms=50)
         assert abs(link._u.args[3] - 0.05) < 1e-6
         assert link._u.args[3] >= 0 and link._u.args[3] <= 100
         testkit.raises(ValueError, FakeBusioUART, tx, rx, 115200, 8, None, 1, 2000)  # the fake checks
-        e = testkit.raises(hal.HalError, hal.BusioUART, 0, 1, 115200, 1024, 200000)
+        e = testkit.raises(uart.HalError, uart.BusioUART, 0, 1, 115200, 1024, 200000)
         assert "100 s" in str(e), str(e)
     finally:
         _restore(saved)
@@ -297,19 +297,19 @@ def test_busio_timeout_is_converted_to_seconds():
 def test_busio_none_becomes_zero_and_bytes_pass():
     saved = _install(busio=_busio(), board=_board(("GP0", "GP1")))
     try:
-        link = hal.BusioUART(0, 1, 115200, 1024)
+        link = uart.BusioUART(0, 1, 115200, 1024)
         buf = bytearray(4)
         assert link._u.readinto(buf) is None
         got = link.readinto(buf)
         assert got == 0 and got is not None
         link._u.feed(b"xy")
         assert link.any() == 2
-        link2 = hal.BusioUART(0, 1, 115200, 1024)
+        link2 = uart.BusioUART(0, 1, 115200, 1024)
         _check_echo(link2, link2._u, True, 8, None)  # 256 = 32 whole 8-byte writes
-        link3 = hal.BusioUART(0, 1, 115200, 1024)
+        link3 = uart.BusioUART(0, 1, 115200, 1024)
         _check_echo(link3, link3._u, False, 32, 7)
         testkit.raises(TypeError, link3._u.readinto, buf, 2)  # the fake refuses a length, as busio does
-        e = testkit.raises(hal.HalError, link3.readinto, buf, 5)
+        e = testkit.raises(uart.HalError, link3.readinto, buf, 5)
         assert "n=5" in str(e), str(e)
         link2.close()
         assert link2._u.closed
@@ -322,11 +322,11 @@ def test_busio_pins_by_board_name_or_chip_name():
     mc.pin = _board(("GPIO17", "GPIO18"))
     saved = _install(busio=_busio(), board=_board(("IO5",)), microcontroller=mc)
     try:
-        link = hal.BusioUART(17, 18, 115200, 2048)
+        link = uart.BusioUART(17, 18, 115200, 2048)
         assert link._u.args[0].num == "GPIO17" and link._u.args[1].num == "GPIO18"
-        link = hal.BusioUART(5, 18, 115200, 2048)
+        link = uart.BusioUART(5, 18, 115200, 2048)
         assert link._u.args[0].num == "IO5"
-        e = testkit.raises(hal.HalError, hal.BusioUART, 40, 18, 115200, 2048)
+        e = testkit.raises(uart.HalError, uart.BusioUART, 40, 18, 115200, 2048)
         assert "GP40" in str(e) and "uart.tx" in str(e), str(e)
     finally:
         _restore(saved)
@@ -339,10 +339,10 @@ def test_usb_cdc_data_needs_boot_py_then_works():
     cdc.data = None
     saved = _install(usb_cdc=cdc)
     try:
-        e = testkit.raises(hal.HalError, hal.UsbCdcData)
+        e = testkit.raises(uart.HalError, uart.UsbCdcData)
         assert "usb_cdc.enable(console=True, data=True)" in str(e) and "boot.py" in str(e), str(e)
         cdc.data = FakeUsbData()
-        link = hal.UsbCdcData(timeout_ms=250)
+        link = uart.UsbCdcData(timeout_ms=250)
         assert abs(cdc.data.timeout - 0.25) < 1e-6
         buf = bytearray(4)
         got = link.readinto(buf)
@@ -354,7 +354,7 @@ def test_usb_cdc_data_needs_boot_py_then_works():
         _restore(saved)
     saved = _install()  # no fake: neither CPython nor the unix port has usb_cdc
     try:
-        e = testkit.raises(hal.HalError, hal.UsbCdcData)
+        e = testkit.raises(uart.HalError, uart.UsbCdcData)
         assert "no usb_cdc" in str(e), str(e)
     finally:
         _restore(saved)
@@ -366,11 +366,11 @@ def test_pty_uart_bad_paths_are_clear():
     import os
 
     if not os.getenv("EDGETWIN_UART"):
-        e = testkit.raises(hal.HalError, hal.PtyUART)
+        e = testkit.raises(uart.HalError, uart.PtyUART)
         assert "EDGETWIN_UART is not set" in str(e), str(e)
-    e = testkit.raises(hal.HalError, hal.PtyUART, "/nonexistent/edgetwin-uart")
+    e = testkit.raises(uart.HalError, uart.PtyUART, "/nonexistent/edgetwin-uart")
     assert "cannot open" in str(e) and "/nonexistent/edgetwin-uart" in str(e), str(e)
-    e = testkit.raises(hal.HalError, hal.PtyUART, "boards/rp2040_pico.json")
+    e = testkit.raises(uart.HalError, uart.PtyUART, "boards/rp2040_pico.json")
     assert "not a tty" in str(e), str(e)
 
 
@@ -404,7 +404,7 @@ def test_open_link_builds_machine_uart_from_profile():
     saved = _install(machine=_machine())
     try:
         link = boardcfg.open_link(_profile("esp32s3_devkitc"), "uart", impl="micropython", virtual="")
-        assert isinstance(link, hal.MachineUART)
+        assert isinstance(link, uart.MachineUART)
         uid, baud, tx, rx, rxbuf, timeout = link._u.args
         assert (uid, baud, tx.num, rx.num, rxbuf) == (1, 115200, 17, 18, 2048)
     finally:
@@ -412,7 +412,7 @@ def test_open_link_builds_machine_uart_from_profile():
     saved = _install(busio=_busio(), board=_board(("GP0", "GP1")))
     try:
         link = boardcfg.open_link(_profile("rp2040_pico_cp"), impl="circuitpython", virtual="")
-        assert isinstance(link, hal.BusioUART) and link._u.args[4] == 1024
+        assert isinstance(link, uart.BusioUART) and link._u.args[4] == 1024
     finally:
         _restore(saved)
 
@@ -424,5 +424,5 @@ def test_open_link_bad_profile_is_clear():
     assert "uart.baud" in str(e), str(e)
     e = testkit.raises(profile.ProfileError, boardcfg.open_link, None, "uart", "/nonexistent/board.json")
     assert "/nonexistent/board.json" in str(e), str(e)
-    e = testkit.raises(ValueError, boardcfg.load, "tests/shared/test_hal.py")
+    e = testkit.raises(ValueError, boardcfg.load, "tests/shared/test_uart.py")
     assert "not valid JSON" in str(e), str(e)

@@ -1,4 +1,4 @@
-# versioned.py: fixed slots of (version, record) with seqlock reads and compare-and-set writes; no allocation.
+# seqlock.py: fixed slots of (version, record) with seqlock reads and compare-and-set writes; no allocation.
 """A versioned key/value store for data shared between IRQ handlers, threads and cores (DESIGN.md 3.3).
 
 Layout. `slots` slots, each holding a version and a record of `width` ints (width 1: one value, e.g.
@@ -13,16 +13,16 @@ on the boards (the largest stored value is the odd wrap-1) and never grows witho
 
 Readers (read, read_into, version) take no lock: the seqlock pattern reads the version (odd: retry),
 copies the record, re-reads the version and retries if it changed. After a few quick retries they call
-critical.relax() between attempts, and after `timeout_ms` without a stable snapshot they raise Busy
+irqlock.relax() between attempts, and after `timeout_ms` without a stable snapshot they raise Busy
 (a writer that keeps rewriting the slot faster than a record can be copied, or a writer that died
 mid-write). Readers never block writers.
 
 Writers. cas(slot, expected, value) / cas_from(slot, expected, src) store only if the slot's version
-is still `expected` (the version a read returned), inside critical.enter()/leave(); they return False
+is still `expected` (the version a read returned), inside irqlock.enter()/leave(); they return False
 otherwise. A retry loop: `v = s.read_into(k, buf)`, compute, `s.cas(k, v, new)`, repeat until True:
 no update is lost (read() then version() is not a consistent pair: use read_into() for that).
 write(slot, value) / write_from(slot, src) are for single-writer slots, the only kind an IRQ handler
-may write: no lock, only critical.mask() (IRQs off on this core, so no handler on this core can see
+may write: no lock, only irqlock.mask() (IRQs off on this core, so no handler on this core can see
 a half-written record), and safe to call inside a hard IRQ handler. A handler that needs a CAS defers
 it with micropython.schedule (cas() takes a lock, handlers never do). Mixing write() with cas() on
 one slot, or two writers of one single-writer slot, is a caller's bug (a write that finds an odd
@@ -47,7 +47,7 @@ MicroPython (tests run them under micropython.heap_lock()); only their error pat
 """
 from array import array
 
-from shared import critical
+from shared import irqlock
 
 try:
     from micropython import const
@@ -142,7 +142,7 @@ class Versioned:
         # Slow path of a read that keeps finding a write in progress: let the writer run, watch the clock.
         if tries == _SPIN:
             return ticks_ms()
-        critical.relax()
+        irqlock.relax()
         if ticks_diff(ticks_ms(), t0) > self.timeout_ms:
             raise Busy("slot %d: no stable snapshot within %d ms (writer stalled or starving readers)"
                        % (slot, self.timeout_ms))
@@ -225,7 +225,7 @@ class Versioned:
         ver = self._ver
         if ver[slot] != expected:
             return False  # already moved on (or a write is in progress): fail without the lock
-        s = critical.enter()
+        s = irqlock.enter()
         try:
             if ver[slot] != expected:
                 return False
@@ -233,7 +233,7 @@ class Versioned:
             self._val[slot] = value
             ver[slot] = self._next(expected)
         finally:
-            critical.leave(s)
+            irqlock.leave(s)
         return True
 
     def cas_from(self, slot, expected, src):
@@ -246,7 +246,7 @@ class Versioned:
             return False
         val = self._val
         base = slot * self.width
-        s = critical.enter()
+        s = irqlock.enter()
         try:
             if ver[slot] != expected:
                 return False
@@ -255,7 +255,7 @@ class Versioned:
                 val[base + i] = src[i]
             ver[slot] = self._next(expected)
         finally:
-            critical.leave(s)
+            irqlock.leave(s)
         return True
 
     def write(self, slot, value):
@@ -264,7 +264,7 @@ class Versioned:
         self._slot(slot)
         self._value(value)
         ver = self._ver
-        s = critical.mask()
+        s = irqlock.mask()
         try:
             v = ver[slot]
             if not v & 1:
@@ -273,7 +273,7 @@ class Versioned:
                 v = self._next(v)
                 ver[slot] = v
         finally:
-            critical.unmask(s)
+            irqlock.unmask(s)
         if v & 1:
             raise VersionedError("slot %d: another write is in progress; write() is for single-writer slots" % slot)
         return v
@@ -285,7 +285,7 @@ class Versioned:
         ver = self._ver
         val = self._val
         base = slot * self.width
-        s = critical.mask()
+        s = irqlock.mask()
         try:
             v = ver[slot]
             if not v & 1:
@@ -295,7 +295,7 @@ class Versioned:
                 v = self._next(v)
                 ver[slot] = v
         finally:
-            critical.unmask(s)
+            irqlock.unmask(s)
         if v & 1:
             raise VersionedError("slot %d: another write is in progress; write_from() is for single-writer slots"
                                  % slot)

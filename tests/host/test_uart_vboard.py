@@ -1,4 +1,4 @@
-"""firmware.hal.PtyUART on a virtual board, end to end: the real MicroPython unix port with the
+"""firmware.uart.PtyUART on a virtual board, end to end: the real MicroPython unix port with the
 rp2040_pico heap, the x64 build deployed with mpremote, the link opened by firmware.boardcfg from
 /board.json, and the gateway side opened with pyserial as DESIGN 4.1 says (do_not_open, dtr/rts False
 before open, exclusive). Every byte value crosses in both directions; a read with nothing pending
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import serial
 
-from firmware import boardcfg, hal
+from firmware import boardcfg, uart
 from tools import build, deploy
 from tools.vboard import VirtualBoard
 
@@ -70,7 +70,7 @@ link.close()
 """
 
 ERRORS = """import json
-from firmware import boardcfg, hal
+from firmware import boardcfg, uart
 from shared import profile
 res = {}
 def attempt(key, fn, *a):
@@ -83,7 +83,7 @@ import os
 path = os.getenv('EDGETWIN_UART')
 os.unsetenv('EDGETWIN_UART')
 try:
-    attempt('no_env', hal.PtyUART)
+    attempt('no_env', uart.PtyUART)
     attempt('machine', boardcfg.open_link)
 finally:
     os.putenv('EDGETWIN_UART', path)
@@ -94,7 +94,7 @@ attempt('bad_profile', boardcfg.open_link, None, 'uart', '/bad.json')
 cp = profile.load('/board.json')
 cp['flavour'] = 'circuitpython'; cp['native'] = False; cp['threads'] = False
 attempt('cp_profile', boardcfg.open_link, cp)
-attempt('not_tty', hal.PtyUART, '/board.json')
+attempt('not_tty', uart.PtyUART, '/board.json')
 print(json.dumps(res))
 """
 
@@ -165,7 +165,7 @@ def test_all_byte_values_both_ways_and_empty_read_is_zero(board: VirtualBoard) -
     assert direct == sent, direct.hex()
     assert report == {"adapter": "PtyUART", "empty": 0, "readable": 0, "got": N, "bad": 0, "after": 0,
                       "after_readable": 0, "alloc": "none"}, report
-    # importing boardcfg + hal + shared.profile and opening the link, on the 192 KiB board heap
+    # importing boardcfg + uart + shared.profile and opening the link, on the 192 KiB board heap
     assert 0 < heap < 24 * 1024, heap
     print("HAL-VBOARD %s" % json.dumps({"echo_256_bytes_ms": round(rtt * 1000, 2), "board_heap_bytes": heap}))
 
@@ -191,7 +191,7 @@ def test_pty_uart_under_cpython_with_a_host_pty(tmp_path: Path) -> None:
     set_raw(slave)
     try:
         link = boardcfg.open_link(boardcfg.load(str(build.ROOT / "boards" / "rp2040_pico.json")), virtual=os.ttyname(slave))
-        assert isinstance(link, hal.PtyUART)
+        assert isinstance(link, uart.PtyUART)
         buf = bytearray(300)
         assert link.readinto(buf) == 0 and link.readable() == 0
         os.write(master, bytes(range(256)))

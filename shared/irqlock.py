@@ -1,4 +1,4 @@
-# critical.py: the one place that chooses the critical section for shared writes (IRQs, a lock, or none).
+# irqlock.py: the one place that chooses the critical section for shared writes (IRQs, a lock, or none).
 """Critical sections for the portable core, chosen once by what the interpreter has.
 
     where                               enter()/leave()             mask()/unmask()
@@ -9,7 +9,7 @@
     CPython                             threading.Lock              nothing
 
 enter() returns a state that must be passed to leave(); likewise mask()/unmask(). They are plain
-functions, not a context manager, and allocate nothing on MicroPython (tests/shared/test_versioned.py
+functions, not a context manager, and allocate nothing on MicroPython (tests/shared/test_seqlock.py
 proves it, also with a fake `machine` whose disable_irq() locks the heap). The section is not
 reentrant and must not be entered from an IRQ handler: handlers never take locks (DESIGN.md 3.3), they
 use mask()/unmask() at most.

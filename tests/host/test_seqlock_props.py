@@ -1,14 +1,14 @@
-# test_versioned_props.py: hypothesis property tests of single-threaded CAS sequences vs the reference store.
+# test_seqlock_props.py: hypothesis property tests of single-threaded CAS sequences vs the reference store.
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_versioned import RefStore  # tests/shared is on sys.path (tests/conftest.py)
+from test_seqlock import RefStore  # tests/shared is on sys.path (tests/conftest.py)
 
-from shared import versioned
+from shared import seqlock
 
-WRAPS = (4, 6, 8, 10, versioned.VERSION_WRAP)
-values = st.integers(versioned.VALUE_MIN, versioned.VALUE_MAX)
+WRAPS = (4, 6, 8, 10, seqlock.VERSION_WRAP)
+values = st.integers(seqlock.VALUE_MIN, seqlock.VALUE_MAX)
 
 
 @st.composite
@@ -40,7 +40,7 @@ def _write(s, k, rec):
 @given(scenarios())
 def test_cas_sequences_match_the_reference(sc):
     slots, width, wrap, ops = sc
-    s = versioned.Versioned(slots, width=width, wrap=wrap)
+    s = seqlock.Versioned(slots, width=width, wrap=wrap)
     ref = RefStore(slots, width, wrap)
     buf = [0] * width
     for op in ops:
@@ -74,14 +74,14 @@ junk = st.one_of(
     st.booleans(),
     st.none(),
     st.text(max_size=3),
-    st.integers().filter(lambda x: x < versioned.VALUE_MIN or x > versioned.VALUE_MAX),
+    st.integers().filter(lambda x: x < seqlock.VALUE_MIN or x > seqlock.VALUE_MAX),
 )
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 3), st.lists(values, min_size=1, max_size=6), junk, st.integers(0, 5))
 def test_bad_values_are_rejected_and_leave_no_trace(width, fill, bad, pos):
-    s = versioned.Versioned(2, width=width, wrap=8)
+    s = seqlock.Versioned(2, width=width, wrap=8)
     good = (fill * width)[:width]
     _write(s, 0, good)
     rec = list(good)
@@ -89,7 +89,7 @@ def test_bad_values_are_rejected_and_leave_no_trace(width, fill, bad, pos):
     for fn in (lambda: _cas(s, 0, 2, rec), lambda: _write(s, 0, rec), lambda: _cas(s, 0, 2, [bad] * width)):
         try:
             fn()
-        except versioned.VersionedError as e:
+        except seqlock.VersionedError as e:
             assert "must be" in str(e)
         else:
             raise AssertionError("accepted %r" % (bad,))
@@ -101,9 +101,9 @@ def test_bad_values_are_rejected_and_leave_no_trace(width, fill, bad, pos):
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from(WRAPS), st.integers(0, 60))
 def test_versions_cycle_through_the_even_range(wrap, writes):
-    s = versioned.Versioned(1, wrap=wrap)
+    s = seqlock.Versioned(1, wrap=wrap)
     start = (wrap - 8) if wrap > 8 else 0
     s._ver[0] = start
     for n in range(1, writes + 1):
         assert s.write(0, n) == (start + 2 * n) % wrap
-        assert s.version(0) < wrap <= versioned.VERSION_WRAP
+        assert s.version(0) < wrap <= seqlock.VERSION_WRAP

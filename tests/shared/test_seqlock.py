@@ -1,10 +1,10 @@
-# test_versioned.py: the versioned (CAS) store vs a reference, under real threads, at the wrap, allocation-free.
+# test_seqlock.py: the versioned (CAS) store vs a reference, under real threads, at the wrap, allocation-free.
 import sys
 import time
 from array import array
 
 import testkit
-from shared import critical, versioned
+from shared import irqlock, seqlock
 
 try:
     import _thread
@@ -16,8 +16,8 @@ try:
 except ImportError:
     micropython = None
 
-V = versioned.Versioned
-WRAP = versioned.VERSION_WRAP
+V = seqlock.Versioned
+WRAP = seqlock.VERSION_WRAP
 
 
 class RefStore:
@@ -156,9 +156,9 @@ def test_cas_succeeds_only_on_the_current_version():
     assert s.read(2) == 0 and s.version(2) == 0, "other slots untouched"
     buf = [7]
     assert s.read_into(0, buf) == 4 and buf == [-5]
-    assert s.cas(0, 4, versioned.VALUE_MAX) is True
-    assert s.read(0) == versioned.VALUE_MAX
-    assert s.cas(0, 6, versioned.VALUE_MIN) is True and s.read(0) == versioned.VALUE_MIN
+    assert s.cas(0, 4, seqlock.VALUE_MAX) is True
+    assert s.read(0) == seqlock.VALUE_MAX
+    assert s.cas(0, 6, seqlock.VALUE_MIN) is True and s.read(0) == seqlock.VALUE_MIN
 
 
 def test_records_are_written_and_read_whole():
@@ -317,14 +317,14 @@ def test_a_stalled_writer_gives_busy_not_a_hang():
     s = V(2, timeout_ms=40)
     s._ver[1] = 5  # a writer died mid-write
     t0 = _ms()
-    e = testkit.raises(versioned.Busy, s.read, 1)
+    e = testkit.raises(seqlock.Busy, s.read, 1)
     took = _since(t0)
     assert "slot 1" in str(e) and "40 ms" in str(e), str(e)
     assert 30 <= took < 2000, took
-    testkit.raises(versioned.Busy, s.version, 1)
-    testkit.raises(versioned.Busy, s.read_into, 1, [0])
+    testkit.raises(seqlock.Busy, s.version, 1)
+    testkit.raises(seqlock.Busy, s.read_into, 1, [0])
     assert s.cas(1, 4, 1) is False and s.cas(1, 6, 1) is False
-    e = testkit.raises(versioned.VersionedError, s.write, 1, 3)
+    e = testkit.raises(seqlock.VersionedError, s.write, 1, 3)
     assert "single-writer" in str(e)
     assert s.read(0) == 0 and s.write(0, 1) == 2, "other slots unaffected"
 
@@ -360,7 +360,7 @@ def test_a_reader_waits_out_a_slow_writer():
 
 
 def test_bad_input_gives_clear_errors():
-    E = versioned.VersionedError
+    E = seqlock.VersionedError
     assert issubclass(E, ValueError)
     s = V(3)
     r = V(2, width=3)
@@ -488,17 +488,17 @@ class FakeLock:
 
 def test_the_critical_section_chosen_here():
     want = "lock" if _thread else "none"  # CPython: threading.Lock; unix port: a _thread lock, no IRQs
-    assert critical.KIND == want, critical.KIND
-    st = critical.enter()
-    critical.leave(st)
-    assert testkit.run_locked(lambda _: critical.leave(critical.enter()) or critical.unmask(critical.mask()) or 1) == 1
+    assert irqlock.KIND == want, irqlock.KIND
+    st = irqlock.enter()
+    irqlock.leave(st)
+    assert testkit.run_locked(lambda _: irqlock.leave(irqlock.enter()) or irqlock.unmask(irqlock.mask()) or 1) == 1
 
 
-def test_critical_section_order_with_a_fake_machine():
+def test_irqlock_section_order_with_a_fake_machine():
     log = []
     m = FakeMachine(False, log)
     try:
-        assert critical.configure(machine=m, thread=FakeThread(log, m)) == "irq+lock"
+        assert irqlock.configure(machine=m, thread=FakeThread(log, m)) == "irq+lock"
         s = V(1)
         assert s.cas(0, 0, 5) is True
         assert log == ["irq off", "acquire (irq depth 1)", "release (irq depth 1)", "irq on"], log
@@ -509,43 +509,43 @@ def test_critical_section_order_with_a_fake_machine():
         del log[:]
         assert s.read(0) == 7 and log == [], "readers take nothing"
         assert m.bad == 0 and m.depth == 0
-        assert critical.configure(machine=m, thread=None) == "irq"
+        assert irqlock.configure(machine=m, thread=None) == "irq"
         assert s.cas(0, 4, 8) is True and log == ["irq off", "irq on"], log
-        assert critical.configure(machine=None, thread=None) == "none"  # CircuitPython: cooperative
+        assert irqlock.configure(machine=None, thread=None) == "none"  # CircuitPython: cooperative
         del log[:]
         assert s.cas(0, 6, 9) is True and s.write(0, 10) == 10 and log == []
-        assert critical.configure(machine=object(), thread=None) == "none", "a machine without disable_irq"
+        assert irqlock.configure(machine=object(), thread=None) == "none", "a machine without disable_irq"
     finally:
-        critical.configure()
-    assert critical.KIND == ("lock" if _thread else "none")
+        irqlock.configure()
+    assert irqlock.KIND == ("lock" if _thread else "none")
 
 
-def test_critical_section_allocates_nothing_with_irqs_that_lock_the_heap():
+def test_irqlock_section_allocates_nothing_with_irqs_that_lock_the_heap():
     # On MicroPython: disable_irq() locks the heap and enable_irq() unlocks it, so anything the
     # section (including its real _thread lock) allocated would raise MemoryError.
     if not testkit.IS_MP:
         testkit.skip("micropython.heap_lock is MicroPython's")
     m = FakeMachine(True)
     try:
-        assert critical.configure(machine=m) == "irq+lock"
+        assert irqlock.configure(machine=m) == "irq+lock"
         s = V(2)
         try:
             bad = _hot_paths(s)
             for _ in range(10):
-                st = critical.enter()
-                critical.leave(st)
-                st = critical.mask()
-                critical.unmask(st)
+                st = irqlock.enter()
+                irqlock.leave(st)
+                st = irqlock.mask()
+                irqlock.unmask(st)
         except MemoryError:
             raise AssertionError("the critical section allocated with IRQs off")
         assert bad == 0 and m.bad == 0 and m.depth == 0
         assert testkit.run_locked(_hot_paths, s) == 0
-        assert critical.configure(machine=m, thread=None) == "irq"
+        assert irqlock.configure(machine=m, thread=None) == "irq"
         assert testkit.run_locked(_hot_paths, s) == 0
-        assert critical.configure(machine=None, thread=None) == "none"
+        assert irqlock.configure(machine=None, thread=None) == "none"
         assert testkit.run_locked(_hot_paths, s) == 0
     finally:
-        critical.configure()
+        irqlock.configure()
 
 
 # ---------------------------------------------------------------- real threads
