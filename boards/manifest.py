@@ -1,5 +1,5 @@
 # Freeze manifest for MicroPython firmware with the edgetwin core in flash (written by
-# `python -m tools.freeze_manifest`; do not edit). Build from a MicroPython checkout, e.g.
+# `python -m tools.board.freeze_manifest`; do not edit). Build from a MicroPython checkout, e.g.
 #   make -C ports/rp2 BOARD=RPI_PICO FROZEN_MANIFEST=/path/to/edgetwin/boards/manifest.py
 include("$(PORT_DIR)/boards/manifest.py")
 

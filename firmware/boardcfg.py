@@ -4,7 +4,7 @@
     link = boardcfg.open_link(port="usb_cdc")   # CircuitPython: the USB data channel instead
 
 Which adapter (see firmware/uart.py):
-- $EDGETWIN_UART set (the virtual board, tools/vboard.py): PtyUART;
+- $EDGETWIN_UART set (the virtual board, tools/board/vboard.py): PtyUART;
 - MicroPython with machine.UART: MachineUART(uart.id, uart.baud, uart.tx, uart.rx, uart.rxbuf);
 - CircuitPython with busio: BusioUART(uart.tx, uart.rx, uart.baud, uart.rxbuf); port="usb_cdc": UsbCdcData.
 A profile written for the other interpreter is refused: its heap and KV sizes would be wrong here.

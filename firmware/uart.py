@@ -161,7 +161,7 @@ class UsbCdcData(_CircuitPyStream):
 
 
 class PtyUART:
-    """The virtual board's UART (tools/vboard.py): a pty whose path is in $EDGETWIN_UART inside the
+    """The virtual board's UART (tools/board/vboard.py): a pty whose path is in $EDGETWIN_UART inside the
     interpreter. The tty is switched to VMIN=0/VTIME=0 so readinto returns at once with what is there
     (0 when nothing) instead of waiting to fill the buffer; readable() asks select.poll with timeout 0.
     close() puts the tty back as it found it. Works on the MicroPython unix port and on CPython."""
@@ -175,7 +175,7 @@ class PtyUART:
             path = os.getenv("EDGETWIN_UART")
             if not path:
                 raise HalError("EDGETWIN_UART is not set: PtyUART runs on the virtual board "
-                               "(python -m tools.vboard), which sets it to its UART's pty")
+                               "(python -m tools.board.vboard), which sets it to its UART's pty")
         try:
             import termios
         except ImportError:

@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 from host.errors import UserError
 from host.usage import Parser
 
-# `edgetwin bench NAME ...` runs tools/bench_NAME.py, each printing one JSON object.
-BENCHES = tuple(sorted(p.stem[len("bench_"):] for p in (ROOT / "tools").glob("bench_*.py")))
+# `edgetwin bench NAME ...` runs tools/bench/NAME.py, each printing one JSON object.
+BENCHES = tuple(sorted(p.stem for p in (ROOT / "tools" / "bench").glob("*.py") if p.stem not in ("__init__", "diag_fidelity")))
 
 # Subcommands that live in their own module host/cmd_NAME.py, each with HELP (one line),
 # add_arguments(parser) and run(args) -> exit code (raising host.errors.UserError for user mistakes).
@@ -40,7 +40,7 @@ def _board(spec: str) -> dict:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from tools import build
+    from tools.board import build
 
     prof = _board(args.board)
     try:
@@ -65,10 +65,10 @@ def _print_node(node: dict) -> None:
 
 
 def cmd_vboard(args: argparse.Namespace) -> int:
-    from tools import vboard
+    from tools.board import vboard
 
-    if args.emulate:  # the real rp2 firmware on an emulated RP2040 (tools/emuboard.py, docs/BOARDS.md)
-        from tools import emuboard
+    if args.emulate:  # the real rp2 firmware on an emulated RP2040 (tools/board/emuboard.py, docs/BOARDS.md)
+        from tools.board import emuboard
 
         _board(args.board)  # a bad profile is refused the same way
         extra = (["--image", args.image] if args.image else []) + (["--flash", args.flash] if args.flash else [])
@@ -82,13 +82,13 @@ def cmd_vboard(args: argparse.Namespace) -> int:
 
 def board_platform(port: str, tool: str) -> str:
     """sys.platform of the board at port ('rp2', 'esp32', 'linux' for a virtual board)."""
-    from tools import deploy
+    from tools.board import deploy
 
     return deploy.run_on_board(port, "import sys; print(sys.platform)", tool=tool, timeout=15).strip()
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from tools import build, deploy
+    from tools.board import build, deploy
 
     board = _board(args.board)
     try:
@@ -125,7 +125,8 @@ def cmd_convert(args: argparse.Namespace) -> int:  # reached only through main()
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
-    from tools import build, deploy, selftest_demo, vboard
+    from tools.board import build, deploy, vboard
+    from tools.demo import selftest_demo
 
     try:
         return selftest_demo.main(board=_board(args.board), as_json=args.json)
@@ -233,14 +234,14 @@ def main(argv: list[str] | None = None) -> int:
 
         with _heartbeat("bench " + argv[1], quiet="-h" in argv or "--help" in argv):
             try:
-                return importlib.import_module("tools.bench_" + argv[1]).main(argv[2:])
+                return importlib.import_module("tools.bench." + argv[1]).main(argv[2:])
             except SystemExit as e:  # a usage error (one line): its code, for in-process callers; --help exits
                 if not e.code:
                     raise
                 return e.code if isinstance(e.code, int) else 2
     if argv[:1] == ["convert"]:
         # The converter owns its arguments (and --help); argparse's REMAINDER would swallow them badly.
-        from tools import convert
+        from tools.formats import convert
 
         try:
             return convert.main(argv[1:])

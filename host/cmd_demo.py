@@ -5,7 +5,7 @@ verifies their drafts with SmolLM2-135M-Instruct in one batched pass per round; 
 each node's log lines, the annotation being committed (accepted draft tokens vs the target's corrections),
 acceptance, tokens/s, link bytes and heap. Then two operator questions are answered from the store (PRISM
 top K + the target), everything stops, and a summary (or with --json one JSON object) is printed.
-See tools/demo.py.
+See tools/demo/demo.py.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tools import demo
+    from tools.demo import demo
 
     if not math.isfinite(args.duration) or args.duration <= 0:
         raise UserError("--duration must be a positive number of seconds, got %s" % args.duration)

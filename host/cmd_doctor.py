@@ -47,7 +47,7 @@ def check_python() -> Check:
 
 
 def check_micropython() -> Check:
-    from tools import vboard
+    from tools.board import vboard
 
     try:
         exe = vboard.micropython_exe()

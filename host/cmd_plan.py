@@ -82,7 +82,7 @@ def _table(d: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     from host import board_profile
     from shared import mbf, memfit, memplan
-    from tools import build
+    from tools.board import build
 
     prof = board_profile.resolve(args.board)
     if args.arch is not None and args.arch not in build.ARCH_CODES.values():

@@ -396,7 +396,7 @@ def load_target(model: str):
     the tokenizer the GGUF carries, host/qa.load_text_model: annotations are stored as the text they decode to;
     a GGUF without a tokenizer is refused)."""
     if model.startswith("tiny:"):
-        from tools import spec_models
+        from tools.demo import spec_models
 
         try:
             seed = int(model[5:])
@@ -419,7 +419,7 @@ TINY_SEQ_LEN = 512
 def make_spec(model: str, temperature: float = 0.0, top_k: int = 0, seed: int = 1, loaded: tuple | None = None,
               hook: Callable | None = None):
     """(spec_factory, verify) for Gateway: one NodeStream per drafting node, one batched pass per round.
-    loaded: (target, decode) already loaded (e.g. with a text decoder: tools/demo.py), instead of `model`;
+    loaded: (target, decode) already loaded (e.g. with a text decoder: tools/demo/demo.py), instead of `model`;
     hook: set as every NodeStream's hook (see NodeStream.hook)."""
     from host import verifier
 

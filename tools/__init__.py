@@ -1,1 +1,1 @@
-"""edgetwin tools: build, deploy, virtual board."""
+"""edgetwin development tools, by job: board/, formats/, train/, bench/, demo/ (docs/ARCHITECTURE.md)."""

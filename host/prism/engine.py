@@ -35,7 +35,7 @@ from host.prism.streaming import LayerStreamer
 
 DEFAULT_THRESHOLD = 0.3
 DEFAULT_BUDGET = 32 << 20  # bytes of layer temporaries per chunk
-SETTINGS_FILE = "prism.json"  # the model's calibrated pruning settings (written by tools/make_reranker.py)
+SETTINGS_FILE = "prism.json"  # the model's calibrated pruning settings (written by tools/train/make_reranker.py)
 
 
 def read_settings(model_dir: str) -> dict:

@@ -21,8 +21,8 @@ import threading
 import time
 from pathlib import Path
 
-from tools.bench_link import byte_errors
-from tools.vboard import set_raw, write_all
+from tools.bench.link import byte_errors
+from tools.board.vboard import set_raw, write_all
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -221,7 +221,7 @@ _BUILD_ROOT: Path | None = None
 def x64_build(board: str) -> Path:
     """The x64 build of a board profile, made once per test process (mpy-cross takes seconds)."""
     global _BUILD_ROOT
-    from tools import build
+    from tools.board import build
 
     if board not in _BUILDS:
         if _BUILD_ROOT is None:
@@ -237,7 +237,7 @@ TINY_SEED = 3
 
 def tiny_mbf() -> bytes:
     from host.gateway import TINY_SEQ_LEN
-    from tools import spec_models
+    from tools.demo import spec_models
 
     return spec_models.make_pair(TINY_SEED, seq_len=TINY_SEQ_LEN).mbf
 
@@ -247,8 +247,8 @@ class VNode:
 
     def __init__(self, board: str, root: Path, link_path: Path, node_cfg: dict, heap: int | None = None,
                  model: bytes | None = None, to_gw: Faults | None = None, to_node: Faults | None = None) -> None:
-        from tools import deploy
-        from tools.vboard import VirtualBoard
+        from tools.board import deploy
+        from tools.board.vboard import VirtualBoard
 
         self.root = root
         root.mkdir(parents=True, exist_ok=True)

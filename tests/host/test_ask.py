@@ -1,4 +1,4 @@
-"""`edgetwin ask`: a log store filled with plant logs (tools/gen_logs.py), PRISM top K, the target's answer;
+"""`edgetwin ask`: a log store filled with plant logs (tools/train/gen_logs.py), PRISM top K, the target's answer;
 bad input gives one line and exit 2."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from host import cli, qa
 from host.store import LogStore
 from test_prism_bert import make_tiny
-from tools import gen_logs
+from tools.train import gen_logs
 
 QUESTION = "why did P-101 trip?"
 

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture()
 def files(tmp_path: Path) -> dict[str, str]:
     """Hostile inputs in tmp_path: text files posing as models and stores, truncated models."""
-    from tools import spec_models
+    from tools.demo import spec_models
 
     good = spec_models.make_pair(3, seq_len=64).mbf
     (tmp_path / "trunc.mbf").write_bytes(good[:len(good) // 3])

@@ -1,4 +1,4 @@
-"""tools/bench_spec.py's episodic loop (the node's stream: first PROMPT, then per episode a PROMPT and a note
+"""tools/bench/spec.py's episodic loop (the node's stream: first PROMPT, then per episode a PROMPT and a note
 decoded until a stop id or MAX_NOTE), on the tiny matched models: speculative greedy commits exactly the
 baseline's notes, every note ends at a stop id or at MAX_NOTE, both modes run the same episodes, and the
 geometry is the board profile's."""
@@ -16,8 +16,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from shared import episode  # noqa: E402
-from tools import bench_spec  # noqa: E402
-from tools import spec_models as sm  # noqa: E402
+from tools.bench import spec as bench_spec  # noqa: E402
+from tools.demo import spec_models as sm  # noqa: E402
 
 EPISODES = 3
 

@@ -13,7 +13,7 @@ from test_profile_fuzz import mutate
 
 from firmware import boardcfg
 from shared import profile
-from tools.vboard import micropython_exe
+from tools.board.vboard import micropython_exe
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 300

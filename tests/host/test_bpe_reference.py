@@ -27,7 +27,7 @@ import corpus_lines  # noqa: E402
 import test_bpe as shared_vectors  # noqa: E402  (tests/shared/test_bpe.py: the fixture's vectors)
 
 from shared import bpe, unicats  # noqa: E402
-from tools import tokenizer_export as te  # noqa: E402
+from tools.formats import tokenizer_export as te  # noqa: E402
 
 GGUF = te.default_gguf()
 if GGUF is None:
@@ -201,7 +201,7 @@ def test_unicats_matches_reference_for_every_code_point():
     cls = te.reference_classes()  # ~2 s
     # The generated tables are those of the reference (so every code point between two run starts is right)...
     text = (ROOT / "shared" / "unicats.py").read_text()
-    assert te.unicats_source(cls) in text, "shared/unicats.py is stale: run python -m tools.tokenizer_export unicats"
+    assert te.unicats_source(cls) in text, "shared/unicats.py is stale: run python -m tools.formats.tokenizer_export unicats"
     # ...and cls() reads them right: at every run start, the code point before it, every space, and a sample.
     _, spaces, runs = te.unicats_tables(cls)
     starts = [int.from_bytes(runs[i:i + 3], "little") >> 2 for i in range(0, len(runs), 3)]

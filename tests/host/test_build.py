@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from host import cli
-from tools import build
+from tools.board import build
 
 
 @pytest.mark.parametrize("board,arch", [("rp2040_pico", "armv6m"), ("esp32s3_devkitc", "xtensawin"), ("esp32s3_n8r8", "xtensawin")])
@@ -139,7 +139,7 @@ def test_node_build_carries_the_draft_and_main(tmp_path: Path) -> None:
     assert (out / "draft-rp2040.mbf").read_bytes() == build.DRAFT.read_bytes()
     assert "firmware.node" in (out / "main.py").read_text()
     assert manifest["node"]["model"] == "draft-rp2040.mbf"
-    from tools import deploy
+    from tools.board import deploy
 
     _, files = deploy.build_files(out)
     assert {"/draft-rp2040.mbf", "/main.py", "/board.json"} <= {remote for _, remote in files}

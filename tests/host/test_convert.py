@@ -1,4 +1,4 @@
-"""The model converters (tools/convert.py): llama2.c, GGUF and Hugging Face safetensors -> MBF.
+"""The model converters (tools/formats/convert.py): llama2.c, GGUF and Hugging Face safetensors -> MBF.
 
 Each source format gets a tiny random model made here (no network). What is proved:
 - the MBF opens with shared/mbf.py, every CRC verifies, the config fields are the source's;
@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from shared import bpe, kernels, llama, mbf, model_load, q4, q4_numpy, q4a_q8, ringkv  # noqa: E402
-from tools import convert as C  # noqa: E402
-from tools import llama2c, tokenizer_export  # noqa: E402
-from tools.convert import ConvertError  # noqa: E402
+from tools.formats import convert as C  # noqa: E402
+from tools.formats import llama2c, tokenizer_export  # noqa: E402
+from tools.formats.convert import ConvertError  # noqa: E402
 
 SMOLLM = smollm2_gguf()
 

@@ -1,4 +1,4 @@
-"""tools/deploy.py: copying a build onto a (virtual) board with the real mpremote and ampy, and its errors.
+"""tools/board/deploy.py: copying a build onto a (virtual) board with the real mpremote and ampy, and its errors.
 
 The end-to-end tests build the core for x64 (native .mpy that the unix port can load), start a virtual
 board with the rp2040_pico profile (heap 196608 bytes), deploy, and run code on the board that imports
@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import serial
 
-from tools import build, deploy
-from tools.deploy import (BoardExecError, BoardTimeoutError, BuildFolderError, DeployError, PortError,
+from tools.board import build, deploy
+from tools.board.deploy import (BoardExecError, BoardTimeoutError, BuildFolderError, DeployError, PortError,
                           ToolNotFoundError, VerifyError)
-from tools.vboard import VirtualBoard
+from tools.board.vboard import VirtualBoard
 
 HEAP = 196608
 
@@ -249,7 +249,7 @@ def test_deploy_then_reboot_runs_the_deployed_main(vb: VirtualBoard, x64_build: 
 @pytest.mark.slow
 def test_cli_deploy_detects_a_virtual_board(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from host import cli
-    from tools.vboard import VirtualBoard
+    from tools.board.vboard import VirtualBoard
 
     with VirtualBoard("rp2040_pico", root=tmp_path / "fs") as vb:
         assert cli.main(["deploy", "--board", "rp2040_pico", "--port", vb.repl_port]) == 0

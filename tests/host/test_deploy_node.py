@@ -27,7 +27,7 @@ import pytest
 
 import gwkit
 from host import cli, node_config
-from tools import build
+from tools.board import build
 
 ROOT = Path(__file__).resolve().parents[2]
 MICROPYTHON_PROFILES = ("rp2040_pico", "esp32s3_devkitc", "esp32s3_n8r8")
@@ -59,7 +59,7 @@ def test_node_json_follows_the_plan(board: str, tmp_path: Path, capsys: pytest.C
 def test_a_node_model_that_fits_no_plan_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     from host import board_profile
-    from tools.make_tiny_llama import build_model
+    from tools.formats.make_tiny_llama import build_model
 
     big = tmp_path / "big.mbf"
     big.write_bytes(build_model(dim=128, hidden_dim=256, n_layers=4, vocab_size=256))

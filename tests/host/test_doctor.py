@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from host import cmd_doctor, weights
-from tools import vboard
+from tools.board import vboard
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from shared import bpe, episode, llama, mbf, memfit, ringkv  # noqa: E402
-from tools import corpus, eval_draft  # noqa: E402
+from tools.train import corpus, eval_draft  # noqa: E402
 
 MBF = ROOT / "models" / "draft" / "draft.mbf"
 METRICS = ROOT / "models" / "draft" / "metrics.json"
@@ -26,7 +26,7 @@ BAND = 0.03  # quick acceptance vs the card's quick figure (same code and data: 
 @pytest.fixture(scope="module")
 def reader():
     if not MBF.is_file():
-        pytest.fail("models/draft/draft.mbf is missing: run `python -m tools.make_draft`")
+        pytest.fail("models/draft/draft.mbf is missing: run `python -m tools.train.make_draft`")
     r = mbf.open(str(MBF), budget=1 << 22)
     yield r
     r.close()
@@ -105,7 +105,7 @@ print(json.dumps({"mode": m.mode, "held": held, "token": out, "free": gc.mem_fre
 def test_loads_and_steps_under_micropython_rp2040_heap(tmp_path):
     """The MicroPython unix port is x64 (8-byte words): the rp2040 heap is doubled, as the planner's
     64-bit reserve is; the 4-byte fit itself is test_fits_rp2040_pico_by_the_planner."""
-    from tools import build
+    from tools.board import build
     try:
         mp = subprocess.run([sys.executable, "-c", "import shutil,sys; print(shutil.which('micropython') or '')"],
                             capture_output=True, text=True).stdout.strip()
@@ -166,7 +166,7 @@ def test_corpus_is_deterministic_and_split_by_seed():
 
 def test_quick_eval_matches_the_card():
     if not METRICS.is_file():
-        pytest.fail("models/draft/metrics.json is missing: run `python -m tools.make_draft`")
+        pytest.fail("models/draft/metrics.json is missing: run `python -m tools.train.make_draft`")
     card = json.loads(METRICS.read_text())["quick"]
     got = eval_draft.draft_metrics("heldout", quick=True)
     assert got["note_tokens"] > 10

@@ -3,7 +3,7 @@
 Node A: the rp2040_pico profile (KV 4 + 28 + 8), node B: the esp32s3_devkitc profile (KV 4 + 60 + 8), each
 with its profile's heap in words (see below; the esp32s3_n8r8 profile's 4 MiB heap works too, but its
 4 + 252 window makes the node ~5x slower per token here: EDGETWIN_E2E_N8R8=1). Both run the real MicroPython
-unix port, the x64 build deployed with mpremote, the tiny INT4 draft of tools/spec_models (seed 3) from
+unix port, the x64 build deployed with mpremote, the tiny INT4 draft of tools/demo/spec_models (seed 3) from
 their filesystem, and talk to `edgetwin gateway --model tiny:3` (a separate process) over their UART ptys
 through a pass-through interposer, at 921600 baud. The gateway verifies both nodes' blocks in one batched
 pass per round.

@@ -1,4 +1,4 @@
-"""The real rp2 firmware (make firmware) on the emulated RP2040 (tools/emuboard.py, rp2040js).
+"""The real rp2 firmware (make firmware) on the emulated RP2040 (tools/board/emuboard.py, rp2040js).
 
 The cache-key test is fast. The others are marked slow: they build the firmware through `make firmware`
 (a few minutes the first time, then cached) and boot it in the emulator, about 0.5 s of host time per
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import serial
 
-from tools import build, emuboard, firmware_build
+from tools.board import build, emuboard, firmware_build
 
 ROOT = Path(__file__).resolve().parents[2]
 MPREMOTE = str(Path(sys.executable).parent / "mpremote")

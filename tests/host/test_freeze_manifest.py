@@ -1,4 +1,4 @@
-"""boards/manifest.py (tools/freeze_manifest.py): current, valid for MicroPython's manifest functions, and
+"""boards/manifest.py (tools/board/freeze_manifest.py): current, valid for MicroPython's manifest functions, and
 freezing every module the node imports, but no host-only backend."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tools import build, freeze_manifest
+from tools.board import build, freeze_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,7 +45,7 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_manifest_is_current() -> None:
-    assert freeze_manifest.main(["--check"]) == 0, "run python -m tools.freeze_manifest"
+    assert freeze_manifest.main(["--check"]) == 0, "run python -m tools.board.freeze_manifest"
 
 
 def test_manifest_freezes_the_node_closure_and_no_host_backend() -> None:

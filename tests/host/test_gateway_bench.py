@@ -1,11 +1,11 @@
-"""tools/bench_link.py over a real pty pair (paced at the baud rate, byte errors both ways): exactly once,
+"""tools/bench/link.py over a real pty pair (paced at the baud rate, byte errors both ways): exactly once,
 nothing corrupt accepted, and a goodput that is a real fraction of the line (wall-clock, CPython)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tools import bench_link
+from tools.bench import link as bench_link
 
 
 @pytest.mark.parametrize("ppm,baud", [(0, 115200), (1000, 921600)])

@@ -18,7 +18,7 @@ from host import session as hsession
 from host.cli import main
 from host.store import LogStore
 from shared import frame, link
-from tools.vboard import set_raw
+from tools.board.vboard import set_raw
 
 ROOT = Path(__file__).resolve().parents[2]
 

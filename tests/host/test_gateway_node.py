@@ -15,7 +15,7 @@ from firmware import uart, logq, node
 from firmware.sampler import Sampler
 from host.session import Session
 from host.store import LogStore
-from tools.vboard import set_raw
+from tools.board.vboard import set_raw
 
 PROF = json.loads((Path(__file__).resolve().parents[2] / "boards" / "rp2040_pico.json").read_text())
 

@@ -4,14 +4,14 @@ Per-byte error rates 1e-4 and 1e-3 in both directions, each error a bit flip, a 
 inserted byte. Counted per message: delivered exactly once, duplicated, lost, accepted with wrong
 contents. With retransmission every message arrives exactly once and nothing corrupt is ever
 accepted; the framing alone (no retransmission) loses about one frame per error event and still
-accepts nothing corrupt. The figures come from the same functions tools/bench_link.py prints.
+accepts nothing corrupt. The figures come from the same functions tools/bench/link.py prints.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tools import bench_link
+from tools.bench import link as bench_link
 
 RATES = [("1e-4", 100), ("1e-3", 1000)]
 

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 import test_llama as tl  # noqa: E402  (the shared test module: pins, fixture paths, variant writer)
 
 from shared import kernels, llama, mbf, model_load, q4_numpy, ringkv  # noqa: E402
-from tools import make_tiny_llama  # noqa: E402
+from tools.formats import make_tiny_llama  # noqa: E402
 
 LIM = 0x3FFFFFFF
 
@@ -45,7 +45,7 @@ def _decode_crc(path: str = tl.TINY, stream: bool = False, n: int = tl.N) -> int
 
 def test_committed_fixture_is_a_fresh_build():
     assert (ROOT / tl.TINY).read_bytes() == make_tiny_llama.build_model(), \
-        "tests/shared/data/tiny_llama.mbf differs from tools/make_tiny_llama.py: rerun the tool"
+        "tests/shared/data/tiny_llama.mbf differs from tools/formats/make_tiny_llama.py: rerun the tool"
     assert len(make_tiny_llama.build_model()) < 64 * 1024
     assert make_tiny_llama.main(["--check"]) == 0
 

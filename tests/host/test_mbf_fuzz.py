@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 import mbf_ref as ref  # noqa: E402
 
 from shared import mbf  # noqa: E402
-from tools.mbf_write import build  # noqa: E402
+from tools.formats.mbf_write import build  # noqa: E402
 
 FIXTURE = (ROOT / ref.FIXTURE_PATH).read_bytes()
 CASES = int(os.environ.get("MBF_FUZZ_CASES", "12000"))

@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 import mbf_ref  # noqa: E402
 
 from shared import mbf  # noqa: E402
-from tools.mbf_write import MBFWriteError, build, config_bytes, layer_name, scales_name, write  # noqa: E402
+from tools.formats.mbf_write import MBFWriteError, build, config_bytes, layer_name, scales_name, write  # noqa: E402
 
 FIXTURE = ROOT / mbf_ref.FIXTURE_PATH
 DOC = ROOT / "docs" / "MBF.md"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from host import cli
-from tools.make_tiny_llama import FIXTURE, build_model
+from tools.formats.make_tiny_llama import FIXTURE, build_model
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

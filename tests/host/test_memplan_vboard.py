@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tools import build, deploy
-from tools.make_tiny_llama import FIXTURE, build_model
-from tools.vboard import VirtualBoard
+from tools.board import build, deploy
+from tools.formats.make_tiny_llama import FIXTURE, build_model
+from tools.board.vboard import VirtualBoard
 
 TOLERANCE = 0.10  # |measured - predicted| <= max(10% of predicted, 4 KB)
 SLACK = 4096

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from tools import build, deploy, mip_package
-from tools.vboard import VirtualBoard
+from tools.board import build, deploy, mip_package
+from tools.board.vboard import VirtualBoard
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_package_json_is_current() -> None:
-    assert mip_package.main(["--check"]) == 0, "package.json is stale: run python -m tools.mip_package"
+    assert mip_package.main(["--check"]) == 0, "package.json is stale: run python -m tools.board.mip_package"
     data = json.loads((ROOT / "package.json").read_text())
     paths = [dest for dest, src in data["urls"]]
     assert all(dest == src for dest, src in data["urls"])

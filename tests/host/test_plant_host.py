@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from shared import plant
 from shared.plant import Plant
-from tools import gen_logs
+from tools.train import gen_logs
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -167,7 +167,7 @@ def test_truth_labels_every_fault_with_its_interval():
         assert (f["signal"] is None) == (f["fault"] in ("bearing_wear", "cavitation", "overheating", "clogged_filter"))
 
 
-# ---- tools/gen_logs.py ----
+# ---- tools/train/gen_logs.py ----
 
 def test_gen_logs_writes_the_log_and_a_matching_summary(tmp_path, capsys):
     out = tmp_path / "p.log"
@@ -193,7 +193,7 @@ def test_gen_logs_writes_the_log_and_a_matching_summary(tmp_path, capsys):
 
 
 def test_gen_logs_to_stdout_puts_the_summary_on_stderr():
-    proc = subprocess.run([sys.executable, "-m", "tools.gen_logs", "--seed", "9", "--hours", "0.01",
+    proc = subprocess.run([sys.executable, "-m", "tools.train.gen_logs", "--seed", "9", "--hours", "0.01",
                            "--start", "2027-12-31T23:59:30Z"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()

@@ -1,11 +1,11 @@
-"""tools/bench_prism.py end to end on a tiny random cross-encoder: one JSON object with every figure."""
+"""tools/bench/prism.py end to end on a tiny random cross-encoder: one JSON object with every figure."""
 
 from __future__ import annotations
 
 import json
 
 from test_prism_bert import make_tiny
-from tools import bench_prism
+from tools.bench import prism as bench_prism
 
 
 def test_bench_prism_json(tmp_path, capsys):

@@ -26,7 +26,7 @@ import pytest
 from host import board_profile, cli
 from host.errors import UserError
 from shared import profile
-from tools import build
+from tools.board import build
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 1200

@@ -1,4 +1,4 @@
-"""tools/qa_corpus.py: deterministic, split by plant seed, labels that agree with the simulator's ground truth."""
+"""tools/train/qa_corpus.py: deterministic, split by plant seed, labels that agree with the simulator's ground truth."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tools import qa_corpus as qc
+from tools.train import qa_corpus as qc
 
 SEED = 2000  # the first held-out node (the bench's quick set uses it too, so the cache is shared)
 WT = 256

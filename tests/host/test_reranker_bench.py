@@ -1,4 +1,4 @@
-"""tools/bench_models.py: metrics, the FTS5 bm25 baseline, and the quick bench (the reranker beats bm25)."""
+"""tools/bench/models.py: metrics, the FTS5 bm25 baseline, and the quick bench (the reranker beats bm25)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from tools import bench_models as bm
+from tools.bench import models as bm
 
 
 def test_ndcg_and_recall():
@@ -36,8 +36,8 @@ def test_draft_figures_fallback(monkeypatch):
     real = importlib.import_module
 
     def fake(name, *a, **k):
-        if name == "tools.eval_draft":
-            raise ImportError("No module named 'tools.eval_draft'")
+        if name == "tools.train.eval_draft":
+            raise ImportError("No module named 'tools.train.eval_draft'")
         return real(name, *a, **k)
 
     monkeypatch.setattr(bm.importlib, "import_module", fake)

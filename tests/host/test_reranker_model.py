@@ -13,7 +13,7 @@ import pytest
 
 from host import weights
 from host.prism import BertCrossEncoder, PrismModelError
-from tools import reranker_assemble as ra
+from tools.formats import reranker_assemble as ra
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "models" / "reranker"
@@ -28,7 +28,7 @@ def test_shipped_files_are_small_and_described():
     card = (SHIPPED / "CARD.md").read_text()
     bench = json.loads((SHIPPED / "bench.json").read_text())
     assert "%.3f" % bench["reranker_ndcg10"] in card and "%.3f" % bench["bm25_ndcg10"] in card
-    assert "tools.make_reranker" in card and "reranker_assemble" in card
+    assert "tools.train.make_reranker" in card and "reranker_assemble" in card
 
 
 def test_card_states_every_phase_and_both_benches():

@@ -15,7 +15,7 @@ import pytest  # noqa: E402
 
 from host.verifier import TargetMirror, Verifier, pack_prompt  # noqa: E402
 from shared import drafter  # noqa: E402
-from tools import spec_models as sm  # noqa: E402
+from tools.demo import spec_models as sm  # noqa: E402
 
 SINK, WINDOW = 2, 6
 PROMPTS = [[1, 2, 3, 4, 5], [9, 8, 7], [40, 41, 42, 43, 44, 45, 46]]
@@ -158,7 +158,7 @@ def test_sampling_mode_with_the_int4_draft_keeps_lockstep(pair):
 
 
 def test_bench_spec_quick_smoke():
-    from tools import bench_spec
+    from tools.bench import spec as bench_spec
 
     import argparse
 
@@ -182,7 +182,7 @@ def test_float_twin_of_an_mbf(pair, tmp_path):
     import numpy as np
 
     from shared.q4_numpy import quantize_matrix_asym
-    from tools.mbf_write import build, layer_name
+    from tools.formats.mbf_write import build, layer_name
 
     p = tmp_path / "pair.mbf"
     p.write_bytes(pair.mbf)

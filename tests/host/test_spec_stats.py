@@ -1,6 +1,6 @@
 """Sampling mode end to end reproduces the target's distribution: the real shared/drafter.py against the
 real host/verifier.py (Stream, Verifier, KVCache staging and commits), on an 8-token vocabulary. The
-models are first-order stand-ins with the same interfaces (tools/spec_models.py MarkovTarget for the
+models are first-order stand-ins with the same interfaces (tools/demo/spec_models.py MarkovTarget for the
 target, TableModel for the draft: an unrelated table, temperature 1, top-4), so that 10^4 episodes of 3
 committed tokens from one prompt fit the test budget. Pearson chi-square of the 2- and 3-token joints
 against the exact target probabilities (from the target's own quantised rows) and against 10^4
@@ -25,7 +25,7 @@ from test_specdec_stats import gof, homogeneity  # noqa: E402
 
 from host import verifier as V  # noqa: E402
 from shared import drafter, specdec  # noqa: E402
-from tools import spec_models as sm  # noqa: E402
+from tools.demo import spec_models as sm  # noqa: E402
 
 VOCAB = 8
 PROMPT = [1, 2]

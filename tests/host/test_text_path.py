@@ -20,7 +20,8 @@ import gwkit
 from host import node_config, qa
 from host.store import LogStore
 from shared import profile
-from tools import demo, vboard
+from tools.demo import demo
+from tools.board import vboard
 
 ROOT = Path(__file__).resolve().parents[2]
 BOARD = "rp2040_pico"

@@ -16,8 +16,8 @@ import pytest
 import serial
 
 from firmware import boardcfg, uart
-from tools import build, deploy
-from tools.vboard import VirtualBoard
+from tools.board import build, deploy
+from tools.board.vboard import VirtualBoard
 
 pytestmark = pytest.mark.slow
 
@@ -185,7 +185,7 @@ def test_pty_uart_under_cpython_with_a_host_pty(tmp_path: Path) -> None:
     # The same adapter on the host (CPython), against a raw pty pair: no board needed.
     import os
 
-    from tools.vboard import set_raw
+    from tools.board.vboard import set_raw
 
     master, slave = os.openpty()
     set_raw(slave)

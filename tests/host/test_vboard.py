@@ -1,4 +1,4 @@
-"""The virtual board (tools/vboard.py + tools/vboot.py): REPL protocol, resets, UART relay, fs sandbox.
+"""The virtual board (tools/board/vboard.py + tools/board/vboot.py): REPL protocol, resets, UART relay, fs sandbox.
 
 Everything here drives the real MicroPython unix port through real ptys, with pyserial and the real
 mpremote, so the tests are marked slow (they still run in CI; the whole file takes a few seconds).
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import serial
 
-from tools import vboard
-from tools.vboard import VBoardError, VirtualBoard
+from tools.board import vboard
+from tools.board.vboard import VBoardError, VirtualBoard
 
 ROOT = Path(__file__).resolve().parents[2]
 MPREMOTE = str(Path(sys.executable).parent / "mpremote")
@@ -350,7 +350,7 @@ def test_stop_reaps_the_interpreter_and_closes_everything(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_command_line_runs_until_sigterm(tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "tools.vboard", "--board", "rp2040_pico", "--root", str(tmp_path),
+    proc = subprocess.Popen([sys.executable, "-m", "tools.board.vboard", "--board", "rp2040_pico", "--root", str(tmp_path),
                              "--heap", "196608"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stderr is not None

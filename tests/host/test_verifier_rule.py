@@ -9,7 +9,7 @@ import pytest
 
 from host import verifier as V
 from shared import frame, specdec
-from tools import spec_models as sm
+from tools.demo import spec_models as sm
 
 
 def _rows(rng: np.random.RandomState):

@@ -10,7 +10,7 @@ from shared import bpe, unicats
 FIXTURE = "tests/shared/data/tok_small.bin"
 # Regenerate (and tests/host/test_bpe_reference.py checks it is byte-identical to a fresh export):
 #   .venv/bin/python tests/host/corpus_lines.py > /tmp/corpus.jsonl
-#   .venv/bin/python -m tools.tokenizer_export export --keep 1024 --corpus /tmp/corpus.jsonl -o tests/shared/data/tok_small.bin
+#   .venv/bin/python -m tools.formats.tokenizer_export export --keep 1024 --corpus /tmp/corpus.jsonl -o tests/shared/data/tok_small.bin
 FIXTURE_CRC = 0xE875D8E2
 FIXTURE_TOKENS = 1024
 

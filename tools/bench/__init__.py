@@ -1,0 +1,1 @@
+"""Benchmarks: each module is `edgetwin bench NAME` and prints one JSON object."""

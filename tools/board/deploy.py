@@ -1,0 +1,446 @@
+"""Copy a board build onto a board (real or virtual) with mpremote or adafruit-ampy, and check it arrived.
+
+`deploy(build_dir, port)` takes a folder made by tools/board/build.py (lib/shared/*.mpy, lib/firmware/*.mpy,
+board.json, MANIFEST.json, optionally main.py, node.json and *.mbf model files) and copies it to the board's filesystem with the real
+tools, in as few invocations as the tool allows:
+
+- mpremote (the default): one ``mpremote connect PORT exec <mkdir+clean> + fs cp F1 :/lib/... + ... +
+  exec <verify>`` chain; files already identical on the board are skipped (mpremote compares sha256);
+- ampy (the fallback; unmaintained since 2019): ``ampy run`` for the clean-up and the check and one
+  ``ampy put`` per top-level entry (ampy soft-resets the board for every file it writes, so it is slower).
+
+Before copying, files under the build's package folders on the board (/lib/shared, /lib/firmware) that
+the build does not contain are removed: a stale ``.py`` would otherwise shadow the new ``.mpy`` (the
+import system tries ``.py`` first). Afterwards every file is listed back from the board and its size
+compared with the build; the report also carries the board's heap use after a collect.
+
+`run_on_board(port, code)` runs a snippet and returns what it printed.
+
+Errors are `DeployError` subclasses whose message says what to do: missing or malformed build,
+tool not installed, port missing/busy/not a serial device, board not answering (timeout), code that
+raised on the board, files that did not arrive.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import select
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+TOOLS = ("mpremote", "ampy")
+# Files at the root of a build folder that go to the board's root (plus any *.mbf model file).
+TOP_FILES = ("board.json", "main.py", "boot.py", "node.json")
+REPORT_MARK = "@@EDGETWIN-DEPLOY "
+_EXEC_INLINE_MAX = 8000  # longer snippets go through a temporary file (`mpremote run`)
+
+# Runs on the board (MicroPython): create the build's folders (existing ones are fine).
+_MKDIR_CODE = """import os
+for _d in %(dirs)r:
+    try:
+        os.mkdir(_d)
+    except OSError:
+        pass
+"""
+
+# Runs on the board (MicroPython): remove files under the package folders that the build lacks.
+_CLEAN_CODE = """import os
+def _clean(d, keep):
+    try:
+        ents = list(os.ilistdir(d))
+    except OSError:
+        return
+    for e in ents:
+        p = d + '/' + e[0]
+        if e[1] & 0x4000:
+            _clean(p, keep)
+            try:
+                os.rmdir(p)
+            except OSError:
+                pass
+        elif p not in keep:
+            os.remove(p)
+            print('removed', p)
+_keep = set(%(keep)r)
+for _d in %(dirs)r:
+    _clean(_d, _keep)
+del _clean, _keep
+"""
+
+# Runs on the board: list every deployed file with its size, and the heap after a collect.
+_VERIFY_CODE = """import os, gc, json
+def _walk(p, out):
+    try:
+        ents = list(os.ilistdir(p))
+    except OSError:
+        return
+    for e in ents:
+        q = p + '/' + e[0]
+        if e[1] & 0x4000:
+            _walk(q, out)
+        else:
+            out[q] = os.stat(q)[6]
+_f = {}
+_walk('/lib', _f)
+for _p in %(top)r:
+    try:
+        _f[_p] = os.stat(_p)[6]
+    except OSError:
+        pass
+gc.collect()
+print(%(mark)r + json.dumps({'files': _f, 'mem_alloc': gc.mem_alloc(), 'mem_free': gc.mem_free()}))
+del _walk, _f
+"""
+
+
+class DeployError(RuntimeError):
+    """Deployment or a board command failed; the message says why and what to do."""
+
+
+class BuildFolderError(DeployError, ValueError):
+    """The build folder is missing, has no MANIFEST.json, or does not match its manifest."""
+
+
+class ToolNotFoundError(DeployError):
+    """mpremote or ampy is not installed (or an unknown tool was asked for)."""
+
+
+class PortError(DeployError):
+    """The serial port does not exist, is not a serial device, or is in use."""
+
+
+class BoardTimeoutError(DeployError, TimeoutError):
+    """The board did not answer in time."""
+
+
+class BoardExecError(DeployError):
+    """Code run on the board raised; `board_output` holds what it printed, traceback included."""
+
+    def __init__(self, message: str, board_output: str = "") -> None:
+        super().__init__(message)
+        self.board_output = board_output
+
+
+class VerifyError(DeployError):
+    """Files listed back from the board are missing or have the wrong size; `report` has the details."""
+
+    def __init__(self, message: str, report: dict) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+def tool_exe(tool: str) -> str:
+    """Path of `tool` ('mpremote' or 'ampy'): next to the running Python (the venv), else on PATH."""
+    if tool not in TOOLS:
+        raise ToolNotFoundError("unknown deploy tool %r: use one of %s" % (tool, ", ".join(TOOLS)))
+    here = Path(sys.executable).parent / tool
+    if here.exists():
+        return str(here)
+    found = shutil.which(tool)
+    if not found:
+        pkg = "mpremote" if tool == "mpremote" else "adafruit-ampy"
+        raise ToolNotFoundError("%s not found: install it with `pip install %s` (make test installs both)"
+                                % (tool, pkg))
+    return found
+
+
+def check_port(port: str) -> None:
+    """Fail early and clearly if `port` is not an existing, accessible serial device."""
+    if not isinstance(port, str) or not port:
+        raise PortError("no serial port given: pass the board's port, e.g. /dev/ttyACM0 or a virtual board's REPL pty")
+    if "://" in port:  # pyserial URL (socket://, rfc2217://): nothing to check locally
+        return
+    try:
+        st = os.stat(port)
+    except FileNotFoundError:
+        raise PortError("serial port %s does not exist: is the board plugged in (or the virtual board running)?"
+                        % port) from None
+    except OSError as e:
+        raise PortError("cannot access serial port %s: %s" % (port, e.strerror)) from None
+    if not stat.S_ISCHR(st.st_mode):
+        raise PortError("%s is not a serial device (not a character device)" % port)
+    if not os.access(port, os.R_OK | os.W_OK):
+        raise PortError("no permission to open %s: add yourself to the dialout group (or run with access to it)" % port)
+
+
+def build_files(build_dir: Path) -> tuple[dict, list[tuple[Path, str]]]:
+    """Read and check a build folder: (manifest, [(local file, board path)]) for everything to copy."""
+    build_dir = Path(build_dir)
+    if not build_dir.is_dir():
+        raise BuildFolderError("build folder %s does not exist: run the build first (tools/board/build.py)" % build_dir)
+    manifest_path = build_dir / "MANIFEST.json"
+    if not manifest_path.is_file():
+        raise BuildFolderError("%s has no MANIFEST.json: it is not a build folder made by tools/board/build.py" % build_dir)
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        entries = manifest["files"]
+        sizes = {str(e["path"]): int(e["bytes"]) for e in entries}
+    except (ValueError, KeyError, TypeError) as e:
+        raise BuildFolderError("%s is malformed (%s): rebuild" % (manifest_path, e)) from None
+    for rel, size in sizes.items():
+        f = build_dir / rel
+        if not f.is_file():
+            raise BuildFolderError("%s lists %s but the file is missing: rebuild" % (manifest_path, rel))
+        if f.stat().st_size != size:
+            raise BuildFolderError("%s: %s is %d bytes, the manifest says %d: rebuild"
+                                   % (manifest_path, rel, f.stat().st_size, size))
+    files: list[tuple[Path, str]] = []
+    lib = build_dir / "lib"
+    if lib.is_dir():
+        for f in sorted(p for p in lib.rglob("*") if p.is_file()):
+            files.append((f, "/" + f.relative_to(build_dir).as_posix()))
+    for name in TOP_FILES + tuple(sorted(p.name for p in build_dir.glob("*.mbf"))):
+        if (build_dir / name).is_file():
+            files.append((build_dir / name, "/" + name))
+    if not (build_dir / "board.json").is_file():
+        raise BuildFolderError("%s has no board.json: rebuild" % build_dir)
+    return manifest, files
+
+
+def _ampy_board_exception(err: str) -> tuple[str, str] | None:
+    """ampy reports a board-side exception as a host traceback ending in PyboardError('exception', out, err)."""
+    m = re.search(r"PyboardError: (\('exception',.*\))\s*$", err, re.S)
+    if not m:
+        return None
+    try:
+        _, out, tb = ast.literal_eval(m.group(1))
+        return out.decode("utf-8", "replace"), tb.decode("utf-8", "replace")
+    except (ValueError, SyntaxError, TypeError, AttributeError):
+        return None
+
+
+def _classify_failure(tool: str, port: str, rc: int, out: str, err: str) -> DeployError:
+    if tool == "ampy":
+        board = _ampy_board_exception(err)
+        if board is not None:
+            printed, tb = board
+            return BoardExecError("code raised on the board:\n%s" % tb.strip(), out + tb)
+        err = err.strip().splitlines()[-1] if err.strip() else ""  # the host traceback is ampy's, not ours
+    text = (out + "\n" + err).strip()
+    low = text.lower()
+    if "failed to access" in low or "could not open port" in low or "resource temporarily unavailable" in low:
+        return PortError("cannot open %s: it is in use by another program (a REPL, a gateway, another %s?); "
+                         "close it and retry\n%s" % (port, tool, text[-1500:]))
+    if "could not enter raw repl" in low or "timeout waiting" in low:
+        return BoardTimeoutError("the board on %s did not answer %s (no MicroPython REPL there, or an application "
+                                 "that owns the console: press reset and retry)\n%s" % (port, tool, text[-1500:]))
+    if tool == "mpremote" and "Traceback (most recent call last)" in out:
+        return BoardExecError("code raised on the board:\n%s" % out[out.index("Traceback"):][-3000:].strip(), out)
+    return DeployError("%s failed (exit %d):\n%s" % (tool, rc, text[-3000:]))
+
+
+def _run_tool(tool: str, args: list[str], port: str, timeout: float,
+              on_line: Callable[[str], None] | None = None) -> str:
+    """Run the tool; return its stdout. on_line gets each stdout line as the tool prints it."""
+    cmd = [tool_exe(tool)] + args
+    what = "%s %s" % (tool, args[2] if len(args) > 2 else "")
+    timed_out = BoardTimeoutError("the board on %s did not answer within %.0f s (%s): is MicroPython running on it "
+                                  "and the port free?" % (port, timeout, what.strip()))
+    if on_line is None:
+        try:
+            res = subprocess.run(cmd, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise timed_out from None
+        rc, raw_out, raw_err = res.returncode, res.stdout, res.stderr
+    else:
+        rc, raw_out, raw_err = _run_streaming(cmd, timeout, on_line, timed_out)
+    out = raw_out.decode("utf-8", "replace").replace("\r\n", "\n")
+    err = raw_err.decode("utf-8", "replace").replace("\r\n", "\n")
+    if rc != 0 or (tool == "ampy" and "Failed to find or read input file" in err):
+        raise _classify_failure(tool, port, rc, out, err)
+    return out
+
+
+def _run_streaming(cmd: list[str], timeout: float, on_line: Callable[[str], None],
+                   timed_out: DeployError) -> tuple[int, bytes, bytes]:
+    """subprocess.run with stdout handed to on_line line by line as it comes (the tool unbuffered)."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    deadline = time.monotonic() + timeout
+    out, err, line = bytearray(), bytearray(), bytearray()
+    streams = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+    try:
+        while streams:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise timed_out
+            ready, _, _ = select.select(list(streams), [], [], min(left, 1.0))
+            for fd in ready:
+                data = os.read(fd, 65536)
+                if not data:
+                    del streams[fd]
+                    continue
+                streams[fd] += data
+                if fd == proc.stdout.fileno():
+                    line += data
+                    while b"\n" in line:
+                        i = line.index(b"\n")
+                        on_line(line[:i].decode("utf-8", "replace").rstrip("\r"))
+                        del line[:i + 1]
+        rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        raise timed_out from None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    return rc, bytes(out), bytes(err)
+
+
+def _port_args(tool: str, port: str) -> list[str]:
+    return ["connect", port] if tool == "mpremote" else ["--port", port]
+
+
+def run_on_board(port: str, code: str, tool: str = "mpremote", timeout: float = 30.0) -> str:
+    """Run `code` on the board at `port` (after the tool's usual soft reset); return what it printed.
+
+    Line endings are normalised to '\\n'. Raises BoardExecError if the code raised (the traceback is
+    in the message), BoardTimeoutError if nothing answered within `timeout` seconds, PortError or
+    ToolNotFoundError for the obvious.
+    """
+    if not isinstance(code, str):
+        raise TypeError("code must be a str, not %s" % type(code).__name__)
+    tool_exe(tool)
+    check_port(port)
+    if tool == "mpremote" and len(code) <= _EXEC_INLINE_MAX:
+        return _run_tool(tool, _port_args(tool, port) + ["exec", code], port, timeout)
+    with tempfile.TemporaryDirectory(prefix="edgetwin-run-") as tmp:
+        script = Path(tmp) / "snippet.py"
+        script.write_text(code)
+        return _run_tool(tool, _port_args(tool, port) + ["run", str(script)], port, timeout)
+
+
+def reset_board(port: str, tool: str = "mpremote", timeout: float = 30.0) -> None:
+    """Hard-reset the board (machine.reset()): it boots into its /main.py, e.g. the node."""
+    tool_exe(tool)
+    check_port(port)
+    args = _port_args(tool, port) + (["reset"] if tool == "mpremote" else ["reset", "--hard"])
+    _run_tool(tool, args, port, timeout)
+
+
+def _parse_report(out: str) -> dict:
+    for line in out.splitlines():
+        if line.startswith(REPORT_MARK):
+            return json.loads(line[len(REPORT_MARK):])
+    raise DeployError("the board did not report its files after the copy; its output was:\n%s" % out[-2000:])
+
+
+def deploy(build_dir: Path, port: str, tool: str = "mpremote", timeout: float | None = None,
+           clean: bool = True, force: bool = False, progress: Callable[[str], None] | None = None) -> dict:
+    """Copy every file of `build_dir` onto the board at `port` with `tool`, then verify it.
+
+    `clean` removes files in the build's package folders on the board that the build lacks; `force`
+    rewrites files that are already identical (mpremote only). `timeout` (seconds) bounds each tool
+    invocation; by default it grows with the build's size. `progress`, when given, gets one line per
+    file as its copy starts ("[3/42] /lib/shared/frame.mpy 2,345 B", mpremote and ampy alike; "up to
+    date" for a file mpremote skipped) and one per step (clean-up, check). Returns a report::
+
+        {"tool", "port", "build", "board", "arch", "files": [{"path", "bytes"}], "total_bytes",
+         "removed": [...], "board_mem_alloc", "board_mem_free", "seconds"}
+
+    Raises VerifyError (with `.report`) if a file is missing or has the wrong size on the board.
+    """
+    t0 = time.monotonic()
+    manifest, files = build_files(Path(build_dir))
+    tool_exe(tool)  # fails early, with install advice
+    check_port(port)
+    total = sum(local.stat().st_size for local, _ in files)
+    if timeout is None:
+        # mpremote writes 256-byte chunks, one raw-REPL exec each; ampy soft-resets per file.
+        timeout = 60.0 + total / 2000.0 + (1.5 * len(files) if tool == "ampy" else 0.0)
+    expected = {remote: local.stat().st_size for local, remote in files}
+    pkg_dirs = sorted({"/".join(r.split("/")[:3]) for r in expected if r.startswith("/lib/") and r.count("/") >= 3})
+    clean_code = _CLEAN_CODE % {"keep": sorted(expected), "dirs": pkg_dirs}
+    verify_code = _VERIFY_CODE % {"mark": REPORT_MARK,
+                                  "top": sorted(r for _, r in files if not r.startswith("/lib/"))}
+    build_dir = Path(build_dir).resolve()
+    outputs: list[str] = []
+    say = progress or (lambda line: None)
+    n = len(files)
+
+    def file_line(i: int, remote: str) -> str:
+        return "[%d/%d] %s %s B" % (i, n, remote, format(expected[remote], ","))
+
+    # Explicit destination paths rather than `cp -r lib :`, whose result depends on whether the
+    # destination exists (and on how the board's VFS answers stat('')).
+    parts = [remote.split("/")[1:-1] for _, remote in files]
+    dirs = sorted({"/" + "/".join(p[:i]) for p in parts for i in range(1, len(p) + 1)},
+                  key=lambda d: (d.count("/"), d))  # parents first
+    prepare = (_MKDIR_CODE % {"dirs": dirs}) + (clean_code if clean and pkg_dirs else "")
+    say("%s: %d files, %s B to %s%s" % (tool, n, format(total, ","), port,
+                                        "; removing stale files first" if clean and pkg_dirs else ""))
+    if tool == "mpremote":
+        by_local = {str(local): remote for local, remote in files}
+        count = [0]
+
+        def on_line(line: str) -> None:  # mpremote prints "cp LOCAL :REMOTE" as each copy starts
+            if line.startswith("cp ") and " :" in line:
+                remote = by_local.get(line[3:line.rindex(" :")])
+                if remote is not None:
+                    count[0] += 1
+                    say(file_line(count[0], remote))
+            elif line.startswith("Up to date: "):
+                say("        up to date on the board")
+            elif line.startswith("removed /"):
+                say("removed stale " + line.split(" ", 1)[1])
+
+        args = _port_args(tool, port) + ["exec", prepare, "+"]
+        for local, remote in files:
+            args += ["fs", "cp"] + (["--force"] if force else []) + [str(local), ":" + remote, "+"]
+        args += ["exec", verify_code]
+        outputs.append(_run_tool(tool, args, port, timeout, on_line if progress else None))
+    else:
+        # One `ampy put` per file (ampy prints nothing while it copies): slower than one put of the
+        # folder by a soft reset per file, but the user sees each file go.
+        with tempfile.TemporaryDirectory(prefix="edgetwin-deploy-") as tmp:
+            clean_py, verify_py = Path(tmp) / "clean.py", Path(tmp) / "verify.py"
+            clean_py.write_text(prepare)
+            verify_py.write_text(verify_code)
+            base = _port_args(tool, port)
+            outputs.append(_run_tool(tool, base + ["run", str(clean_py)], port, timeout))
+            for line in outputs[-1].splitlines():
+                if line.startswith("removed /"):
+                    say("removed stale " + line.split(" ", 1)[1])
+            for i, (local, remote) in enumerate(files, 1):
+                say(file_line(i, remote))
+                per_file = 30.0 + expected[remote] / 500.0
+                outputs.append(_run_tool(tool, base + ["put", str(local), remote], port, min(timeout, per_file)))
+    if tool == "ampy":
+        say("checking the files on the board")
+        with tempfile.TemporaryDirectory(prefix="edgetwin-deploy-") as tmp:
+            verify_py = Path(tmp) / "verify.py"
+            verify_py.write_text(verify_code)
+            outputs.append(_run_tool(tool, _port_args(tool, port) + ["run", str(verify_py)], port, timeout))
+    board = _parse_report(outputs[-1])
+    removed = [line.split(" ", 1)[1] for out in outputs for line in out.splitlines() if line.startswith("removed /")]
+    on_board = {str(k): int(v) for k, v in board.get("files", {}).items()}
+    problems = []
+    for remote, size in sorted(expected.items()):
+        if remote not in on_board:
+            problems.append("%s is missing on the board" % remote)
+        elif on_board[remote] != size:
+            problems.append("%s is %d bytes on the board, %d in the build" % (remote, on_board[remote], size))
+    report = {
+        "tool": tool, "port": port, "build": str(build_dir), "board": manifest.get("board"),
+        "arch": manifest.get("arch"),
+        "files": [{"path": remote, "bytes": size} for remote, size in sorted(expected.items())],
+        "total_bytes": total, "removed": removed,
+        "board_mem_alloc": board.get("mem_alloc"), "board_mem_free": board.get("mem_free"),
+        "seconds": round(time.monotonic() - t0, 2),
+    }
+    if problems:
+        report["problems"] = problems
+        raise VerifyError("deploy to %s did not verify:\n  %s" % (port, "\n  ".join(problems)), report)
+    return report

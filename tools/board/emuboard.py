@@ -1,0 +1,372 @@
+"""Emulated board: the real MicroPython rp2 firmware on an emulated RP2040 (rp2040js), REPL and UART on ptys.
+
+An `EmuBoard` gives what a Pico on a USB cable gives, running the firmware `make firmware` built
+(build/firmware/rp2040_pico/firmware.uf2, the node's code frozen) instruction by instruction:
+
+- `repl_port`: a pty bridged to the board's USB CDC, where MicroPython's REPL is: the real mpremote
+  connects to it as to /dev/ttyACM0;
+- `uart_port`: a pty bridged to UART0 (GP0/GP1), the link; the gateway opens it with pyserial. Bytes
+  cross it at the baud the firmware set, in the board's time;
+- `flash_path`: the board's 2 MB flash as a file beside the image (or where given). Each start programs
+  the UF2 over it, as a drag-and-drop does, and the filesystem region keeps its contents, so a node
+  deployed with mpremote survives a restart of the emulator and a `machine.reset()`.
+
+The board's clock advances with executed cycles at 125 MHz, and the emulator executes about 12-25
+million of them per host second, so the board's time runs 5-10x slower than the host's (MicroPython's
+idle loop polls, so this holds at the REPL too; only a sleeping core keeps the host's time). Figures taken from it are emulated cycles,
+never host time; it does not model the flash cache or wait states. The runner is
+tools/board/emulator/run.mjs (rp2040js pinned in tools/board/emulator/package.json, installed by
+`make emulator-setup`); this module makes the ptys, finds the flash functions in the ELF, and relays.
+
+Command line (also ``edgetwin vboard --board rp2040_pico --emulate``)::
+
+    python -m tools.board.emuboard --board rp2040_pico [--image UF2] [--flash FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tools.board import build, firmware_build  # noqa: E402
+from tools.board.vboard import _Outbox, _PtyEnd  # noqa: E402
+
+ROOT = build.ROOT
+EMULATOR_DIR = ROOT / "tools" / "board" / "emulator"
+RUNNER = EMULATOR_DIR / "run.mjs"
+BOARDS = {"rp2040_pico": "firmware.uf2"}
+HARD_RESET_EXIT = 3  # the runner's exit status when the firmware asked for a reset (watchdog)
+_TO_NODE_MAX = 64 * 1024  # bytes queued for the runner before the ptys stop being read
+_FLASH_SYMBOLS = ("flash_range_erase", "flash_range_program")
+
+
+class EmuBoardError(RuntimeError):
+    """The emulated board could not start or stopped; the message says what to do."""
+
+
+def default_image() -> Path:
+    return firmware_build.out_dir() / "firmware.uf2"
+
+
+def emulator_version() -> str:
+    """"rp2040js X.Y.Z" as installed in tools/board/emulator/node_modules."""
+    pkg = EMULATOR_DIR / "node_modules" / "rp2040js" / "package.json"
+    if not pkg.is_file():
+        raise EmuBoardError("rp2040js is not installed: run `make emulator-setup` (npm ci in %s)" % EMULATOR_DIR)
+    return "rp2040js " + json.loads(pkg.read_text())["version"]
+
+
+def bootrom_path() -> Path:
+    path = firmware_build.work_dir() / firmware_build.BOOTROM
+    if not path.is_file():
+        raise EmuBoardError("%s is missing: `make firmware` unpacks it from the vendored sources" % path)
+    return path
+
+
+def elf_symbols(path: Path, names: tuple[str, ...]) -> dict[str, int]:
+    """Values of the named symbols in a 32-bit little-endian ELF's symbol table (Thumb bit as stored)."""
+    data = path.read_bytes()
+    if data[:4] != b"\x7fELF" or data[4] != 1 or data[5] != 1:
+        raise EmuBoardError("%s: not a 32-bit little-endian ELF" % path)
+    shoff, = struct.unpack_from("<I", data, 0x20)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x2E)
+    sections = [struct.unpack_from("<10I", data, shoff + i * shentsize) for i in range(shnum)]
+    found: dict[str, int] = {}
+    wanted = {n.encode(): n for n in names}
+    for sh in sections:
+        if sh[1] != 2:  # SHT_SYMTAB
+            continue
+        str_off = sections[sh[6]][4]
+        for off in range(sh[4], sh[4] + sh[5], 16):
+            st_name, st_value = struct.unpack_from("<II", data, off)
+            end = data.index(b"\0", str_off + st_name)
+            name = wanted.get(data[str_off + st_name:end])
+            if name is not None:
+                found[name] = st_value
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise EmuBoardError("%s: no symbol %s (is it an rp2 firmware ELF?)" % (path, ", ".join(missing)))
+    return found
+
+
+class _Pty(_PtyEnd, _Outbox):
+    """vboard's pty pair (the slave stays open so the device lives between clients) whose master's
+    pending bytes wait in vboard's outbox."""
+
+    def __init__(self) -> None:
+        _PtyEnd.__init__(self)
+        _Outbox.__init__(self, self.master)
+
+
+class EmuBoard:
+    """The firmware running in rp2040js, its USB CDC and UART0 on ptys, its flash in a file."""
+
+    def __init__(self, board: str = "rp2040_pico", image: Path | None = None, flash: Path | None = None) -> None:
+        if board not in BOARDS:
+            raise EmuBoardError("no emulator for board %r: --emulate runs %s only" % (board, ", ".join(BOARDS)))
+        self.board = board
+        self.profile = build.board_profile(board)
+        self.image = Path(image) if image else default_image()
+        if not self.image.is_file():
+            raise EmuBoardError("%s: no firmware image; build it with `make firmware`" % self.image)
+        self.elf = self.image.with_suffix(".elf")
+        if not self.elf.is_file():
+            raise EmuBoardError("%s: the image's ELF is missing (the flash functions' addresses come from it);"
+                                " rebuild with `make firmware`" % self.elf)
+        self.flash_path = Path(flash) if flash else self.image.with_name("flash.bin")
+        self.flash_bytes = int(self.profile["flash_bytes"])
+        self.emulator = emulator_version()
+        self.bootrom = bootrom_path()
+        self.symbols = elf_symbols(self.elf, _FLASH_SYMBOLS)
+        if not shutil.which("node"):
+            raise EmuBoardError("node is not on PATH (the emulator runs in node.js 18+)")
+        self.repl = _Pty()
+        self.uart = _Pty()
+        self.repl_port = self.repl.path
+        self.uart_port = self.uart.path
+        self.events: list[dict] = []
+        self.stats: dict = {}
+        self.boots = 0
+        self.error: str | None = None
+        self._proc: subprocess.Popen | None = None
+        self._stop = threading.Event()
+        self._usb = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    # --- life cycle ---------------------------------------------------------------------------------
+
+    def _spawn(self) -> None:
+        cmd = ["node", str(RUNNER), "--bootrom", str(self.bootrom), "--uf2", str(self.image),
+               "--flash", str(self.flash_path), "--flash-bytes", str(self.flash_bytes),
+               "--erase", str(self.symbols["flash_range_erase"]),
+               "--program", str(self.symbols["flash_range_program"])]
+        self.flash_path.parent.mkdir(parents=True, exist_ok=True)
+        self._usb.clear()
+        self._proc = subprocess.Popen(cmd, cwd=EMULATOR_DIR, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE)
+        os.set_blocking(self._proc.stdout.fileno(), False)
+        os.set_blocking(self._proc.stderr.fileno(), False)
+        os.set_blocking(self._proc.stdin.fileno(), False)
+        self._to_node = bytearray()  # frames waiting for the runner's stdin (never a blocking write)
+        self._inbuf = bytearray()
+        self._stderr = bytearray()
+        self.boots += 1
+
+    def start(self, timeout: float = 30.0) -> "EmuBoard":
+        """Boot the firmware; returns once its USB CDC is up (the REPL reachable)."""
+        self._t_start = time.monotonic()
+        self._spawn()
+        self._thread = threading.Thread(target=self._relay, name="emuboard", daemon=True)
+        self._thread.start()
+        if not self._usb.wait(timeout):
+            err = self.error or "no USB CDC after %.0f s" % timeout
+            self.stop()
+            raise EmuBoardError("the emulated board did not boot: %s" % err)
+        return self
+
+    def restart(self, timeout: float = 30.0) -> None:
+        """Stop the emulator and boot it again from the flash file (a power cycle); the ptys stay."""
+        with self._lock:
+            self._quit_proc()
+            self._spawn()
+        if not self._usb.wait(timeout):
+            raise EmuBoardError("the emulated board did not come back: %s" % (self.error or "no USB CDC"))
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            self._quit_proc()
+        if self._thread is not None:
+            self._thread.join(5)
+        self.repl.close()
+        self.uart.close()
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None and not self._stop.is_set()
+
+    def _quit_proc(self) -> None:
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        self._to_node += b"Q\0\0"
+        deadline = time.monotonic() + 2
+        while self._to_node and time.monotonic() < deadline and proc.poll() is None:
+            self._flush_to_node()
+            self._drain_stdout()
+            time.sleep(0.005)
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        self._drain_stdout()
+
+    def describe(self) -> dict:
+        return {"board": self.board, "repl_port": self.repl_port, "uart_port": self.uart_port,
+                "image": str(self.image), "image_bytes": self.image.stat().st_size,
+                "flash": str(self.flash_path), "emulator": self.emulator,
+                "baud": int(self.profile["uart"]["baud"])}
+
+    # --- relay --------------------------------------------------------------------------------------
+
+    def _send(self, channel: bytes, data: bytes) -> None:
+        for i in range(0, len(data), 4096):
+            part = data[i:i + 4096]
+            self._to_node += channel + struct.pack("<H", len(part)) + part
+        self._flush_to_node()
+
+    def _flush_to_node(self) -> None:
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            self._to_node.clear()
+            return
+        while self._to_node:
+            try:
+                n = os.write(proc.stdin.fileno(), self._to_node)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # the runner is gone; the relay notices its exit
+                self._to_node.clear()
+                return
+            del self._to_node[:n]
+
+    def _drain_stdout(self) -> None:
+        proc = self._proc
+        try:
+            while True:
+                chunk = os.read(proc.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                self._inbuf += chunk
+        except (BlockingIOError, OSError, ValueError):
+            pass
+        buf = self._inbuf
+        while len(buf) >= 3:
+            n = buf[1] | (buf[2] << 8)
+            if len(buf) < 3 + n:
+                break
+            ch, payload = bytes(buf[:1]), bytes(buf[3:3 + n])
+            del buf[:3 + n]
+            if ch == b"R":
+                self.repl.put(payload)
+            elif ch == b"U":
+                self.uart.put(payload)
+            elif ch == b"E":
+                self._on_event(json.loads(payload))
+
+    def _on_event(self, ev: dict) -> None:
+        self.events.append(ev)
+        if ev.get("event") == "stats":
+            self.stats = ev
+        elif ev.get("event") == "usb":
+            self.boot_host_s = ev["host_ms"] / 1000.0
+            self.boot_emu_s = ev["emu_ns"] / 1e9
+            self._usb.set()
+
+    def _relay(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                proc = self._proc
+            outs = proc.stdout.fileno() if proc and proc.poll() is None else None
+            # while the runner has a backlog, the ptys are not read: their clients wait (flow control)
+            rlist = [self.repl.master, self.uart.master] if len(self._to_node) < _TO_NODE_MAX else []
+            rlist += [outs, proc.stderr.fileno()] if outs else []
+            wlist = [p.master for p in (self.repl, self.uart) if p.buf]
+            if outs and self._to_node:
+                wlist.append(proc.stdin.fileno())
+            try:
+                r, w, _ = select.select(rlist, wlist, [], 0.05)
+            except (OSError, ValueError):
+                if self._stop.is_set():
+                    return
+                continue
+            with self._lock:
+                if self._stop.is_set():
+                    return
+                for pty, ch in ((self.repl, b"R"), (self.uart, b"U")):
+                    if pty.master in r:
+                        try:
+                            data = os.read(pty.master, 4096)
+                        except (BlockingIOError, OSError):
+                            data = b""
+                        if data:
+                            self._send(ch, data)
+                if self._proc is proc and proc is not None:
+                    self._flush_to_node()
+                    self._drain_stdout()
+                    try:
+                        self._stderr += os.read(proc.stderr.fileno(), 65536)
+                    except (BlockingIOError, OSError, ValueError):
+                        pass
+                for pty in (self.repl, self.uart):
+                    pty.flush()
+                if proc is not None and proc is self._proc and proc.poll() is not None:
+                    self._drain_stdout()
+                    if proc.returncode == HARD_RESET_EXIT:  # machine.reset(): boot again from the flash
+                        self._spawn()
+                    else:
+                        self.error = ("the emulator exited (status %d): %s"
+                                      % (proc.returncode, self._stderr.decode(errors="replace").strip()[-400:]))
+                        return
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`edgetwin vboard --board rp2040_pico --emulate`: run the emulated board until Ctrl-C or SIGTERM."""
+    ap = argparse.ArgumentParser(prog="edgetwin vboard --emulate", description=(
+        "Run the real MicroPython rp2 firmware (make firmware) on an emulated RP2040: its REPL (USB CDC) and "
+        "UART0 on pseudo-terminals, its flash in a file. Deploy with `mpremote connect <REPL pty>`."))
+    ap.add_argument("--board", required=True, help="board profile (rp2040_pico)")
+    ap.add_argument("--image", type=Path, help="firmware .uf2 (default build/firmware/rp2040_pico/firmware.uf2;"
+                    " its .elf beside it)")
+    ap.add_argument("--flash", type=Path, help="flash file (default flash.bin beside the image)")
+    ap.add_argument("--root", help=argparse.SUPPRESS)  # the unix board's option; the emulated board has flash
+    args = ap.parse_args(argv)
+    if args.root:
+        print("error: --root: the emulated board's filesystem is on its flash (--flash FILE)", file=sys.stderr)
+        return 2
+    try:
+        eb = EmuBoard(args.board, args.image, args.flash)
+        eb.start()
+    except EmuBoardError as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
+    done = threading.Event()
+    old = {s: signal.signal(s, lambda signum, frame: done.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        info = eb.describe()
+        print("emulated board %s (MicroPython rp2 firmware on %s, booted in %.2f s host time)"
+              % (eb.board, eb.emulator, eb.boot_host_s))
+        print("  REPL  %s    (mpremote connect %s)" % (info["repl_port"], info["repl_port"]))
+        print("  UART  %s    (gateway side of UART0; bytes paced at the firmware's baud in board time)"
+              % info["uart_port"])
+        print("  image %s (%d bytes)" % (info["image"], info["image_bytes"]))
+        print("  flash %s" % info["flash"])
+        print("Ctrl-C or SIGTERM stops it.", flush=True)
+        while not done.wait(0.5):
+            if eb.error:
+                print("error: %s" % eb.error, file=sys.stderr)
+                return 1
+        return 0
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        eb.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

