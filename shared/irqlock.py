@@ -11,7 +11,7 @@
 enter() returns a state that must be passed to leave(); likewise mask()/unmask(). They are plain
 functions, not a context manager, and allocate nothing on MicroPython (tests/shared/test_seqlock.py
 proves it, also with a fake `machine` whose disable_irq() locks the heap). The section is not
-reentrant and must not be entered from an IRQ handler: handlers never take locks (DESIGN.md 3.3), they
+reentrant and must not be entered from an IRQ handler: handlers never take locks, they
 use mask()/unmask() at most.
 
 IRQs go off before the lock is taken, as a spinlock with IRQs saved: a holder is never interrupted on

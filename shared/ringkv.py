@@ -1,5 +1,5 @@
 # ringkv.py: sink + rolling-window KV cache with staged speculation; fixed memory, bounded positions.
-"""Sink + ring KV cache (DESIGN.md 3.1).
+"""Sink + ring KV cache (docs/RUNTIME.md, Positions).
 
 Vocabulary used below and by the model runtime:
 

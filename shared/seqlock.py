@@ -1,5 +1,5 @@
 # seqlock.py: fixed slots of (version, record) with seqlock reads and compare-and-set writes; no allocation.
-"""A versioned key/value store for data shared between IRQ handlers, threads and cores (DESIGN.md 3.3).
+"""A versioned key/value store for data shared between IRQ handlers, threads and cores (docs/NODE.md, The loop).
 
 Layout. `slots` slots, each holding a version and a record of `width` ints (width 1: one value, e.g.
 a sensor reading in fixed point; width N: a record such as (reading, timestamp, status) written and

@@ -1,7 +1,7 @@
 """host.llama_np and host.gguf_load on tiny random llama models made here (mechanics), plus a short
 streaming bench on SmolLM2 (slow).
 
-The reference for the cache is the obvious one (DESIGN.md 3.1): a per-token float64 forward with
+The reference for the cache is the obvious one (docs/RUNTIME.md, Positions): a per-token float64 forward with
 per-head loops that keeps the un-rotated keys of the live tokens in a list (sinks, then the last W,
 evicting the oldest window token) and re-rotates every key at its current cache position (0..live-1,
 the query at live) at every step.

@@ -97,7 +97,7 @@ def test_config_matches_transformers(target, reference):
     assert (c.vocab_size, c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.hidden_dim) == (
         r.vocab_size, r.hidden_size, r.num_hidden_layers, r.num_attention_heads, r.num_key_value_heads,
         r.intermediate_size)
-    assert (c.n_layers, c.dim, c.n_heads, c.n_kv_heads, c.vocab_size) == (30, 576, 9, 3, 49152)  # DESIGN 3.5
+    assert (c.n_layers, c.dim, c.n_heads, c.n_kv_heads, c.vocab_size) == (30, 576, 9, 3, 49152)  # SmolLM2-135M's shape
 
 
 def test_logits_match_transformers(target, reference, prompts):

@@ -1,6 +1,6 @@
 """firmware.uart.PtyUART on a virtual board, end to end: the real MicroPython unix port with the
 rp2040_pico heap, the x64 build deployed with mpremote, the link opened by firmware.boardcfg from
-/board.json, and the gateway side opened with pyserial as DESIGN 4.1 says (do_not_open, dtr/rts False
+/board.json, and the gateway side opened with pyserial as docs/GATEWAY.md section 1 says (do_not_open, dtr/rts False
 before open, exclusive). Every byte value crosses in both directions; a read with nothing pending
 returns 0 on the board; bad input gives clear errors on the board.
 """
