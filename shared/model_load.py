@@ -448,7 +448,16 @@ def q4_resident(reader, name, rows, cols, pool=None):
         reader.read_into(name + mbf.MINS_SUFFIX, mat.mins, False)
     reader.read_into(name, memoryview(mat.buf)[0:mat.nib_bytes], False)
     reader.read_into(name + mbf.SCALES_SUFFIX, mat.scales, False)
-    return mat.prepare()
+    return _prepared(mat)
+
+
+def _prepared(mat):
+    """mat prepared: its own prepare() (q4, q8), or q4a_q8.prepare for an asymmetric one (the loader
+    picks that form's code: q4 never imports q4a_q8)."""
+    if mat.mins is None:
+        return mat.prepare()
+    from shared import q4a_q8
+    return q4a_q8.prepare(mat)
 
 
 def q4_streamed(reader, name, rows, cols, nibbles):
@@ -465,7 +474,7 @@ def q4_streamed(reader, name, rows, cols, nibbles):
     if dtype == "q4a":
         mins = bytearray(n)
         reader.read_into(name + mbf.MINS_SUFFIX, mins, False)
-    return Q4Matrix(rows, cols, nibbles, scales, mins).prepare()
+    return _prepared(Q4Matrix(rows, cols, nibbles, scales, mins))
 
 
 def _chunks(reader, name, chunk, fn):
