@@ -77,11 +77,11 @@ from shared.frame import (
 )
 from shared.txwindow import TxWindow
 
-RESERVE = const(128)  # receive-buffer bytes left out of the data credit, for control frames and noise
-HELLO_GAP_MS = const(10)  # least time between two HELLOs (replies included)
-SINCE_CAP = const(0x4000)  # bytes read since the last valid frame saturate here
-MAX_WINDOW = const(64)
-CTRL_RAW = const(128)  # control frames are built in a buffer this big (HELLO signed: 80 bytes)
+_RESERVE = const(128)  # receive-buffer bytes left out of the data credit, for control frames and noise
+_HELLO_GAP_MS = const(10)  # least time between two HELLOs (replies included)
+_SINCE_CAP = const(0x4000)  # bytes read since the last valid frame saturate here
+_MAX_WINDOW = const(64)
+_CTRL_RAW = const(128)  # control frames are built in a buffer this big (HELLO signed: 80 bytes)
 # control bodies (docs/PROTOCOL.md 3.2-3.4)
 _HB_FLAGS = const(0)
 _HB_BAD = const(2)
@@ -90,7 +90,7 @@ _HEARTBEAT_SIZE = const(6)
 _AK_FLAGS = const(0)
 _AK_SACK = const(1)
 _ACK_SIZE = const(1)
-MAX_REORDER = const(16)  # the SACK bitmap is a u16
+_MAX_REORDER = const(16)  # the SACK bitmap is a u16
 _ER_CODE = const(0)
 _ER_REF = const(1)
 _ER_DETAIL = const(2)
@@ -116,12 +116,13 @@ def new_epoch():
     try:
         from os import urandom
     except ImportError:  # pragma: no cover - ports without os.urandom
-        import random
-
-        def urandom(n):
-            return bytes(random.getrandbits(8) for _ in range(n))
+        urandom = None
     while True:
-        e = bytes(urandom(4))
+        if urandom is not None:
+            e = bytes(urandom(4))
+        else:  # pragma: no cover
+            from random import getrandbits
+            e = getrandbits(32).to_bytes(4, "little")
         if e != b"\x00\x00\x00\x00":
             return e
 
@@ -134,6 +135,10 @@ def _int(v, name, lo, hi):
 
 class Link(TxWindow):
     # One end of the link. See the module docstring; parameters are in docs/PROTOCOL.md section 5.
+    # Receiving: _rx feeds the decoder, and each frame it completes goes through _frame_in's four steps
+    # (_auth_in, _peer_in, _credit_in, _dispatch). Sending: _tx takes control frames first, then data
+    # frames from the transmit window (TxWindow, shared/txwindow.py: _w_add, _w_ack, _w_sack_in,
+    # _w_pick, _w_sent); timing, counting and credit stay here.
 
     def __init__(self, transport, on_frame=None, on_event=None, epoch=None, role=frame.ROLE_NODE, rxbuf=1024,
                  max_frame=frame.MAX_FRAME, window=8, window_bytes=2048, board_id=b"", model_hash=0,
@@ -142,7 +147,7 @@ class Link(TxWindow):
                  chunk=128, rx_budget=None, crc=None, now=0, reorder=0, reorder_bytes=0, uid=b""):
         if not hasattr(transport, "write") or not hasattr(transport, "readinto"):
             raise LinkError("transport needs write(buf, n) and readinto(buf)")
-        _int(window, "window", 1, MAX_WINDOW)
+        _int(window, "window", 1, _MAX_WINDOW)
         if window & (window - 1):
             raise LinkError("window must be a power of two, got %d" % window)
         _int(rxbuf, "rxbuf", frame.MIN_RXBUF, frame.MAX_FRAME_LIMIT)
@@ -154,7 +159,7 @@ class Link(TxWindow):
         for name, v in (("ack_ms", ack_ms), ("hb_ms", hb_ms), ("dead_ms", dead_ms), ("hello_ms", hello_ms)):
             _int(v, name, 0, TICKS_HALF - 1)
         _int(chunk, "chunk", 1, 4096)
-        _int(reorder, "reorder", 0, MAX_REORDER)
+        _int(reorder, "reorder", 0, _MAX_REORDER)
         if reorder & (reorder - 1):
             raise LinkError("reorder must be 0 or a power of two, got %d" % reorder)
         if epoch is None:
@@ -184,7 +189,7 @@ class Link(TxWindow):
         self.hellos_in = 0  # HELLOs adopted so far
         self.established = False
         crc = crc if crc is not None else crc32.new()
-        self.enc = frame.Encoder(max_frame, raw_bytes=CTRL_RAW, crc=crc)
+        self.enc = frame.Encoder(max_frame, raw_bytes=_CTRL_RAW, crc=crc)
         self.dec = frame.Decoder(max_frame, crc=crc)
         self._chunk = bytearray(chunk)
         self._cbody = bytearray(16)
@@ -306,12 +311,19 @@ class Link(TxWindow):
             pm = u16(self.peer_hello, HE_MAXFRAME)
             if pm < raw:
                 raw = pm
-            span = ((u16(self.peer_hello, HE_RXBUF) - RESERVE - 3) * 254) // 255
+            span = ((u16(self.peer_hello, HE_RXBUF) - _RESERVE - 3) * 254) // 255
             if span < raw:
                 raw = span
         if len(self._w_buf) < raw:
             raw = len(self._w_buf)
         return raw - OVERHEAD - self._sig
+
+    def queued(self):
+        # Data frames queued or in flight (not yet acked).
+        return (self._next_seq - self._base) & 0xFFFF
+
+    def free_slots(self):
+        return self._wn - self.queued()
 
     def restore(self, peer_epoch, last_seq, peer_counter=None):
         # Before the first poll: resume receiving from peer_epoch after last_seq (persisted by the app
@@ -337,8 +349,10 @@ class Link(TxWindow):
 
     def reset_tx(self):
         # Drop every queued or unacked frame; the peer learns the new tx_base from a HELLO.
-        dropped = self._w_drop_all()
+        dropped = self.queued()
         self.tx_dropped += dropped
+        self._base = self._next_tx = self._sent_hi = self._next_seq
+        self._r_head = self._r_tail = 0
         self._rto_on = False
         self._need_hello = True
         return dropped
@@ -383,7 +397,7 @@ class Link(TxWindow):
             budget -= n
             self.rx_bytes += n
             since = self._since + n
-            self._since = since if since < SINCE_CAP else SINCE_CAP
+            self._since = since if since < _SINCE_CAP else _SINCE_CAP
             i = 0
             while i < n:
                 i = dec.feed(chunk, i, n)
@@ -455,7 +469,8 @@ class Link(TxWindow):
             self._gap_for = -1
             self._limit_ok = False
             self.established = False
-            self._w_forget_sacks()  # a new peer instance holds nothing of ours, and we hold nothing of its
+            for i in range(self._wn):  # a new peer instance holds nothing of ours, and we hold nothing of its
+                self._w_sack[i] = 0
             self._forget_rx()
             self._adopt_hello(buf, blen)
             if reboot:
@@ -552,8 +567,13 @@ class Link(TxWindow):
         self.hellos_in += 1
         self._peer_hello_ok = True
         # frames queued for an earlier peer that this one cannot take are dropped (rare: its limits shrank)
-        if self._w_holds_over(self.max_body()):
-            self._event(EV_TX_DROPPED, self.reset_tx())
+        mb = self.max_body()
+        s = self._base
+        while s != self._next_seq:
+            if self._w_n[s & self._mask] > mb:
+                self._event(EV_TX_DROPPED, self.reset_tx())
+                return
+            s = (s + 1) & 0xFFFF
 
     def _data_in(self, d, buf, t, blen, to_me):
         if not to_me or not self.established:
@@ -714,7 +734,7 @@ class Link(TxWindow):
     def _limit_adv(self):
         if not self._anchor_ok:
             return 0
-        return (self._anchor + self._since + self.rxbuf - RESERVE) & 0xFFFF
+        return (self._anchor + self._since + self.rxbuf - _RESERVE) & 0xFFFF
 
     def _tx(self):
         if self._pend and not self._flush(self._pend):
@@ -726,7 +746,7 @@ class Link(TxWindow):
 
     def _next_frame(self):
         now = self.now
-        if self._need_hello and ticks_diff(now, self._last_hello) >= HELLO_GAP_MS:
+        if self._need_hello and ticks_diff(now, self._last_hello) >= _HELLO_GAP_MS:
             self._need_hello = False
             self._last_hello = now
             h = self._hello

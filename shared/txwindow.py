@@ -41,16 +41,9 @@ class TxWindow:
         self._next_tx = 0
         self._sent_hi = 0
 
-    def queued(self):
-        # Data frames queued or in flight (not yet acked).
-        return (self._next_seq - self._base) & 0xFFFF
-
-    def free_slots(self):
-        return self._wn - self.queued()
-
     def _w_add(self, tbyte, body, n, size):
         # Queue body[0:n] as a frame of `size` wire-ready bytes with type byte tbyte; False if full.
-        if self.queued() >= self._wn:
+        if ((self._next_seq - self._base) & 0xFFFF) >= self._wn:
             return False
         # the ring: frames from _r_head (oldest unacked) to _r_tail; a frame never wraps around
         cap = len(self._w_buf)
@@ -132,11 +125,6 @@ class TxWindow:
             s = (s + 1) & 0xFFFF
         return True
 
-    def _w_forget_sacks(self):
-        # a new peer instance holds nothing of ours
-        for i in range(self._wn):
-            self._w_sack[i] = 0
-
     def _w_pick(self):
         # The seq to send next: a frame known lost first, else the next not held by the peer; -1 if none.
         mask = self._mask
@@ -170,19 +158,3 @@ class TxWindow:
         if 0 < ((seq - self._sent_hi) & 0xFFFF) < 0x8000:
             self._sent_hi = seq
         return tries
-
-    def _w_holds_over(self, mb):
-        # True if a queued frame's body is over mb bytes.
-        s = self._base
-        while s != self._next_seq:
-            if self._w_n[s & self._mask] > mb:
-                return True
-            s = (s + 1) & 0xFFFF
-        return False
-
-    def _w_drop_all(self):
-        # Forget every queued or unacked frame; returns how many.
-        dropped = self.queued()
-        self._base = self._next_tx = self._sent_hi = self._next_seq
-        self._r_head = self._r_tail = 0
-        return dropped
