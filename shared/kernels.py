@@ -3,8 +3,7 @@
   viper  MicroPython with native code (shared/q4_viper.py)
   ulab   CircuitPython (shared/q4_ulab.py: ulab for the INT4 matvec, plain code for the rest)
   numpy  CPython (shared/q4_numpy.py, vectorised, int64 inside)
-  plain  anywhere (shared/q4.py + shared/fixedmath.py; a Q8Matrix's own methods from shared/q4a_q8.py):
-         the reference
+  plain  anywhere (shared/q4.py + shared/fixedmath.py): the reference
 All give the same integers. The entry points below check shapes and buffers (a clear Q4Error, a
 ValueError, instead of a crash in native code) and allocate nothing on MicroPython. Buffers are
 array('i') for Q16 vectors. The element type of an array is checked where the interpreter can see it
@@ -15,35 +14,18 @@ from array import array
 
 from shared import fixedmath, q4
 from shared.fixedmath import MAX_SOFTMAX, NormWeight, RopeTable
-from shared.q4 import I_R0, I_R1, I_WSHIFT, KIND_Q8, Q4Error, QAct, Q4Matrix
+from shared.q4 import I_R0, I_R1, I_WSHIFT, Q4Error, QAct, Q4Matrix
 
 NAMES = ("viper", "ulab", "numpy", "plain")
 _IMPL = sys.implementation.name
 _HAS_TYPECODE = hasattr(array("i"), "typecode")
 
 
-# The plain INT8 kernels live with the Q8Matrix form in q4a_q8.py, which only a model with such matrices
-# imports: a Q8Matrix carries them as methods, so this dispatch needs no import (q4 never names q4a_q8).
-
-def _plain_matvec(out, mat, act, r0, r1):
-    if mat.kind == KIND_Q8:
-        mat.plain_matvec(out, act, r0, r1)
-    else:
-        q4.matvec(out, mat, act, r0, r1)
-
-
-def _plain_group_dots(out, mat, act, row):
-    if mat.kind == KIND_Q8:
-        mat.plain_group_dots(out, act, row)
-    else:
-        q4.group_dots(out, mat, act, row)
-
-
 class _Plain:
-    """The plain-Python backend: the reference kernels of q4 (INT4), q4a_q8 (INT8) and fixedmath."""
+    """The plain-Python backend: the reference kernels of q4 and fixedmath."""
     quantize_act = q4.quantize_act
-    matvec = _plain_matvec
-    group_dots = _plain_group_dots
+    matvec = q4.matvec
+    group_dots = q4.group_dots
     rmsnorm = fixedmath.rmsnorm
     rope = fixedmath.rope
     softmax = fixedmath.softmax

@@ -372,7 +372,10 @@ def mulshift(a, f, s):
 
 
 def matvec(out, mat, act, r0, r1):
-    """out[r - r0] = row r of mat (a Q4Matrix, symmetric or asymmetric) times act, Q16, for r0 <= r < r1."""
+    """out[r - r0] = row r of mat times act, Q16, for r0 <= r < r1."""
+    if mat.kind == KIND_Q8:  # a Q8Matrix brings its own plain kernel (shared/q4a_q8.py): no import here
+        mat.plain_matvec(out, act, r0, r1)
+        return
     w = mat.buf
     q = act.q
     info = act.info
@@ -414,7 +417,10 @@ def matvec(out, mat, act, r0, r1):
 
 def group_dots(out, mat, act, row):
     """out[g] = sum over group g of q_w * q_a for one row: the raw integer dot products (q_w = nibble - 8
-    for Q4 matrices, also asymmetric ones; a Q8Matrix has its own, q4a_q8.group_dots8)."""
+    for Q4 matrices, also asymmetric ones; the int8 weight for a Q8Matrix)."""
+    if mat.kind == KIND_Q8:
+        mat.plain_group_dots(out, act, row)
+        return
     w = mat.buf
     q = act.q
     wi = row * (mat.cols >> 1)

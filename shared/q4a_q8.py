@@ -2,8 +2,8 @@
 """Imported only by the code that makes these forms (the model loader for q4a / q8 segments, the
 converters, tests), so a board running symmetric INT4 only does not carry this code. The dependency
 points one way: this module imports q4, q4 never imports this one. An asymmetric Q4Matrix is prepared
-with prepare(mat) below; a Q8Matrix brings its plain kernels as methods, which kernels.py's plain
-backend calls (the other backends have their own). docs/KERNELS.md has the formats and the bounds.
+with prepare(mat) below; a Q8Matrix brings its plain kernels as methods, which q4.matvec and
+q4.group_dots call for it (the other backends have their own). docs/KERNELS.md has the formats and the bounds.
 Integers only, as q4.py."""
 from shared.q4 import GROUP, KIND_Q8, Q4Error, Q4Matrix, bitlen, check_len, fp16_exponent, fp16_fixed, shift_sat
 from shared.q4 import I_EH, I_HDR, _check_buffer
@@ -176,7 +176,7 @@ class Q8Matrix(Q4Matrix):
         b = self.buf[r * self.cols + c]
         return b - 256 if b & 128 else b
 
-    # the plain backend's kernels for this form (kernels.py calls them for a matrix of kind KIND_Q8)
+    # the plain kernels of this form: q4.matvec / q4.group_dots hand a KIND_Q8 matrix to these
 
     def plain_matvec(self, out, act, r0, r1):
         matvec8(out, self, act, r0, r1)
