@@ -414,12 +414,14 @@ class Link(TxWindow):
         # One frame the decoder checked: is it authentic, whose is it (peer and handshake), what does its
         # header grant (credit, acks), what does its type ask (dispatch). Each step may end it.
         d = self.dec
+        t = d.ftype & 0x7F
         self.rx_frames += 1
         if not self._auth_in(d.buf, d.ftype, d.blen):
             return
-        if not self._peer_in(d.buf, d.ftype & 0x7F, d.blen):
+        if not self._peer_in(d.buf, t, d.blen):
             return
-        self._dispatch(d, d.ftype & 0x7F, self._credit_in(d))
+        to_me = self._credit_in(d)
+        self._dispatch(d, t, to_me)
 
     def _auth_in(self, buf, ftype, blen):
         # Signed links take signed frames only, with a valid tag and a newer counter; unsigned links

@@ -22,6 +22,9 @@ _LOST = const(2)  # sent before a frame the peer holds, and not held itself: res
 
 
 class TxWindow:
+    # Mixed into Link: these fields and methods are the link's own (the _w_ names keep them apart);
+    # _w_init is called from Link.__init__.
+
     def _w_init(self, frames, nbytes):
         self._wn = frames
         self._mask = frames - 1
