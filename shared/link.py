@@ -17,8 +17,9 @@
 # a pending partial write first, then control frames, then data frames from the retransmit window.
 #
 # - Sequenced data (types 0x10..0x7F) go into a bounded retransmit window (`window` frames, a power of
-#   two up to 64, in a ring of `window_bytes`), each stored as a whole frame so a retransmission only
-#   rewrites header fields (ack, credit) and the CRC. send() returns False when the window is full.
+#   two up to 64, in a ring of `window_bytes`; shared/txwindow.py), each stored as a whole frame so a
+#   retransmission only rewrites header fields (ack, credit) and the CRC. send() returns False when the
+#   window is full.
 # - Cumulative acks ride in every header; an ACK frame goes out ack_ms after data arrives if no frame
 #   carried it. Lost frames: a receiver that sees a frame after a gap sends an ACK with the GAP flag
 #   and the sender goes back to the first unacked frame at once (go-back-N); otherwise after a
@@ -43,6 +44,7 @@
 from array import array
 
 from shared import crc32, frame
+from shared.compat import TICKS_HALF, TICKS_MASK, const, ticks_diff
 from shared.frame import (
     ACK,
     ACK_GAP,
@@ -73,19 +75,13 @@ from shared.frame import (
     same4,
     u16,
 )
+from shared.txwindow import TxWindow
 
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
-
-TICKS_MASK = const(0x3FFFFFFF)
-TICKS_HALF = const(0x20000000)
-RESERVE = const(128)  # receive-buffer bytes left out of the data credit, for control frames and noise
-HELLO_GAP_MS = const(10)  # least time between two HELLOs (replies included)
-SINCE_CAP = const(0x4000)  # bytes read since the last valid frame saturate here
-MAX_WINDOW = const(64)
-CTRL_RAW = const(128)  # control frames are built in a buffer this big (HELLO signed: 80 bytes)
+_RESERVE = const(128)  # receive-buffer bytes left out of the data credit, for control frames and noise
+_HELLO_GAP_MS = const(10)  # least time between two HELLOs (replies included)
+_SINCE_CAP = const(0x4000)  # bytes read since the last valid frame saturate here
+_MAX_WINDOW = const(64)
+_CTRL_RAW = const(128)  # control frames are built in a buffer this big (HELLO signed: 80 bytes)
 # control bodies (docs/PROTOCOL.md 3.2-3.4)
 _HB_FLAGS = const(0)
 _HB_BAD = const(2)
@@ -94,9 +90,7 @@ _HEARTBEAT_SIZE = const(6)
 _AK_FLAGS = const(0)
 _AK_SACK = const(1)
 _ACK_SIZE = const(1)
-MAX_REORDER = const(16)  # the SACK bitmap is a u16
-_HELD = const(1)
-_LOST = const(2)
+_MAX_REORDER = const(16)  # the SACK bitmap is a u16
 _ER_CODE = const(0)
 _ER_REF = const(1)
 _ER_DETAIL = const(2)
@@ -117,22 +111,18 @@ class LinkError(ValueError):
     """A bad argument to Link (constructor values, send() type or size)."""
 
 
-def ticks_diff(a, b):
-    # a - b for millisecond ticks modulo 2**30, in -2**29..2**29-1.
-    return ((a - b + TICKS_HALF) & TICKS_MASK) - TICKS_HALF
-
-
 def new_epoch():
     # 4 random bytes, not all zero (0 means "no epoch" in the peer field).
     try:
         from os import urandom
     except ImportError:  # pragma: no cover - ports without os.urandom
-        import random
-
-        def urandom(n):
-            return bytes(random.getrandbits(8) for _ in range(n))
+        urandom = None
     while True:
-        e = bytes(urandom(4))
+        if urandom is not None:
+            e = bytes(urandom(4))
+        else:  # pragma: no cover
+            from random import getrandbits
+            e = getrandbits(32).to_bytes(4, "little")
         if e != b"\x00\x00\x00\x00":
             return e
 
@@ -143,8 +133,12 @@ def _int(v, name, lo, hi):
     return v
 
 
-class Link:
+class Link(TxWindow):
     # One end of the link. See the module docstring; parameters are in docs/PROTOCOL.md section 5.
+    # Receiving: _rx feeds the decoder, and each frame it completes goes through _frame_in's four steps
+    # (_auth_in, _peer_in, _credit_in, _dispatch). Sending: _tx takes control frames first, then data
+    # frames from the transmit window (TxWindow, shared/txwindow.py: _w_add, _w_ack, _w_sack_in,
+    # _w_pick, _w_sent); timing, counting and credit stay here.
 
     def __init__(self, transport, on_frame=None, on_event=None, epoch=None, role=frame.ROLE_NODE, rxbuf=1024,
                  max_frame=frame.MAX_FRAME, window=8, window_bytes=2048, board_id=b"", model_hash=0,
@@ -153,7 +147,7 @@ class Link:
                  chunk=128, rx_budget=None, crc=None, now=0, reorder=0, reorder_bytes=0, uid=b""):
         if not hasattr(transport, "write") or not hasattr(transport, "readinto"):
             raise LinkError("transport needs write(buf, n) and readinto(buf)")
-        _int(window, "window", 1, MAX_WINDOW)
+        _int(window, "window", 1, _MAX_WINDOW)
         if window & (window - 1):
             raise LinkError("window must be a power of two, got %d" % window)
         _int(rxbuf, "rxbuf", frame.MIN_RXBUF, frame.MAX_FRAME_LIMIT)
@@ -165,7 +159,7 @@ class Link:
         for name, v in (("ack_ms", ack_ms), ("hb_ms", hb_ms), ("dead_ms", dead_ms), ("hello_ms", hello_ms)):
             _int(v, name, 0, TICKS_HALF - 1)
         _int(chunk, "chunk", 1, 4096)
-        _int(reorder, "reorder", 0, MAX_REORDER)
+        _int(reorder, "reorder", 0, _MAX_REORDER)
         if reorder & (reorder - 1):
             raise LinkError("reorder must be 0 or a power of two, got %d" % reorder)
         if epoch is None:
@@ -195,7 +189,7 @@ class Link:
         self.hellos_in = 0  # HELLOs adopted so far
         self.established = False
         crc = crc if crc is not None else crc32.new()
-        self.enc = frame.Encoder(max_frame, raw_bytes=CTRL_RAW, crc=crc)
+        self.enc = frame.Encoder(max_frame, raw_bytes=_CTRL_RAW, crc=crc)
         self.dec = frame.Decoder(max_frame, crc=crc)
         self._chunk = bytearray(chunk)
         self._cbody = bytearray(16)
@@ -210,35 +204,13 @@ class Link:
                                                  kv_sink=kv[0], kv_window=kv[1], kv_staged=kv[2],
                                                  model_hash=model_hash, tokenizer_hash=tokenizer_hash,
                                                  board_id=board_id, uid=uid))
-        self._init_window(window, window_bytes)
+        self._w_init(window, window_bytes)  # the retransmit window (TxWindow)
+        self._rx_next = 0  # next seq expected from the peer
         self._init_reorder(reorder, reorder_bytes or max_frame - OVERHEAD)
         self._init_state(now, rto_init)
-        self._zero_counters()
 
     # __init__ is split in parts: MicroPython compiles each function into one contiguous block, and a
     # smaller largest block keeps compiling this module from source feasible on a fragmented heap.
-
-    def _init_window(self, window, window_bytes):
-        # retransmit window: whole frames in a byte ring, per-slot bookkeeping indexed by seq & mask
-        self._wn = window
-        self._mask = window - 1
-        self._wbuf = bytearray(window_bytes)
-        self._wcap = window_bytes
-        self._w_off = array("H", bytes(2 * window))
-        self._w_n = array("H", bytes(2 * window))
-        self._w_t = array("i", bytes(4 * window))
-        self._w_tries = bytearray(window)
-        self._w_sack = bytearray(window)  # _HELD: the peer holds it (SACK); _LOST: resend it first
-        self._w_txn = array("H", bytes(2 * window))  # transmission number of each frame's latest sending
-        self._txn = 0
-        self._lost = 0  # frames marked _LOST (a hint: rescanned when nothing is found)
-        self._r_head = 0
-        self._r_tail = 0
-        self._next_seq = 0  # next seq to assign
-        self._base = 0  # oldest unacked
-        self._next_tx = 0  # next to transmit (rewinds to base on loss)
-        self._sent_hi = 0  # one past the highest seq ever transmitted
-        self._rx_next = 0  # next seq expected from the peer
 
     def _init_reorder(self, n, size):
         # receive side of selective repeat: up to n frames after a gap, each body up to size bytes
@@ -289,8 +261,7 @@ class Link:
         self._pend = 0
         self._ver_seen = 0
         self.peer_minor = frame.MINOR  # until a HELLO says otherwise (a restored gateway has none yet)
-
-    def _zero_counters(self):
+        # counters
         self.tx_frames = 0
         self.tx_data = 0
         self.tx_retx = 0
@@ -329,28 +300,9 @@ class Link:
             raise LinkError("send() takes data types 0x10..0x7f, got %r" % (ftype,))
         if n > len(body) or n > self.max_body():
             raise LinkError("body of %d bytes: at most %d here" % (n, self.max_body()))
-        if not self._peer_hello_ok or ((self._next_seq - self._base) & 0xFFFF) >= self._wn:
+        if not self._peer_hello_ok:
             return False
-        size = HDR + n + self._sig + frame.CRC
-        off = self._ring_alloc(size)
-        if off < 0:
-            return False
-        w = self._wbuf
-        w[off + 1] = ftype | (SIGNED if self._sig else 0)
-        put_u16(w, off + frame.H_LEN, n)
-        if n == len(body):
-            w[off + HDR:off + HDR + n] = body
-        else:
-            for i in range(n):
-                w[off + HDR + i] = body[i]
-        slot = self._next_seq & self._mask
-        self._w_off[slot] = off
-        self._w_n[slot] = n
-        self._w_tries[slot] = 0
-        self._w_sack[slot] = 0
-        self._next_seq = (self._next_seq + 1) & 0xFFFF
-        self._r_tail = off + size
-        return True
+        return self._w_add(ftype | (SIGNED if self._sig else 0), body, n, HDR + n + self._sig + frame.CRC)
 
     def max_body(self):
         # Largest body send() takes now: own max_frame, the peer's (once known), its credit span.
@@ -359,11 +311,11 @@ class Link:
             pm = u16(self.peer_hello, HE_MAXFRAME)
             if pm < raw:
                 raw = pm
-            span = ((u16(self.peer_hello, HE_RXBUF) - RESERVE - 3) * 254) // 255
+            span = ((u16(self.peer_hello, HE_RXBUF) - _RESERVE - 3) * 254) // 255
             if span < raw:
                 raw = span
-        if self._wcap < raw:
-            raw = self._wcap
+        if len(self._w_buf) < raw:
+            raw = len(self._w_buf)
         return raw - OVERHEAD - self._sig
 
     def queued(self):
@@ -445,7 +397,7 @@ class Link:
             budget -= n
             self.rx_bytes += n
             since = self._since + n
-            self._since = since if since < SINCE_CAP else SINCE_CAP
+            self._since = since if since < _SINCE_CAP else _SINCE_CAP
             i = 0
             while i < n:
                 i = dec.feed(chunk, i, n)
@@ -455,35 +407,63 @@ class Link:
         if dec.err_version != self._ver_seen:
             self._ver_seen = dec.err_version
             self._event(EV_VERSION, dec.last_version)
-            self._error_soon(frame.E_VERSION, dec.last_version)
+            self._err_code = frame.E_VERSION  # an ERROR frame goes out soon
+            self._err_detail = dec.last_version & 0xFFFF
 
     def _frame_in(self):
+        # One frame the decoder checked: is it authentic, whose is it (peer and handshake), what does its
+        # header grant (credit, acks), what does its type ask (dispatch). Each step may end it.
         d = self.dec
-        buf = d.buf
-        ftype = d.ftype
-        t = ftype & 0x7F
-        blen = d.blen
+        t = d.ftype & 0x7F
         self.rx_frames += 1
-        if self._signer is not None:
-            if not ftype & SIGNED or not self._auth_ok(buf, blen):
-                if not ftype & SIGNED:
-                    self.rx_auth_fail += 1
+        if not self._auth_in(d.buf, d.ftype, d.blen):
+            return
+        if not self._peer_in(d.buf, t, d.blen):
+            return
+        to_me = self._credit_in(d)
+        self._dispatch(d, t, to_me)
+
+    def _auth_in(self, buf, ftype, blen):
+        # Signed links take signed frames only, with a valid tag and a newer counter; unsigned links
+        # take no signed frame (no key to check it with).
+        if self._signer is None:
+            if ftype & SIGNED:  # signed but we hold no key: cannot trust it
+                self.rx_auth_fail += 1
                 self._event(EV_AUTH, 1)
-                return
-        elif ftype & SIGNED:  # signed but we hold no key: cannot trust it
+                return False
+            return True
+        if not ftype & SIGNED:
             self.rx_auth_fail += 1
             self._event(EV_AUTH, 1)
-            return
+            return False
+        p = HDR + blen
+        if not frame.counter_newer(buf, p, self._peer_ctr, 0):
+            self.rx_replay += 1
+            self._event(EV_AUTH, 2)
+            self._event(EV_AUTH, 1)
+            return False
+        if not self._signer.verify(buf, 0, blen):
+            self.rx_auth_fail += 1
+            self._event(EV_AUTH, 1)
+            return False
+        for i in range(frame.SIG_COUNTER):
+            self._peer_ctr[i] = buf[p + i]
+        return True
+
+    def _peer_in(self, buf, t, blen):
+        # The handshake: a frame from an epoch we do not know is taken only as a HELLO (a new peer, or
+        # the known one rebooted) or an ERROR (reported); a HELLO from the known peer updates what we
+        # know of it. False: the frame ends here.
         if not (self._peer_known and same4(buf, H_EPOCH, self._peer, 0)):
             if t == ERROR and blen >= _ERROR_MIN:
                 self._event(EV_PEER_ERROR, buf[HDR + _ER_CODE])
-                return
+                return False
             if t != HELLO:
                 self.rx_stale += 1
-                self._hello_soon()
-                return
+                self._need_hello = True
+                return False
             if not self._hello_in(buf, blen):
-                return
+                return False
             reboot = self._peer_known
             copy4(self._peer, 0, buf, H_EPOCH)
             self._peer_known = True
@@ -491,24 +471,31 @@ class Link:
             self._gap_for = -1
             self._limit_ok = False
             self.established = False
-            self._forget_peer_state()
+            for i in range(self._wn):  # a new peer instance holds nothing of ours, and we hold nothing of its
+                self._w_sack[i] = 0
+            self._forget_rx()
             self._adopt_hello(buf, blen)
             if reboot:
                 self.peer_reboots += 1
                 self._event(EV_PEER_REBOOT, self.peer_reboots)
         elif t == HELLO:
             if not self._hello_in(buf, blen):
-                return
+                return False
             base = u16(buf, HDR + HE_TXBASE)
             if 0 < ((base - self._rx_next) & 0xFFFF) < 0x8000:  # the peer no longer holds those frames
                 self._rx_next = base
                 self._forget_rx()
             self._adopt_hello(buf, blen)
+        return True
+
+    def _credit_in(self, d):
+        # What every frame of the peer's grants: a fresh credit anchor and, when addressed to us, its
+        # cumulative ack and its limit (the first frame to us establishes the link). Returns to_me.
         self._anchor = (d.txoff + d.wire) & 0xFFFF
         self._anchor_ok = True
         self._since = self._rest
         self._last_rx = self.now
-        to_me = same4(buf, H_PEER, self._epoch, 0)
+        to_me = same4(d.buf, H_PEER, self._epoch, 0)
         if to_me:
             self._ack_in(d.ack)
             lim = d.limit
@@ -521,9 +508,16 @@ class Link:
                 self.established = True
                 self._next_tx = self._base  # resend everything unacked to this (possibly new) peer
                 self._event(EV_ESTABLISHED, 1)
+        return to_me
+
+    def _dispatch(self, d, t, to_me):
+        # What the frame's type asks: answer a HELLO or a probe, apply an ACK's selective acks and gap,
+        # report an ERROR, take data in order.
+        buf = d.buf
+        blen = d.blen
         if t == HELLO:
             if not to_me or buf[HDR + HE_FLAGS] & HELLO_WANT:
-                self._hello_soon()
+                self._need_hello = True
             else:
                 self._ack_due = True
                 self._ack_at = self.now
@@ -534,7 +528,7 @@ class Link:
         elif t == ACK:
             held = False
             if to_me and blen >= 3 and buf[HDR] & ACK_SACK:
-                held = self._sack_in(d.ack, buf[HDR + _AK_SACK] | (buf[HDR + _AK_SACK + 1] << 8))
+                held = self._w_sack_in(d.ack, buf[HDR + _AK_SACK] | (buf[HDR + _AK_SACK + 1] << 8))
             if to_me and blen and buf[HDR] & ACK_GAP and not held:
                 self._gap_in()  # the peer keeps nothing after a gap: go back
         elif t == ERROR:
@@ -556,7 +550,8 @@ class Link:
             if code:
                 self.refused += 1
                 self._event(EV_REFUSED, code)
-                self._error_soon(frame.E_HELLO, code)
+                self._err_code = frame.E_HELLO  # an ERROR frame goes out soon
+                self._err_detail = code & 0xFFFF
                 return False
         return True
 
@@ -654,80 +649,21 @@ class Link:
                 bits |= 1 << i
         return bits
 
-    def _sack_in(self, ack, bits):
-        # Mark the frames the peer holds; then every frame sent before the latest-sent held one and
-        # not held itself is lost (bytes on a UART cannot overtake each other): resend those first.
-        base = self._base
-        span = (self._sent_hi - base) & 0xFFFF
-        mask = self._mask
-        last = -1
-        i = 0
-        while bits:
-            if bits & 1:
-                s = (ack + 2 + i) & 0xFFFF
-                if ((s - base) & 0xFFFF) < span:
-                    self._w_sack[s & mask] = _HELD
-                    txn = self._w_txn[s & mask]
-                    if last < 0 or 0 < ((txn - last) & 0xFFFF) < 0x8000:
-                        last = txn
-            bits >>= 1
-            i += 1
-        if last < 0:
-            return False
-        s = base
-        while s != self._sent_hi:
-            slot = s & mask
-            if not self._w_sack[slot] and 0 < ((last - self._w_txn[slot]) & 0xFFFF) < 0x8000:
-                self._w_sack[slot] = _LOST
-                self._lost += 1
-            s = (s + 1) & 0xFFFF
-        return True
-
-    def _forget_peer_state(self):
-        # a new peer instance holds nothing of ours, and we hold nothing of its
-        for i in range(self._wn):
-            self._w_sack[i] = 0
-        self._forget_rx()
-
     def _forget_rx(self):
         for i in range(self._ro_n):
             self._ro_seq[i] = -1
 
-    def _auth_ok(self, buf, blen):
-        p = HDR + blen
-        if not frame.counter_newer(buf, p, self._peer_ctr, 0):
-            self.rx_replay += 1
-            self._event(EV_AUTH, 2)
-            return False
-        if not self._signer.verify(buf, 0, blen):
-            self.rx_auth_fail += 1
-            return False
-        for i in range(frame.SIG_COUNTER):
-            self._peer_ctr[i] = buf[p + i]
-        return True
-
     def _ack_in(self, ack):
-        base = self._base
-        k = (ack + 1 - base) & 0xFFFF
-        if k == 0:
-            return
-        if k > ((self._sent_hi - base) & 0xFFFF):
-            if k < 0x8000:  # acks a frame never sent: a broken or hostile peer
+        k = self._w_ack(ack)
+        if k <= 0:
+            if k < 0:  # acks a frame never sent: a broken or hostile peer
                 self.rx_bad_ack += 1
             return
         slot = ack & self._mask
         if self._w_tries[slot] == 1:  # Karn: time only frames sent once
             self._rtt(ticks_diff(self.now, self._w_t[slot]))
-        base = (ack + 1) & 0xFFFF
-        self._base = base
         self.tx_acked += k
-        if base == self._next_seq:
-            self._r_head = self._r_tail = 0
-        else:
-            self._r_head = self._w_off[base & self._mask]
-        if ((self._next_tx - base) & 0xFFFF) >= 0x8000:
-            self._next_tx = base
-        if base == self._sent_hi:
+        if self._base == self._sent_hi:
             self._rto_on = False
         else:
             self._rto_on = True
@@ -772,13 +708,6 @@ class Link:
             self._ack_due = True
             self._ack_at = (self.now + self.ack_ms) & TICKS_MASK
 
-    def _hello_soon(self):
-        self._need_hello = True
-
-    def _error_soon(self, code, detail):
-        self._err_code = code
-        self._err_detail = detail & 0xFFFF
-
     def _timers(self):
         now = self.now
         if self.established and ticks_diff(now, self._last_rx) >= self.dead_ms:
@@ -807,10 +736,10 @@ class Link:
     def _limit_adv(self):
         if not self._anchor_ok:
             return 0
-        return (self._anchor + self._since + self.rxbuf - RESERVE) & 0xFFFF
+        return (self._anchor + self._since + self.rxbuf - _RESERVE) & 0xFFFF
 
     def _tx(self):
-        if self._pend and not self._flush():
+        if self._pend and not self._flush(self._pend):
             return
         for _ in range(16):
             n = self._next_frame()
@@ -819,7 +748,7 @@ class Link:
 
     def _next_frame(self):
         now = self.now
-        if self._need_hello and ticks_diff(now, self._last_hello) >= HELLO_GAP_MS:
+        if self._need_hello and ticks_diff(now, self._last_hello) >= _HELLO_GAP_MS:
             self._need_hello = False
             self._last_hello = now
             h = self._hello
@@ -880,29 +809,14 @@ class Link:
         return enc.wrap(raw, 0, enc.seal(raw, 0, blen))
 
     def _data(self):
-        mask = self._mask
-        seq = -1
-        if self._lost:  # frames known lost go first
-            s = self._base
-            while s != self._sent_hi:
-                if self._w_sack[s & mask] == _LOST:
-                    seq = s
-                    break
-                s = (s + 1) & 0xFFFF
-            if seq < 0:
-                self._lost = 0
+        # The next data frame the window offers, if the peer's credit takes it: header, signature, CRC.
+        seq = self._w_pick()
         if seq < 0:
-            s = self._next_tx
-            while s != self._next_seq and self._w_sack[s & mask] == _HELD:  # the peer has it: skip
-                s = (s + 1) & 0xFFFF
-            self._next_tx = s
-            if s == self._next_seq:
-                return 0
-            seq = s
-        slot = seq & mask
+            return 0
+        slot = seq & self._mask
         off = self._w_off[slot]
         blen = self._w_n[slot]
-        w = self._wbuf
+        w = self._w_buf
         raw = HDR + blen + self._sig + frame.CRC
         if not self._limit_ok or ((self._limit - self._tx_off - (raw + raw // 254 + 3)) & 0xFFFF) >= 0x8000:
             if not self._blocked:
@@ -918,53 +832,33 @@ class Link:
             self._signer.sign(w, off, blen, self._ctr)
         enc = self.enc
         n = enc.wrap(w, off, enc.seal(w, off, blen))
-        tries = self._w_tries[slot]
-        if tries:
+        if self._w_sent(seq, self.now):
             self.tx_retx += 1
             if seq == self._base:  # waiting for this resend now: time it from here
                 self._rto_on = True
                 self._rto_at = (self.now + self._rto) & TICKS_MASK
         else:
             self.tx_data += 1
-        self._w_tries[slot] = tries + 1 if tries < 255 else 255
-        self._w_t[slot] = self.now
-        self._w_txn[slot] = self._txn
-        self._txn = (self._txn + 1) & 0xFFFF
-        seq = (seq + 1) & 0xFFFF
-        if self._w_sack[slot] == _LOST:
-            self._w_sack[slot] = 0
-            self._lost -= 1
-        else:
-            self._next_tx = seq
-        if 0 < ((seq - self._sent_hi) & 0xFFFF) < 0x8000:
-            self._sent_hi = seq
         if not self._rto_on:
             self._rto_on = True
             self._rto_at = (self.now + self._rto) & TICKS_MASK
         return n
 
     def _write(self, n):
-        wire = self.enc.wire
-        w = self.t.write(wire, n)
-        if w is None:
-            w = n
+        # A new frame in wire[0:n]: count it and send it.
         self.tx_frames += 1
-        self._sent(w)
         self._ack_due = False  # every header carries the current ack
-        if w < n:
-            for i in range(n - w):
-                wire[i] = wire[w + i]
-            self._pend = n - w
-            return False
-        return True
+        return self._flush(n)
 
-    def _flush(self):
+    def _flush(self, n):
+        # Send wire[0:n]; what the transport does not take moves to the front and waits in _pend.
         wire = self.enc.wire
-        n = self._pend
         w = self.t.write(wire, n)
         if w is None:
             w = n
-        self._sent(w)
+        self._tx_off = (self._tx_off + w) & 0xFFFF
+        self.tx_bytes += w
+        self._last_tx = self.now
         if w < n:
             for i in range(n - w):
                 wire[i] = wire[w + i]
@@ -972,21 +866,3 @@ class Link:
             return False
         self._pend = 0
         return True
-
-    def _sent(self, w):
-        self._tx_off = (self._tx_off + w) & 0xFFFF
-        self.tx_bytes += w
-        self._last_tx = self.now
-
-    def _ring_alloc(self, size):
-        cap = self._wcap
-        if self._base == self._next_seq:
-            self._r_head = 0
-            return 0 if size <= cap else -1
-        head = self._r_head
-        tail = self._r_tail
-        if tail > head:
-            if tail + size <= cap:
-                return tail
-            return 0 if size <= head else -1
-        return tail if tail + size <= head else -1

@@ -448,6 +448,9 @@ def q4_resident(reader, name, rows, cols, pool=None):
         reader.read_into(name + mbf.MINS_SUFFIX, mat.mins, False)
     reader.read_into(name, memoryview(mat.buf)[0:mat.nib_bytes], False)
     reader.read_into(name + mbf.SCALES_SUFFIX, mat.scales, False)
+    if dtype == "q4a":  # the loader picks that form's conversion: q4 never imports q4a_q8
+        from shared import q4a_q8
+        return q4a_q8.prepare(mat)
     return mat.prepare()
 
 
@@ -465,7 +468,11 @@ def q4_streamed(reader, name, rows, cols, nibbles):
     if dtype == "q4a":
         mins = bytearray(n)
         reader.read_into(name + mbf.MINS_SUFFIX, mins, False)
-    return Q4Matrix(rows, cols, nibbles, scales, mins).prepare()
+    mat = Q4Matrix(rows, cols, nibbles, scales, mins)
+    if mins is not None:
+        from shared import q4a_q8
+        return q4a_q8.prepare(mat)
+    return mat.prepare()
 
 
 def _chunks(reader, name, chunk, fn):

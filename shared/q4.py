@@ -9,11 +9,12 @@ Q4Matrix: rows x cols INT4 weights, cols a multiple of 32, and one scale per gro
            with one shift per matrix: scale = ws * 2**-wshift. By default scales is the tail of buf
            (the MBF segments <name> and <name>.scales back to back); it may be a separate buffer.
   mins     (asymmetric matrices only, else None) rows*(cols/32) 2-byte values: in the file float16
-           minimums m (Q4_1 style: weight = scale * nibble + m, nibble in 0..15); prepare() turns scales
-           and mins together into ws < 2**14 and the int16 mf = fixed(m + 8 * scale), so that
+           minimums m (Q4_1 style: weight = scale * nibble + m, nibble in 0..15); q4a_q8.prepare(mat)
+           turns scales and mins together into ws < 2**14 and the int16 mf = fixed(m + 8 * scale), so that
            weight = ((nibble - 8) * ws + mf) * 2**-wshift and the kernel adds mf * sum(q_a) per group.
 Q8Matrix (shared/q4a_q8.py): rows x cols int8 weights (two's complement, one byte each) and one float16
-  scale per group, prepared to ws < 2**11 (Q8_0 style; the embedding / tied classifier).
+  scale per group, prepared to ws < 2**11 (Q8_0 style; the embedding / tied classifier). q4a_q8 holds
+  the asymmetric conversion and the INT8 kernels and imports this module; this one never imports it.
 QAct: an activation vector quantised per group of 32 to int8 q in [-127, 127] with a power-of-two
   scale 2**e_g (in Q16 units), e_g in 0..24; one byte each, offset-binary like the nibbles: q + 128.
 
@@ -170,7 +171,8 @@ class Q4Matrix:
     scales); Q4Matrix(rows, cols, nibbles, scales) uses two buffers. A runtime that streams layers
     through one matrix may keep each layer's prepared scales and set .scales and .wshift per layer
     (attribute stores allocate nothing). With `mins` (a buffer of rows*(cols/32)*2 bytes, or True to
-    allocate one) the matrix is asymmetric (KIND_ASYM): prepare() converts scales and mins together."""
+    allocate one) the matrix is asymmetric (KIND_ASYM): q4a_q8.prepare(mat) converts scales and mins
+    together."""
 
     kind = KIND_SYM
 
@@ -201,15 +203,14 @@ class Q4Matrix:
         self.cache = None   # backend-private derived data (numpy), checked against the contents
 
     def prepare(self):
-        """Load time: turn the float16 scale (and min) bits into fixed point, in place.
+        """Load time: turn the float16 scale bits into fixed point, in place.
 
-        Call it once after every load of float16 bits into .scales (and .mins). Integers only, so the
-        board and the host get the same scales."""
+        Call it once after every load of float16 bits into .scales. Integers only, so the board and the
+        host get the same scales. An asymmetric matrix (with mins) is prepared by q4a_q8.prepare(mat):
+        that form's conversion lives there, so a symmetric-INT4 board never loads it."""
         if self.mins is not None:
-            from shared import q4a_q8  # load time: the asymmetric form's conversion
-            self.wshift = q4a_q8.prepare_asym(self.scales, self.mins)
-        else:
-            self.wshift = prepare_scales(self.scales)
+            raise Q4Error("asymmetric Q4Matrix (with mins): prepare it with q4a_q8.prepare(mat)")
+        self.wshift = prepare_scales(self.scales)
         return self
 
     def set_mins(self, mins):
@@ -372,8 +373,8 @@ def mulshift(a, f, s):
 
 def matvec(out, mat, act, r0, r1):
     """out[r - r0] = row r of mat times act, Q16, for r0 <= r < r1."""
-    if mat.kind == KIND_Q8:
-        matvec8(out, mat, act, r0, r1)
+    if mat.kind == KIND_Q8:  # a Q8Matrix brings its own plain kernel (shared/q4a_q8.py): no import here
+        mat.plain_matvec(out, act, r0, r1)
         return
     w = mat.buf
     q = act.q
@@ -418,7 +419,7 @@ def group_dots(out, mat, act, row):
     """out[g] = sum over group g of q_w * q_a for one row: the raw integer dot products (q_w = nibble - 8
     for Q4 matrices, also asymmetric ones; the int8 weight for a Q8Matrix)."""
     if mat.kind == KIND_Q8:
-        group_dots8(out, mat, act, row)
+        mat.plain_group_dots(out, act, row)
         return
     w = mat.buf
     q = act.q
@@ -432,9 +433,3 @@ def group_dots(out, mat, act, row):
             qi += 2
         wi += 16
         out[g] = acc
-
-
-# The INT8 (Q8Matrix) plain kernels live in shared/q4a_q8.py with the load-time code of the asymmetric
-# and INT8 forms (a model without them never imports it); importing q4a_q8 sets these two.
-matvec8 = None
-group_dots8 = None

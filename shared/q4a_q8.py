@@ -1,8 +1,10 @@
 # q4a_q8.py: the asymmetric INT4 and the INT8 weight forms: load-time conversion, Q8Matrix, plain INT8 kernels.
-"""Imported only by models that use these forms (Q4Matrix.prepare of an asymmetric matrix, the model
-loader for q4a / q8 segments, the converters), so a board running symmetric INT4 only does not carry
-this code. docs/KERNELS.md has the formats and the bounds. Integers only, as q4.py."""
-from shared import q4
+"""Imported only by the code that makes these forms (the model loader for q4a / q8 segments, the
+converters, tests), so a board running symmetric INT4 only does not carry this code. The dependency
+points one way: this module imports q4, q4 never imports this one. An asymmetric Q4Matrix is prepared
+with prepare(mat) below; a Q8Matrix brings its plain kernels as methods, which q4.matvec and
+q4.group_dots call for it (the other backends have their own). docs/KERNELS.md has the formats and the bounds.
+Integers only, as q4.py."""
 from shared.q4 import GROUP, KIND_Q8, Q4Error, Q4Matrix, bitlen, check_len, fp16_exponent, fp16_fixed, shift_sat
 from shared.q4 import I_EH, I_HDR, _check_buffer
 
@@ -106,6 +108,15 @@ def prepare_asym(sc, mn):
     return t - k
 
 
+def prepare(mat):
+    """Load time, for a matrix of any form: an asymmetric Q4Matrix gets prepare_asym over its scales
+    and mins, a Q4Matrix or Q8Matrix its own prepare(). Returns mat."""
+    if mat.mins is not None:
+        mat.wshift = prepare_asym(mat.scales, mat.mins)
+        return mat
+    return mat.prepare()
+
+
 def prepare_scales8(b):
     """Q8Matrix scales: float16 bits -> fixed point ws < 2**11 in place (the largest in [2**10, 2**11)),
     so |acc * ws| <= 32*128*127 * 2047 < 2**30. Returns the wshift."""
@@ -165,6 +176,14 @@ class Q8Matrix(Q4Matrix):
         b = self.buf[r * self.cols + c]
         return b - 256 if b & 128 else b
 
+    # the plain kernels of this form: q4.matvec / q4.group_dots hand a KIND_Q8 matrix to these
+
+    def plain_matvec(self, out, act, r0, r1):
+        matvec8(out, self, act, r0, r1)
+
+    def plain_group_dots(self, out, act, row):
+        group_dots8(out, self, act, row)
+
 
 def matvec8(out, mat, act, r0, r1):
     """matvec for a Q8Matrix: per group acc = sum(q_w * q_a), |acc| <= 32*128*127 = 520192, ws < 2**11,
@@ -212,6 +231,3 @@ def group_dots8(out, mat, act, row):
             acc += (b - 256 if b & 128 else b) * (q[j] - 128)
         out[g] = acc
 
-
-q4.matvec8 = matvec8
-q4.group_dots8 = group_dots8

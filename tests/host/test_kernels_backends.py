@@ -115,7 +115,7 @@ def matvec_case_other(draw):
     m.scales[:] = np.array(scales, dtype="<u2").tobytes()
     x = draw(st.lists(st.one_of(I32, st.integers(-300, 300), st.sampled_from([LIM, -LIM, -(1 << 31)])),
                       min_size=cols, max_size=cols))
-    return m.prepare(), vec(x)
+    return q4a_q8.prepare(m), vec(x)
 
 
 @SETTINGS
@@ -324,7 +324,7 @@ def test_quantize_matrix_asym_and_q8():
     wa = q4_numpy.dequantize(m)
     ws = q4_numpy.dequantize(q4.Q4Matrix(64, 128, q4_numpy.quantize_matrix(w)))
     assert rel_rms(wa, w) < rel_rms(ws, w) < 0.2  # offsets cost the symmetric form, not this one
-    m.prepare()
+    q4a_q8.prepare(m)
     fixed = q4_numpy.dequantize(m)  # ws and mf each rounded by <= 1/2 LSB: |q - 8| * 1/2 + 1/2 <= 4.5 LSB
     lsb = 2.0 ** -m.wshift
     assert np.abs(fixed - wa).max() <= 4.6 * lsb and lsb < np.abs(wa).max() * 2 ** -12

@@ -39,7 +39,7 @@ def make_asym(rng, rows, cols, h_lo=0x2000, h_span=0x1400, nib=None, m_lo=None, 
         h = (m_lo + rng.below(m_span) if m_span else m_lo) | (0x8000 if rng.below(2) else 0)
         m.mins[o] = h & 255
         m.mins[o + 1] = h >> 8
-    return m.prepare()
+    return q4a_q8.prepare(m)
 
 
 def make_q8(rng, rows, cols, h_lo=0x2000, h_span=0x1400, val=None):
@@ -283,8 +283,9 @@ def test_prepare_asym_definition():
             raw.append((d, mn))
             m.scales[o], m.scales[o + 1] = d & 255, d >> 8
             m.mins[o], m.mins[o + 1] = mn & 255, mn >> 8
-        m.prepare()
-        assert m.kind == q4.KIND_ASYM
+        e = testkit.raises(Q4Error, m.prepare)  # q4 holds no asymmetric conversion: it names where it is
+        assert "q4a_q8.prepare" in str(e)
+        assert q4a_q8.prepare(m) is m and m.kind == q4.KIND_ASYM
         big = 0
         for i in range(len(raw)):
             r, g = i // m.ng, i % m.ng
@@ -301,20 +302,20 @@ def test_prepare_asym_definition():
                     num, den = _fp16_value_x(h, m.wshift)
                 assert abs(got * den - num) <= den, (hex(raw[i][0]), hex(raw[i][1]), got, num / den)
         assert big >= 1 << 13  # the shift uses the range: the largest value lands in [2**13, 2**14)
-    zero = q4.Q4Matrix(2, 32, None, None, True).prepare()
+    zero = q4a_q8.prepare(q4.Q4Matrix(2, 32, None, None, True))
     assert zero.wshift == 0 and zero.scale(1, 0) == 0 and zero.min_fixed(1, 0) == 0
     bad = q4.Q4Matrix(1, 32, None, None, True)
     bad.scales[1] = 0xBC  # scale -1.0
-    testkit.raises(Q4Error, bad.prepare)
+    testkit.raises(Q4Error, q4a_q8.prepare, bad)
     bad.scales[1] = 0x3C
     bad.mins[1] = 0xFC  # min -Inf
-    testkit.raises(Q4Error, bad.prepare)
+    testkit.raises(Q4Error, q4a_q8.prepare, bad)
     testkit.raises(Q4Error, q4.Q4Matrix, 2, 32, None, None, bytearray(2))  # mins: 2 groups * 2 bytes
     q = q4a_q8.Q8Matrix(2, 64)
     for i in range(4):
         o = q.nib_bytes + 2 * i
         q.buf[o], q.buf[o + 1] = 0x00, 0x3C + 4 * i  # 1.0 * 2**i
-    q.prepare()
+    assert q4a_q8.prepare(q) is q
     assert max(q.scale(r, g) for r in range(2) for g in range(2)) == 1 << 10
     assert q.kind == q4.KIND_Q8 and q.weight(0, 0) == 0
     q.buf[1] = 0x80
