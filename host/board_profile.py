@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BOARDS = ROOT / "boards"
 BUILD = ROOT / "build" / "boards"
 MAX_BYTES = 64 * 1024  # a profile is a few hundred bytes: anything larger is not one
+HELP = "board profile: a name (see boards/) or a path to a profile JSON"  # every --board's help
 # mpy-cross architectures by their .mpy feature code: bits 2..7 of the header's feature byte
 # (py/persistentcode.h MP_NATIVE_ARCH_*); a profile's mpy_arch and --arch are one of the values.
 ARCH_CODES = {
