@@ -304,3 +304,19 @@ def test_the_commands_are_declared_as_entry_points():
         assert not cli.load_plugin(name, spec).help.startswith("unavailable"), spec
     broken = cli.load_plugin("nosuch", "tools.no_such_module:X")
     assert broken.help.startswith("unavailable: nosuch") and "No module named" in broken.help
+
+
+def test_an_installed_distribution_registers_commands(tmp_path, monkeypatch):
+    """The entry-point path an installed edgetwin takes (its dist-info's entry_points.txt), beside the
+    checkout's pyproject.toml: a command registered only there is offered too."""
+    from host import cli
+
+    info = tmp_path / "edgetwin_probe-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: edgetwin-probe\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[%s]\nprobe = tools.demo.commands:SELFTEST\n" % cli.GROUP)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    specs = cli.plugin_specs()
+    assert specs["probe"] == "tools.demo.commands:SELFTEST"
+    assert specs["bench"] == "tools.bench.commands:BENCH"  # the checkout's own, still there
+    assert cli.load_plugin("probe", specs["probe"]).help.startswith("start a virtual board")
