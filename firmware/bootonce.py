@@ -4,7 +4,7 @@
 import os
 from array import array
 
-from firmware.spill import K_LINE, K_MARK, K_PLANT, _u32, rec_size
+from firmware.spill import BLOCK, K_BOOT, K_LINE, K_MARK, K_PLANT, Spill, _u32, rec_size
 
 
 def open_ring(path, want):
@@ -26,6 +26,19 @@ def open_ring(path, want):
                 f.write(z if k == 512 else z[:k])
                 left -= k
     return open(path, "r+b")
+
+
+def start_spill(path, size, block=BLOCK, f=None):
+    """The spill ring in the file at path (firmware/spill.py), ready for this boot: the file opened
+    (created and preallocated the first time), the recovery scan run, the boot number (the highest seen
+    + 1) written as a boot record at once. f: an already open binary file (tests: one that counts writes)."""
+    sp = Spill(path, size, block, f)  # checks size and block before any file is touched
+    if f is None:
+        sp.f = open_ring(path, sp.size)
+    recover(sp)
+    sp.boot = (sp._max_boot % 0xFFFF) + 1  # 1..65535: 0 means "no spill ring" on the wire
+    sp._append(K_BOOT, None, 0, 0, 0, 0, 0, 0)
+    return sp
 
 
 def recover(self):
@@ -141,10 +154,8 @@ def open_spill(prof, c, path_given, host):
         size = prof.get("spill_bytes", 0)
     if not size or (not path_given and host):  # a node under CPython (tests) spills only where told
         return None
-    from firmware.spill import Spill
-
     try:
-        return Spill(c["spill_path"], size)
+        return start_spill(c["spill_path"], size)
     except (OSError, ValueError) as e:  # no room on the filesystem, a bad size: log without it
         print("NODE spill off: %s (%s, %d bytes)" % (e, c["spill_path"], size))
         return None

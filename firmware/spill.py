@@ -74,18 +74,14 @@ def _put32(b, o, v):
     b[o + 3] = (v >> 24) & 0xFF
 
 
-def _boot_module():
-    return __import__("firmware.bootonce", None, None, ("recover",))
-
-
 class SpillError(ValueError):
     """A spill file that cannot be used (size, path)."""
 
 
 class Spill:
-    """A ring of `size // block` blocks in the file at `path` (created and preallocated if needed).
-
-    f: an already open binary file (tests: a file that counts writes), else `path` is opened."""
+    """A ring of `size // block` blocks in the file at `path`. firmware/bootonce.start_spill makes one:
+    it opens the file (created and preallocated if needed), runs the recovery scan and starts a boot, code
+    the node runs once and then drops; this class holds what the loop needs."""
 
     def __init__(self, path, size, block=BLOCK, f=None):
         if not isinstance(size, int) or not isinstance(block, int) or block < 2 * REC_MAX or block & 7:
@@ -101,8 +97,7 @@ class Spill:
         mv = memoryview(self.rec)
         self._views = [mv[:k] for k in range(0, REC_MAX + 1, REC_ALIGN)]  # write(view): no slice per record
         self.crc = crc32.new()
-        boot = _boot_module()  # boot-time code (open, recovery scan): not kept on the heap afterwards
-        self.f = f if f is not None else boot.open_ring(path, self.size)
+        self.f = f  # the ring file: bootonce.start_spill opens it
         # the line read by peek() (valid while self.ready)
         self.ready = False
         self.n = 0
@@ -120,10 +115,7 @@ class Spill:
         self.recovered = 0  # unread lines found at open
         self.marked = True  # False once a line has been read since the last mark
         self.plant_s = 0  # the newest plant clock record's seconds (0: none)
-        boot.recover(self)
-        boot.forget()
-        self.boot = (self._max_boot % 0xFFFF) + 1  # 1..65535: 0 means "no spill ring" on the wire
-        self._append(K_BOOT, None, 0, 0, 0, 0, 0, 0)
+        self.boot = 0  # 1..65535 once started (bootonce.start_spill); 0 means "no spill ring" on the wire
 
     # ---- records ----
 

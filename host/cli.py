@@ -6,192 +6,94 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
+import importlib
 import sys
 from pathlib import Path
 from typing import Callable
 
+from host.errors import UserError
+from host.usage import Command, Parser
+
 ROOT = Path(__file__).resolve().parent.parent
 
-
-from host.errors import UserError
-from host.usage import Parser
-
-# `edgetwin bench NAME ...` runs tools/bench/NAME.py, each printing one JSON object.
-BENCHES = tuple(sorted(p.stem for p in (ROOT / "tools" / "bench").glob("*.py") if p.stem not in ("__init__", "diag_fidelity")))
-
-# Subcommands that live in their own module host/cmd_NAME.py, each with HELP (one line),
-# add_arguments(parser) and run(args) -> exit code (raising host.errors.UserError for user mistakes).
-PLUGINS = ("demo", "gateway", "ask", "plan", "doctor")
-BOARD_HELP = "board profile: a name (see boards/) or a path to a profile JSON"
+# The product's subcommands: host/cmd_NAME.py, each with HELP (one line), add_arguments(parser) and
+# run(args) -> exit code (raising host.errors.UserError for user mistakes).
+PRODUCT = ("gateway", "ask", "plan", "doctor")
+# The development commands (build, vboard, deploy, convert, bench, demo, selftest) live beside what they
+# run, in tools/: each is a host.usage.Command that tools/ registers under this entry-point group
+# (pyproject.toml [project.entry-points."edgetwin.commands"]); host never imports tools.
+GROUP = "edgetwin.commands"
 
 
-def known_boards() -> list[str]:
-    from host import board_profile
-
-    return board_profile.known_boards()
-
-
-def _board(spec: str) -> dict:
-    """The validated profile --board names (a name or a path): one-line UserError otherwise."""
-    from host import board_profile
-
-    return board_profile.resolve(spec)
-
-
-def cmd_build(args: argparse.Namespace) -> int:
-    from tools.board import build
-
-    prof = _board(args.board)
+def _checkout_entry_points() -> dict[str, str]:
+    """GROUP's entry points in the pyproject.toml of the source tree this module runs from (`python -m
+    host.cli` in a checkout): {} outside one, or on Python 3.10 (no tomllib: the installed metadata only)."""
+    path = ROOT / "pyproject.toml"
     try:
-        out = build.build(prof, arch=args.arch, node=args.node, model=args.model)
-    except build.BuildError as e:
-        raise UserError(str(e)) from e
-    manifest = json.loads((out / "MANIFEST.json").read_text())
-    native = [f["path"] for f in manifest["files"] if f.get("native")]
-    print(f"built {len(manifest['files'])} files, {manifest['total_bytes']} bytes, arch {manifest['arch']} -> {out}")
-    if native:
-        print(f"native code ({manifest['arch']}): {', '.join(native)}")
-    if "node" in manifest:
-        _print_node(manifest["node"])
-    return 0
-
-
-def _print_node(node: dict) -> None:
-    plan, cfg = node["plan"], node["config"]
-    print(f"node: model {node['model']}, plan {plan['mode']} ({plan['load_peak']} of {plan['budget']} B budget, "
-          f"{8 * plan['word']}-bit objects); node.json: stream {json.dumps(cfg['stream'])}, out_rows {cfg['out_rows']}, tokenizer "
-          f"{str(cfg['tokenizer']).lower()}, k {cfg['k']}, stop_ids {cfg.get('stop_ids', [])}")
-
-
-def cmd_vboard(args: argparse.Namespace) -> int:
-    from tools.board import vboard
-
-    if args.emulate:  # the real rp2 firmware on an emulated RP2040 (tools/board/emuboard.py, docs/BOARDS.md)
-        from tools.board import emuboard
-
-        _board(args.board)  # a bad profile is refused the same way
-        extra = (["--image", args.image] if args.image else []) + (["--flash", args.flash] if args.flash else [])
-        return emuboard.main(["--board", args.board] + extra + (["--root", args.root] if args.root else []))
-    prof = _board(args.board)
+        import tomllib
+    except ImportError:
+        return {}
     try:
-        return vboard.run(prof, args.root, args.heap)
-    except vboard.VBoardError as e:
-        raise UserError(str(e)) from None
+        project = tomllib.loads(path.read_text()).get("project", {})
+    except (OSError, ValueError):  # no pyproject (an installed wheel), or not TOML
+        return {}
+    if project.get("name") != "edgetwin":
+        return {}
+    return {str(k): str(v) for k, v in project.get("entry-points", {}).get(GROUP, {}).items()}
 
 
-def board_platform(port: str, tool: str) -> str:
-    """sys.platform of the board at port ('rp2', 'esp32', 'linux' for a virtual board)."""
-    from tools.board import deploy
+def plugin_specs() -> dict[str, str]:
+    """name -> "module:attribute" of every registered development command: the installed distribution's
+    entry points, then the checkout's own (which win: an editable install's metadata may be another
+    checkout's, and the code that runs is this one's)."""
+    from importlib.metadata import entry_points
 
-    return deploy.run_on_board(port, "import sys; print(sys.platform)", tool=tool, timeout=15).strip()
+    specs = {ep.name: ep.value for ep in entry_points(group=GROUP)}
+    specs.update(_checkout_entry_points())
+    return specs
 
 
-def cmd_deploy(args: argparse.Namespace) -> int:
-    from tools.board import build, deploy
+def _unavailable(name: str, spec: str, error: Exception) -> Command:
+    why = "%s (%s): %s: %s" % (name, spec, type(error).__name__, error)
 
-    board = _board(args.board)
+    def run(args: argparse.Namespace) -> int:
+        raise UserError("this command cannot load: " + why)
+
+    return Command("unavailable: " + why, lambda p: None, run)
+
+
+def load_plugin(name: str, spec: str) -> Command:
+    """The Command an entry point "module:attribute" names; one that cannot load stays listed and says why."""
+    module, _, attr = spec.partition(":")
     try:
-        arch = args.arch
-        if arch is None and board_platform(args.port, args.tool) == "linux":
-            # A virtual board (the unix port) cannot run armv6m/xtensawin native code: give it x64.
-            arch = "x64"
-            print(f"{args.port} is a virtual board (unix port): deploying the x64 build", flush=True)
-        out = build.build(board, arch=arch, node=args.node, model=args.model)
-        manifest = json.loads((out / "MANIFEST.json").read_text())
-        if "node" in manifest:
-            _print_node(manifest["node"])
-        report = deploy.deploy(out, args.port, tool=args.tool, progress=_progress)
-        reset = args.node and not args.no_reset
-        if reset:
-            _progress("resetting the board: it boots into the node")
-            deploy.reset_board(args.port, args.tool)
-    except (build.BuildError, deploy.DeployError) as e:
-        raise UserError(str(e)) from e
-    print(json.dumps(report, indent=2))
-    print(f"deployed {len(report['files'])} files, {report['total_bytes']} bytes to {args.port} with {args.tool} "
-          f"in {report['seconds']:.1f} s; board heap free {report['board_mem_free']} B before reset"
-          + ("; the board was reset: the node runs" if reset else
-             "; reset the board to start the node" if args.node else ""), file=sys.stderr)
-    return 0
+        obj = importlib.import_module(module.strip())
+        for part in attr.strip().split(".") if attr.strip() else ():
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        return _unavailable(name, spec, e)
+    if not isinstance(obj, Command):
+        return _unavailable(name, spec, TypeError("%r is not a host.usage.Command" % (obj,)))
+    return obj
 
 
-def _progress(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-def cmd_convert(args: argparse.Namespace) -> int:  # reached only through main()'s early dispatch
-    raise UserError("usage: edgetwin convert SRC DST [options]; see edgetwin convert --help")
-
-
-def cmd_selftest(args: argparse.Namespace) -> int:
-    from tools.board import build, deploy, vboard
-    from tools.demo import selftest_demo
-
-    try:
-        return selftest_demo.main(board=_board(args.board), as_json=args.json)
-    except (build.BuildError, deploy.DeployError, vboard.VBoardError) as e:
-        raise UserError(str(e)) from e
-
-
-def _node_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--node", action="store_true",
-                   help="make the board a node: add the draft model and a main.py that starts firmware/node.py")
-    p.add_argument("--model", type=Path, help="draft .mbf for --node (default models/draft/draft.mbf)")
+@functools.lru_cache(maxsize=1)
+def commands() -> dict[str, Command]:
+    """Every subcommand by name: the registered development commands, then the product's own (a plug-in
+    cannot replace one of those)."""
+    out = {name: load_plugin(name, spec) for name, spec in plugin_specs().items() if name not in PRODUCT}
+    for name in PRODUCT:
+        mod = importlib.import_module("host.cmd_" + name)
+        out[name] = Command(mod.HELP, mod.add_arguments, mod.run)
+    return out
 
 
 def parser() -> argparse.ArgumentParser:
     p = Parser(prog="edgetwin", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    b = sub.add_parser("build", help="compile shared/ and firmware/ with mpy-cross for a board into build/BOARD/")
-    b.add_argument("--board", required=True, help=BOARD_HELP)
-    b.add_argument("--arch", help="override the profile's mpy-cross arch (x64 for a virtual board)")
-    _node_args(b)
-    b.set_defaults(func=cmd_build)
-
-    v = sub.add_parser("vboard", help="run a virtual board: MicroPython unix port on a pty, plus a UART pty")
-    v.add_argument("--board", required=True, help=BOARD_HELP)
-    v.add_argument("--root", help="directory that is the board's filesystem (default vboards/BOARD)")
-    v.add_argument("--heap", type=int, help="heap bytes (default: what a drafting node of the profile needs "
-                                            "on the 64-bit unix port, printed with its factor)")
-    v.add_argument("--emulate", action="store_true", help="run the real MicroPython rp2 firmware (make firmware) on "
-                   "an emulated RP2040 (rp2040js) instead of the unix port (rp2040_pico)")
-    v.add_argument("--image", help="with --emulate: the firmware .uf2 (default build/firmware/rp2040_pico/firmware.uf2)")
-    v.add_argument("--flash", help="with --emulate: the board's flash file (default flash.bin beside the image)")
-    v.set_defaults(func=cmd_vboard)
-
-    d = sub.add_parser("deploy", help="build for a board and copy the build onto it (mpremote, or ampy)")
-    d.add_argument("--board", required=True, help=BOARD_HELP)
-    d.add_argument("--port", required=True, help="serial port of the board's REPL (/dev/ttyACM0, or a vboard pty)")
-    d.add_argument("--tool", choices=("mpremote", "ampy"), default="mpremote")
-    d.add_argument("--arch", help="override the build arch (default: the profile's; x64 when the port is a virtual board)")
-    _node_args(d)
-    d.add_argument("--no-reset", action="store_true", help="with --node: do not reset the board after the copy")
-    d.set_defaults(func=cmd_deploy)
-
-    c = sub.add_parser("convert", add_help=False,
-                       help="convert a GGUF, llama2.c .bin or Hugging Face safetensors model to MBF (see convert --help)")
-    c.set_defaults(func=cmd_convert)
-
-    bn = sub.add_parser("bench", help="run a benchmark that prints one JSON object: " + ", ".join(BENCHES))
-    bn.add_argument("name", choices=BENCHES)
-    bn.set_defaults(func=lambda a: 0)
-
-    import importlib
-
-    for name in PLUGINS:
-        if not (ROOT / "host" / f"cmd_{name}.py").exists():
-            continue
-        mod = importlib.import_module(f"host.cmd_{name}")
-        sp = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
-        mod.add_arguments(sp)
-        sp.set_defaults(func=mod.run)
-
-    m = sub.add_parser("selftest", help="start a virtual board, deploy the core with mpremote and run its self-test")
-    m.add_argument("--board", default="rp2040_pico", help=BOARD_HELP)
-    m.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
-    m.set_defaults(func=cmd_selftest)
+    for name, cmd in commands().items():
+        sp = sub.add_parser(name, help=cmd.help, description=cmd.help, add_help=cmd.add_help)
+        cmd.add_arguments(sp)
+        sp.set_defaults(func=cmd.run)
     return p
 
 
@@ -229,26 +131,22 @@ parser = functools.lru_cache(maxsize=1)(parser)
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["bench"] and len(argv) > 1 and argv[1] in BENCHES:
-        import importlib
-
-        with _heartbeat("bench " + argv[1], quiet="-h" in argv or "--help" in argv):
+    cmd = commands().get(argv[0]) if argv else None
+    if cmd is not None and cmd.dispatch is not None:
+        # A command that owns its arguments (and --help): argparse's REMAINDER would swallow them badly.
+        quiet = not cmd.heartbeat or "-h" in argv or "--help" in argv
+        with _heartbeat(" ".join(argv[:2]), quiet=quiet):
             try:
-                return importlib.import_module("tools.bench." + argv[1]).main(argv[2:])
+                code = cmd.dispatch(argv[1:])
             except SystemExit as e:  # a usage error (one line): its code, for in-process callers; --help exits
                 if not e.code:
                     raise
                 return e.code if isinstance(e.code, int) else 2
-    if argv[:1] == ["convert"]:
-        # The converter owns its arguments (and --help); argparse's REMAINDER would swallow them badly.
-        from tools.formats import convert
-
-        try:
-            return convert.main(argv[1:])
-        except SystemExit as e:  # a usage error (one line): its code, as the other subcommands'; --help exits
-            if not e.code:
-                raise
-            return e.code if isinstance(e.code, int) else 2
+            except UserError as e:
+                print(f"edgetwin {argv[0]}: error: {e}", file=sys.stderr)
+                return 2
+        if code is not None:
+            return code
     try:
         args = parser().parse_args(argv)
     except SystemExit as e:  # a usage error (one line, code 2) is returned, for in-process callers; --help exits

@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baud", type=int, default=115200, help="baud rate (default 115200)")
     p.add_argument("--model", default=None,
                    help="the target model that verifies drafts: smollm2 (the shipped SmolLM2-135M-Instruct), a GGUF "
-                        "file, or tiny:SEED for the test pair of tools/demo/spec_models.py. Without it, drafts are not "
+                        "file, or tiny:SEED for the tiny seeded target of host/tiny_target.py. Without it, drafts are not "
                         "verified (logs only)")
     p.add_argument("--temperature", type=float, default=0.0, help="target sampling temperature (0: greedy)")
     p.add_argument("--top-k", type=int, default=0, help="target top-k (0: all)")

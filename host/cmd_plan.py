@@ -82,10 +82,9 @@ def _table(d: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     from host import board_profile
     from shared import mbf, memfit, memplan
-    from tools.board import build
 
     prof = board_profile.resolve(args.board)
-    if args.arch is not None and args.arch not in build.ARCH_CODES.values():
+    if args.arch is not None and args.arch not in board_profile.ARCH_CODES.values():
         raise UserError("unknown arch '%s' (x64 for the virtual board, or armv6m, xtensawin...)" % args.arch)
     word = memfit.word_of(args.arch or prof["mpy_arch"])
     path = Path(args.model)

@@ -391,19 +391,18 @@ class NodeStream:
 
 
 def load_target(model: str):
-    """(target, decode) for --model: tiny:SEED (tools/spec_models.make_pair(SEED, seq_len=TINY_SEQ_LEN); that test
+    """(target, decode) for --model: tiny:SEED (host/tiny_target.make(SEED, seq_len=TINY_SEQ_LEN); that test
     pair has no tokenizer, so its annotations are stored as token ids, "216 33 30") or a GGUF file (the target and
     the tokenizer the GGUF carries, host/qa.load_text_model: annotations are stored as the text they decode to;
     a GGUF without a tokenizer is refused)."""
     if model.startswith("tiny:"):
-        from tools.demo import spec_models
+        from host import tiny_target
 
         try:
             seed = int(model[5:])
         except ValueError:
             raise ValueError("tiny:SEED needs an integer seed, got %r" % model[5:]) from None
-        pair = spec_models.make_pair(seed, seq_len=TINY_SEQ_LEN)
-        return pair.target, lambda ids: " ".join(str(t) for t in ids)
+        return tiny_target.make(seed, seq_len=TINY_SEQ_LEN)[0], lambda ids: " ".join(str(t) for t in ids)
     path = Path(model)
     if not path.is_file():
         raise OSError("no such model file %s" % path)

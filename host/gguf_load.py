@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from host.llama_np import LayerWeights, LlamaConfig, LlamaWeights, TargetError
+from host.llama_config import LayerWeights, LlamaConfig, LlamaWeights, TargetError
 
 
 class GGUFError(TargetError):

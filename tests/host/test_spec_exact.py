@@ -11,6 +11,7 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+import bigram_models as bm  # noqa: E402
 import pytest  # noqa: E402
 
 from host.verifier import TargetMirror, Verifier, pack_prompt  # noqa: E402
@@ -223,10 +224,10 @@ def test_float_twin_of_an_mbf(pair, tmp_path):
 def test_block_ids_wrap_and_long_streams(related):
     """Block ids are 16-bit serial numbers: a stream whose ids wrap (and, with an imperfect draft, jump by
     ID_SKIP after every rejection) still equals target-only greedy. First-order stand-in models (fast)."""
-    table = sm.bigram_logits(5, 16)
-    target = sm.MarkovTarget(table)
-    draft = table if related else sm.bigram_logits(6, 16)
-    d = drafter.Drafter(sm.TableModel(draft, 2, 6, 8), 2, temperature=0, max_pending=2, max_len=600)
+    table = bm.bigram_logits(5, 16)
+    target = bm.MarkovTarget(table)
+    draft = table if related else bm.bigram_logits(6, 16)
+    d = drafter.Drafter(bm.TableModel(draft, 2, 6, 8), 2, temperature=0, max_pending=2, max_len=600)
     d.next_id = 0xFFE0
     s = TargetMirror(target, 2, 6, 16)
     loop = sm.Loop([(d, s)], Verifier(target))

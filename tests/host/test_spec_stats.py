@@ -1,6 +1,6 @@
 """Sampling mode end to end reproduces the target's distribution: the real shared/drafter.py against the
 real host/verifier.py (Stream, Verifier, KVCache staging and commits), on an 8-token vocabulary. The
-models are first-order stand-ins with the same interfaces (tools/demo/spec_models.py MarkovTarget for the
+models are first-order stand-ins with the same interfaces (tests/host/bigram_models.py MarkovTarget for the
 target, TableModel for the draft: an unrelated table, temperature 1, top-4), so that 10^4 episodes of 3
 committed tokens from one prompt fit the test budget. Pearson chi-square of the 2- and 3-token joints
 against the exact target probabilities (from the target's own quantised rows) and against 10^4
@@ -20,6 +20,7 @@ import itertools  # noqa: E402
 import math  # noqa: E402
 from array import array  # noqa: E402
 
+import bigram_models as bm  # noqa: E402
 import pytest  # noqa: E402
 from test_specdec_stats import gof, homogeneity  # noqa: E402
 
@@ -38,8 +39,8 @@ K = 2
 
 @pytest.fixture(scope="module")
 def models():
-    target = sm.MarkovTarget(sm.bigram_logits(21, VOCAB))
-    table = sm.bigram_logits(21, VOCAB) + sm.bigram_logits(22, VOCAB, 1.2)  # related, imperfect draft
+    target = bm.MarkovTarget(bm.bigram_logits(21, VOCAB))
+    table = bm.bigram_logits(21, VOCAB) + bm.bigram_logits(22, VOCAB, 1.2)  # related, imperfect draft
     return target, table
 
 
@@ -94,7 +95,7 @@ def speculate(models, monkeypatch, wrong: bool = False, episodes: int = EPISODES
         monkeypatch.setattr(V, "residual_np", lambda p, qi, qc, rng: p.sample(rng))
     pairs = []
     for i in range(PARALLEL):
-        d = drafter.Drafter(sm.TableModel(draft, 2, 8, 8), K, temperature=1.0, top_k=4, seed=1000 + i,
+        d = drafter.Drafter(bm.TableModel(draft, 2, 8, 8), K, temperature=1.0, top_k=4, seed=1000 + i,
                             max_pending=2, max_len=L)
         s = V.TargetMirror(target, 2, 8, 8, temperature=1.0, top_k=0, seed=5000 + i)
         pairs.append((d, s))

