@@ -29,11 +29,7 @@ from array import array
 
 from firmware.logq import put_bytes, put_hex4, put_uint
 from shared import crc32, frame
-
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
+from shared.compat import TICKS_MASK, const
 
 PROMPT = const(0x14)
 PROMPT_MAX = const(255)
@@ -170,7 +166,7 @@ class Annotator:
         if not lk.established:
             if self.down_since < 0:
                 self.down_since = now
-            elif ((now - self.down_since) & 0x3FFFFFFF) >= self.offline_ms and self.state == _RUN:
+            elif ((now - self.down_since) & TICKS_MASK) >= self.offline_ms and self.state == _RUN:
                 self.state = _OFFLINE
                 d.drop_pending()
             if self.state != _OFFLINE:

@@ -31,8 +31,8 @@ import serial
 
 from host.store import LogStore
 from shared import frame, link
+from shared.compat import ticks_add, ticks_diff, ticks_ms
 
-TICKS_MASK = 0x3FFFFFFF
 PROMPT = frame.PROMPT  # docs/PROTOCOL.md 3.9: base u30, n u8, flags u8, ids u16 x n
 
 
@@ -47,10 +47,6 @@ def wall_split(unix_ms: int) -> tuple[int, int]:
 def wall_unix_ms(day: int, ms: int) -> int | None:
     """Unix ms of a wire wall time; None for WALL_NONE."""
     return None if day == frame.WALL_NONE else UNIX_MS_2000 + day * frame.MS_PER_DAY + ms
-
-
-def ticks_ms() -> int:
-    return int(time.monotonic() * 1000) & TICKS_MASK
 
 
 class PortError(OSError):
@@ -261,8 +257,8 @@ class Session:
         frame.put_u32(h, frame.HE_WMS, ms)
         lk = self.link
         if lk.established and lk.peer_minor and self.time_ms > 0:
-            if self._next_time is None or ((now - self._next_time) & TICKS_MASK) < (TICKS_MASK >> 1):
-                self._next_time = (now + self.time_ms) & TICKS_MASK
+            if self._next_time is None or ticks_diff(now, self._next_time) >= 0:
+                self._next_time = ticks_add(now, self.time_ms)
                 if not self.outbox:  # a TIME waiting behind verdicts would be late: skip it, next one soon
                     self.send(frame.TIME, frame.pack_body(frame.TIME, day=day, ms=ms))
         self.link.poll(now)

@@ -39,11 +39,7 @@ from array import array
 
 from shared import specdec
 from shared.llama import Sampler, argmax
-
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
+from shared.compat import const
 
 ID_SKIP = const(32)  # block ids after a rejected block b start at b + ID_SKIP (>= any max_pending)
 MAX_PENDING = const(16)

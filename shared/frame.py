@@ -31,11 +31,7 @@ writes and compares the 4 CRC bytes one by one, so no CRC value ever becomes a h
 ESP32. The pack_*/parse* helpers allocate (host side, tools, tests); so does signing (hashlib).
 """
 from shared import cobs, crc32
-
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
+from shared.compat import const
 
 VERSION = const(0x11)  # major 1, minor 1 (1.1: LOG bodies carry a line sequence number)
 VERSION_MAJOR = const(1)
