@@ -212,8 +212,8 @@ class Node:
     def _put_head(self, body, ts, level, boot, lseq, flags):
         # A LOG body's head in the peer's layout: 1.1 (flags, boot, lseq, wall day/ms) or 1.0's (ts,
         # level); returns the text's offset. lseq 0: not a numbered line (reports, notices).
-        frame.put_u32(body, 0, ts & TICKS_MASK)
-        body[4] = level
+        frame.put_u32(body, frame.LG_TS, ts & TICKS_MASK)
+        body[frame.LG_LEVEL] = level
         if not self.lk.peer_minor:
             return frame.LG_TEXT_10
         body[frame.LG_FLAGS] = flags | self._put_wall(body, ts, boot)

@@ -33,7 +33,7 @@ from typing import Sequence
 import numpy as np
 
 from host.llama_np import KVCache, Target
-from shared import frame, specdec
+from shared import frame, frame_host, specdec
 from shared.compat import TICKS_MASK  # positions travel mod 2**30, the tick clock's modulus
 from shared.drafter import ID_SKIP, IdRing
 
@@ -53,7 +53,7 @@ class StreamDesync(VerifierError):
 def pack_prompt(base: int, ids: Sequence[int], unverified: bool = False) -> bytes:
     """PROMPT body (host side): ids (1..255) committed at base."""
     ids = [int(t) for t in ids]
-    return frame.pack_body(frame.PROMPT, base=base, n=len(ids), flags=frame.PR_UNVERIFIED if unverified else 0,
+    return frame_host.pack_body(frame.PROMPT, base=base, n=len(ids), flags=frame.PR_UNVERIFIED if unverified else 0,
                            ids=ids)
 
 
@@ -226,7 +226,7 @@ class TargetMirror:
     def on_prompt(self, body: bytes | bytearray | memoryview) -> tuple[list[int], bool]:
         """Queue a PROMPT body's ids (committed now, fed with the next pass) -> (ids, unverified)."""
         try:
-            f = frame.parse_body(frame.PROMPT, body)
+            f = frame_host.parse_body(frame.PROMPT, body)
         except frame.FrameError as e:
             raise VerifierError(str(e)) from None
         ids = f["ids"]
@@ -251,7 +251,7 @@ class TargetMirror:
     def on_draft(self, body: bytes | bytearray | memoryview) -> None:
         """Queue a DRAFT body's block (VerifierError if malformed or out of range)."""
         try:
-            f = frame.parse_body(frame.DRAFT, body)
+            f = frame_host.parse_body(frame.DRAFT, body)
         except frame.FrameError as e:
             raise VerifierError(str(e)) from None
         toks = f["tokens"]
@@ -298,7 +298,7 @@ class TargetMirror:
                 keep.append(b)
             else:
                 self.stats["stale"] += 1
-                out.append((self, frame.pack_verdict(b.id, b.base, 0, stale=True, committed=self.committed), []))
+                out.append((self, frame_host.pack_verdict(b.id, b.base, 0, stale=True, committed=self.committed), []))
         self.blocks = keep
         return out, chain
 
@@ -336,7 +336,7 @@ class TargetMirror:
             committed_ids = b.tokens[:acc] + ([corr] if corr >= 0 else [])
             self._commit_ids(committed_ids)
             commit += acc
-            out.append((self, frame.pack_verdict(b.id, b.base, acc, correction=corr if corr >= 0 else None,
+            out.append((self, frame_host.pack_verdict(b.id, b.base, acc, correction=corr if corr >= 0 else None,
                                                  committed=self.committed), committed_ids))
             # ids before min_id are dead: on top of a rejected block (id + ID_SKIP), or already judged
             self.min_id = (b.id + (ID_SKIP if corr >= 0 else 1)) & 0xFFFF

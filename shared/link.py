@@ -42,7 +42,7 @@
 #   send() allocates nothing on MicroPython once constructed (tests/shared/test_link.py proves it).
 from array import array
 
-from shared import crc32, frame
+from shared import crc32, frame, frame_codec
 from shared.frame import (
     ACK,
     ACK_GAP,
@@ -195,17 +195,17 @@ class Link:
         self.hellos_in = 0  # HELLOs adopted so far
         self.established = False
         crc = crc if crc is not None else crc32.new()
-        self.enc = frame.Encoder(max_frame, raw_bytes=CTRL_RAW, crc=crc)
-        self.dec = frame.Decoder(max_frame, crc=crc)
+        self.enc = frame_codec.Encoder(max_frame, raw_bytes=CTRL_RAW, crc=crc)
+        self.dec = frame_codec.Decoder(max_frame, crc=crc)
         self._chunk = bytearray(chunk)
         self._cbody = bytearray(16)
-        self._signer = frame.Signer(key) if key is not None else None
+        self._signer = frame_codec.Signer(key) if key is not None else None
         self._sig = SIG if key is not None else 0
-        self._ctr = bytearray(frame.counter_bytes(counter))
+        self._ctr = bytearray(frame_codec.counter_bytes(counter))
         self._peer_ctr = bytearray(frame.SIG_COUNTER)
         if len(kv) != 3:
             raise LinkError("kv must be (sink, window, staged)")
-        self._hello = bytearray(frame.pack_hello(role=role, flags=1 if key is not None else 0, rxbuf=rxbuf,
+        self._hello = bytearray(frame_codec.pack_hello(role=role, flags=1 if key is not None else 0, rxbuf=rxbuf,
                                                  max_frame=max_frame, window=window, draft_k=draft_k, topk=topk,
                                                  kv_sink=kv[0], kv_window=kv[1], kv_staged=kv[2],
                                                  model_hash=model_hash, tokenizer_hash=tokenizer_hash,
@@ -695,7 +695,7 @@ class Link:
 
     def _auth_ok(self, buf, blen):
         p = HDR + blen
-        if not frame.counter_newer(buf, p, self._peer_ctr, 0):
+        if not frame_codec.counter_newer(buf, p, self._peer_ctr, 0):
             self.rx_replay += 1
             self._event(EV_AUTH, 2)
             return False
@@ -875,7 +875,7 @@ class Link:
         for i in range(blen):
             raw[HDR + i] = body[i]
         if self._sig:
-            frame.counter_inc(self._ctr)
+            frame_codec.counter_inc(self._ctr)
             self._signer.sign(raw, 0, blen, self._ctr)
         return enc.wrap(raw, 0, enc.seal(raw, 0, blen))
 
@@ -914,7 +914,7 @@ class Link:
         put_header(w, off, w[off + 1], blen, seq, (self._rx_next - 1) & 0xFFFF, self._epoch, self._to(),
                    self._tx_off, self._limit_adv())
         if self._sig:
-            frame.counter_inc(self._ctr)
+            frame_codec.counter_inc(self._ctr)
             self._signer.sign(w, off, blen, self._ctr)
         enc = self.enc
         n = enc.wrap(w, off, enc.seal(w, off, blen))
