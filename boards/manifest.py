@@ -13,6 +13,8 @@ package("shared", files=(
     "episode.py",
     "fixedmath.py",
     "frame.py",
+    "frame_codec.py",
+    "frame_host.py",
     "irqlock.py",
     "kernels.py",
     "kvsnap.py",

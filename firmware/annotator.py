@@ -29,14 +29,9 @@ from array import array
 
 from firmware.logq import put_bytes, put_hex4, put_uint
 from shared import crc32, frame
+from shared.compat import TICKS_MASK, const
+from shared.frame import DR_TOKENS, MAX_K, MAX_TOPK, PR_IDS, PROMPT, PROMPT_MAX, draft_token_bytes
 
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
-
-PROMPT = const(0x14)
-PROMPT_MAX = const(255)
 _SYS = const(0)
 _RUN = const(1)
 _OFFLINE = const(2)
@@ -53,8 +48,8 @@ class Annotator:
         self.vocab = vocab
         self.prompt_max = prompt_max if prompt_max < PROMPT_MAX else PROMPT_MAX
         self.offline_ms = offline_ms
-        self.body = bytearray(getattr(drafter, "body_max", 8 + 32 * 66))
-        self.pbuf = bytearray(6 + 2 * PROMPT_MAX)
+        self.body = bytearray(getattr(drafter, "body_max", DR_TOKENS + MAX_K * draft_token_bytes(MAX_TOPK)))
+        self.pbuf = bytearray(PR_IDS + 2 * PROMPT_MAX)
         self.vbuf = bytearray(32)
         self.ids = array("i", bytearray(4 * PROMPT_MAX))
         cap = drafter.hist.capacity  # sink + window: the ids the cache holds
@@ -170,7 +165,7 @@ class Annotator:
         if not lk.established:
             if self.down_since < 0:
                 self.down_since = now
-            elif ((now - self.down_since) & 0x3FFFFFFF) >= self.offline_ms and self.state == _RUN:
+            elif ((now - self.down_since) & TICKS_MASK) >= self.offline_ms and self.state == _RUN:
                 self.state = _OFFLINE
                 d.drop_pending()
             if self.state != _OFFLINE:

@@ -52,35 +52,16 @@ import time
 
 from firmware.logq import LINE_MAX, LineQueue, put_bytes, put_uint
 from shared import frame, link
-
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
+from shared.compat import TICKS_MASK, const, ticks_diff, ticks_ms
 
 CONFIG = "/node.json"
 _HOST = sys.implementation.name == "cpython"
 NOTE_MAX = const(192)  # bytes of a boot-time error line sent to the gateway (Node.notice)
-_TICKS_MASK = const(0x3FFFFFFF)
 DEFAULTS = {"seed": 1, "machines": 4, "sample_every": 5, "tick_ms": 1000, "queue": 16, "report_ms": 2000,
             "model": "", "k": 0, "temperature": 0, "top_k": 4, "max_len": 16, "prompt_max": 48,
             "offline_ms": 4000, "run_s": 0, "window": 8, "window_bytes": 2048, "stream": False, "out_rows": 64,
             "tokenizer": False, "stop_ids": []}
 DEFAULTS.update({"spill_bytes": -1, "spill_path": "/spill.bin", "uid_path": "/node.uid"})  # logging, identity
-
-try:
-    ticks_ms = time.ticks_ms  # MicroPython
-except AttributeError:
-    try:
-        from supervisor import ticks_ms  # CircuitPython: wraps at 2**29, a small int
-    except ImportError:  # CPython (host-side tests of the node)
-        def ticks_ms():
-            return int(time.monotonic() * 1000) & _TICKS_MASK
-
-
-def _diff(a, b):
-    return ((a - b + 0x20000000) & _TICKS_MASK) - 0x20000000
-
 
 def _mem():
     gc.collect()
@@ -178,7 +159,7 @@ class Node:
             frame.put_u32(body, frame.LG_MS, 0)
             return 0
         d = self.w_day  # the wall time at our tick (within +-6 days of the last sync: small ints)
-        m = self.w_ms + _diff(tick, self.w_tick)
+        m = self.w_ms + ticks_diff(tick, self.w_tick)
         while m >= frame.MS_PER_DAY:
             m -= frame.MS_PER_DAY
             d += 1
@@ -187,7 +168,7 @@ class Node:
             d -= 1
         frame.put_u16(body, frame.LG_DAY, d)
         frame.put_u32(body, frame.LG_MS, m)
-        return frame.LG_BACKDATED if _diff(tick, self.w_first) < 0 else 0
+        return frame.LG_BACKDATED if ticks_diff(tick, self.w_first) < 0 else 0
 
     def on_event(self, code, value):
         if code == link.EV_TX_DROPPED:  # the link dropped its oldest unacked frames: they will never be acked
@@ -231,8 +212,8 @@ class Node:
     def _put_head(self, body, ts, level, boot, lseq, flags):
         # A LOG body's head in the peer's layout: 1.1 (flags, boot, lseq, wall day/ms) or 1.0's (ts,
         # level); returns the text's offset. lseq 0: not a numbered line (reports, notices).
-        frame.put_u32(body, 0, ts & _TICKS_MASK)
-        body[4] = level
+        frame.put_u32(body, frame.LG_TS, ts & TICKS_MASK)
+        body[frame.LG_LEVEL] = level
         if not self.lk.peer_minor:
             return frame.LG_TEXT_10
         body[frame.LG_FLAGS] = flags | self._put_wall(body, ts, boot)
@@ -293,28 +274,28 @@ class Node:
         j = put_bytes(r, j, b"NODE heap=")
         j = put_uint(r, j, self.heap)
         j = put_bytes(r, j, b" loops=")
-        j = put_uint(r, j, self.loops & _TICKS_MASK)
+        j = put_uint(r, j, self.loops & TICKS_MASK)
         j = put_bytes(r, j, b" lines=")
-        j = put_uint(r, j, self.q.queued & _TICKS_MASK)
+        j = put_uint(r, j, self.q.queued & TICKS_MASK)
         sp = self.spill
         j = put_bytes(r, j, b" dropped=")
-        j = put_uint(r, j, (self.q.dropped + self.link_lost + (sp.lost if sp is not None else 0)) & _TICKS_MASK)
+        j = put_uint(r, j, (self.q.dropped + self.link_lost + (sp.lost if sp is not None else 0)) & TICKS_MASK)
         j = put_bytes(r, j, b" logs_sent=")
-        j = put_uint(r, j, self.logs_sent & _TICKS_MASK)
+        j = put_uint(r, j, self.logs_sent & TICKS_MASK)
         j = put_bytes(r, j, b" logs_acked=")
-        j = put_uint(r, j, self.logs_acked & _TICKS_MASK)
+        j = put_uint(r, j, self.logs_acked & TICKS_MASK)
         j = put_bytes(r, j, b" boot=")
         j = put_uint(r, j, self.boot)
         j = put_bytes(r, j, b" spilled=")
-        j = put_uint(r, j, (sp.spilled if sp is not None else 0) & _TICKS_MASK)
+        j = put_uint(r, j, (sp.spilled if sp is not None else 0) & TICKS_MASK)
         j = put_bytes(r, j, b" backlog=")
-        j = put_uint(r, j, self.backlog() & _TICKS_MASK)
+        j = put_uint(r, j, self.backlog() & TICKS_MASK)
         a = self.ann
         if a is not None:
             j = put_bytes(r, j, b" gen=")
             j = put_uint(r, j, a.gen)
             j = put_bytes(r, j, b" offline=")
-            j = put_uint(r, j, a.offline_tokens & _TICKS_MASK)
+            j = put_uint(r, j, a.offline_tokens & TICKS_MASK)
             r[j] = 32
             j = a.live_crc(r, j + 1)
         return self.send(frame.LOG, r, j)
@@ -345,13 +326,13 @@ class Node:
             if not self._send_note(now, self.notes[self.notes_sent]):
                 break
             self.notes_sent += 1
-        if _diff(now, self.next_report) >= 0:  # before the lines: a backlog that lasts never starves the report
+        if ticks_diff(now, self.next_report) >= 0:  # before the lines: a backlog that lasts never starves the report
             if not self.report_due:
                 self.report_due = True
                 self.heap = _mem()  # gc.collect, then the bytes in use: flat when nothing leaks
             if self._report(now):
                 self.report_due = False
-                self.next_report = (now + self.report_ms) & _TICKS_MASK
+                self.next_report = (now + self.report_ms) & TICKS_MASK
         self._send_logs(now)
         if self.ann is not None and (not self.lk.established or not self.backlog()):
             self.ann.step(now, self.last, 0, self.last_n)  # drafting yields the link to waiting lines
@@ -364,7 +345,7 @@ class Node:
         while True:
             now = ticks_ms()
             self.step(now)
-            if limit and _diff(now, t0) >= limit:
+            if limit and ticks_diff(now, t0) >= limit:
                 return
             if self.ann is None and idle is not None:
                 idle(1)  # logs only: nothing to compute between ticks

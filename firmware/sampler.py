@@ -16,19 +16,10 @@ from array import array
 
 from shared import plant, seqlock
 from firmware.logq import LINE_MAX
+from shared.compat import TICKS_MASK, const, ticks_diff
 
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
-
-_TICKS_MASK = const(0x3FFFFFFF)
 _TS = const(21)  # plant lines start with "YYYY-MM-DDTHH:MM:SSZ "
 NOTE_S = const(300)  # plant seconds between notes of the plant clock in the spill ring
-
-
-def _diff(a, b):
-    return ((a - b + 0x20000000) & _TICKS_MASK) - 0x20000000
 
 
 class Sampler:
@@ -78,10 +69,10 @@ class Sampler:
                 if not self.due:
                     break
                 self.due -= 1
-            elif _diff(now, self.next_at) < 0:
+            elif ticks_diff(now, self.next_at) < 0:
                 break
             else:
-                self.next_at = (self.next_at + self.tick_ms) & _TICKS_MASK
+                self.next_at = (self.next_at + self.tick_ms) & TICKS_MASK
             self.tick(now)
             ran += 1
         return ran
@@ -97,7 +88,7 @@ class Sampler:
         for m in range(p.n):
             for ch in range(nch):
                 rec[ch] = p.meas[m * nch + ch]
-            rec[nch] = p.tick & 0x3FFFFFFF
+            rec[nch] = p.tick & TICKS_MASK
             self.store.write_from(m, rec)
         q = self.q
         buf = q.buf

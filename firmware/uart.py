@@ -15,10 +15,7 @@ costs a memoryview. Bad n raises HalError (a ValueError). The hardware adapters 
 run on the host, so tests/shared/test_uart.py drives them with fake machine/busio modules.
 """
 
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
+from shared.compat import const
 
 _VMIN = const(6)  # Linux termios c_cc indices (the MicroPython termios module has no names for them)
 _VTIME = const(5)

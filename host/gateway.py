@@ -36,7 +36,7 @@ from typing import Callable
 
 from host.session import PortError, Session
 from host.store import LogStore
-from shared import frame
+from shared import frame, frame_host
 
 
 class Gateway:
@@ -80,7 +80,7 @@ class Gateway:
             before = s.counts["logs"]
             inner(t, buf, off, n)
             j = off + (frame.LG_TEXT if s.link.peer_minor else frame.LG_TEXT_10)  # the node's LOG layout
-            if t == frame.LOG and s.counts["logs"] > before and buf[off + 4] & 7 == 2 and buf[j:j + 5] == b"NODE ":
+            if t == frame.LOG and s.counts["logs"] > before and buf[off + frame.LG_LEVEL] & 7 == 2 and buf[j:j + 5] == b"NODE ":
                 text = bytes(buf[j:off + n]).decode("utf-8", "replace")
                 if " error: " in text:
                     self.node_errors.setdefault(s.name, []).append(text)
@@ -254,8 +254,9 @@ class NodeStream:
 
     # frames from the node (via Session.on_frame)
     def on_prompt(self, body: bytes) -> None:
-        base = int.from_bytes(body[:4], "little") & 0x3FFFFFFF
-        unverified = bool(body[5] & 1) if len(body) > 5 else False
+        f = frame_host.parse_body(frame.PROMPT, body)  # FrameError (a ValueError): Session counts a bad frame
+        base = f["base"]
+        unverified = bool(f["flags"] & frame.PR_UNVERIFIED)
         if base == 0 and not unverified:  # the node (re)starts its stream: so do we
             self._restart(0)
         try:
@@ -301,9 +302,10 @@ class NodeStream:
     def on_verdict(self, body: bytes, ids: list[int]) -> None:
         self.counts["verdicts"] += 1
         self.counts["tokens_verified"] += len(ids)
-        if self.hook is not None:  # docs/PROTOCOL.md 3.7: accepted at 6, flags at 7 (bit 0 CORRECTION)
-            self.hook("verdict", self, {"ids": list(ids), "accepted": body[6] if len(body) > 7 else 0,
-                                        "correction": bool(len(body) > 7 and body[7] & 1)})
+        if self.hook is not None:
+            v = frame_host.parse_body(frame.VERDICT, body)
+            self.hook("verdict", self, {"ids": list(ids), "accepted": v["accepted"],
+                                        "correction": bool(v["flags"] & frame.VD_CORRECTION)})
         if self.ann and not self.ann_verified:
             self._flush()
         if not self.ann:
@@ -426,9 +428,7 @@ def make_spec(model: str, temperature: float = 0.0, top_k: int = 0, seed: int = 
     ver = verifier.Verifier(target)
 
     def factory(session: Session, hello: bytes):
-        from shared import frame
-
-        h = frame.parse_body(frame.HELLO, hello)
+        h = frame_host.parse_body(frame.HELLO, hello)
         if not h["draft_k"]:
             return None  # a node that does not draft: logs only
         sp = NodeStream(session, h, target, temperature, top_k, seed, decode)
@@ -443,7 +443,7 @@ def make_spec(model: str, temperature: float = 0.0, top_k: int = 0, seed: int = 
         by_stream = {id(sp.stream): sp for sp in specs}
         for stream, body, ids in ver.verify(streams):
             sp = by_stream[id(stream)]
-            if not sp.session.send(0x12, body):
+            if not sp.session.send(frame.VERDICT, body):
                 sp.session.counts["verdicts_unsent"] = sp.session.counts.get("verdicts_unsent", 0) + 1
             sp.session.counts["verdicts"] += 1
             sp.on_verdict(body, ids)

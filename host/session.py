@@ -30,10 +30,9 @@ from typing import Callable
 import serial
 
 from host.store import LogStore
-from shared import frame, link
+from shared import frame, frame_host, link
+from shared.compat import ticks_add, ticks_diff, ticks_ms
 
-TICKS_MASK = 0x3FFFFFFF
-PROMPT = frame.PROMPT  # docs/PROTOCOL.md 3.9: base u30, n u8, flags u8, ids u16 x n
 
 
 UNIX_MS_2000 = 946684800000  # 2000-01-01T00:00:00Z: the wire's wall times count days from here
@@ -47,10 +46,6 @@ def wall_split(unix_ms: int) -> tuple[int, int]:
 def wall_unix_ms(day: int, ms: int) -> int | None:
     """Unix ms of a wire wall time; None for WALL_NONE."""
     return None if day == frame.WALL_NONE else UNIX_MS_2000 + day * frame.MS_PER_DAY + ms
-
-
-def ticks_ms() -> int:
-    return int(time.monotonic() * 1000) & TICKS_MASK
 
 
 class PortError(OSError):
@@ -261,10 +256,10 @@ class Session:
         frame.put_u32(h, frame.HE_WMS, ms)
         lk = self.link
         if lk.established and lk.peer_minor and self.time_ms > 0:
-            if self._next_time is None or ((now - self._next_time) & TICKS_MASK) < (TICKS_MASK >> 1):
-                self._next_time = (now + self.time_ms) & TICKS_MASK
+            if self._next_time is None or ticks_diff(now, self._next_time) >= 0:
+                self._next_time = ticks_add(now, self.time_ms)
                 if not self.outbox:  # a TIME waiting behind verdicts would be late: skip it, next one soon
-                    self.send(frame.TIME, frame.pack_body(frame.TIME, day=day, ms=ms))
+                    self.send(frame.TIME, frame_host.pack_body(frame.TIME, day=day, ms=ms))
         self.link.poll(now)
         self._commit()
 
@@ -291,9 +286,9 @@ class Session:
             epoch, seq16, _ = self.link.rx_state()
             if ftype == frame.LOG:
                 self._log(epoch, seq16, buf, off, n)
-            elif ftype in (PROMPT, frame.DRAFT) and self.spec is not None:
+            elif ftype in (frame.PROMPT, frame.DRAFT) and self.spec is not None:
                 body = bytes(buf[off:off + n])
-                if ftype == PROMPT:
+                if ftype == frame.PROMPT:
                     self.counts["prompts"] += 1
                     self.spec.on_prompt(body)  # type: ignore[attr-defined]
                 else:
@@ -307,8 +302,8 @@ class Session:
             self.counts["bad_frames"] += 1
 
     def _log(self, epoch: bytes, seq16: int, buf: bytearray, off: int, n: int) -> None:
-        ts = frame.u32s(buf, off)
-        level = buf[off + 4] & 7
+        ts = frame.u32s(buf, off + frame.LG_TS)
+        level = buf[off + frame.LG_LEVEL] & 7
         wall = None
         if self.link.peer_minor:  # 1.1: flags, boot, line seq, the node's wall time (docs/PROTOCOL.md 3.5)
             flags = buf[off + frame.LG_FLAGS]
@@ -334,7 +329,7 @@ class Session:
 
     def on_event(self, code: int, value: int) -> None:
         if code == link.EV_ESTABLISHED:
-            ph = frame.parse_body(frame.HELLO, bytes(self.link.peer_hello))
+            ph = frame_host.parse_body(frame.HELLO, bytes(self.link.peer_hello))
             bid = ph["board_id"].decode("ascii", "replace")
             self.uid = ph["uid"].hex() if any(ph["uid"]) else ""
             self.store.node_id(self.name, bid, uid=self.uid)

@@ -33,10 +33,10 @@ from typing import Sequence
 import numpy as np
 
 from host.llama_np import KVCache, Target
-from shared import frame, specdec
+from shared import frame, frame_host, specdec
+from shared.compat import TICKS_MASK  # positions travel mod 2**30, the tick clock's modulus
 from shared.drafter import ID_SKIP, IdRing
 
-MASK30 = frame.MASK30
 P_TOTAL = specdec.P_TOTAL
 Q_TOTAL = specdec.Q_TOTAL
 TWO29 = float(1 << 29)
@@ -53,7 +53,7 @@ class StreamDesync(VerifierError):
 def pack_prompt(base: int, ids: Sequence[int], unverified: bool = False) -> bytes:
     """PROMPT body (host side): ids (1..255) committed at base."""
     ids = [int(t) for t in ids]
-    return frame.pack_body(frame.PROMPT, base=base, n=len(ids), flags=frame.PR_UNVERIFIED if unverified else 0,
+    return frame_host.pack_body(frame.PROMPT, base=base, n=len(ids), flags=frame.PR_UNVERIFIED if unverified else 0,
                            ids=ids)
 
 
@@ -206,7 +206,7 @@ class TargetMirror:
         from the node's resend_history)."""
         self.cache.reset()
         self.ids.reset()
-        self.committed = 0 if committed is None else committed & MASK30
+        self.committed = 0 if committed is None else committed & TICKS_MASK
         self.adopt = committed is None
         self.prefix: list[int] = []  # committed, not yet through the target (prompt ids, the last correction)
         self.row: np.ndarray | None = None  # target logits after the last committed token, when computed
@@ -221,12 +221,12 @@ class TargetMirror:
     def _commit_ids(self, ids: Sequence[int]) -> None:
         for t in ids:
             self.ids.push(int(t))
-        self.committed = (self.committed + len(ids)) & MASK30
+        self.committed = (self.committed + len(ids)) & TICKS_MASK
 
     def on_prompt(self, body: bytes | bytearray | memoryview) -> tuple[list[int], bool]:
         """Queue a PROMPT body's ids (committed now, fed with the next pass) -> (ids, unverified)."""
         try:
-            f = frame.parse_body(frame.PROMPT, body)
+            f = frame_host.parse_body(frame.PROMPT, body)
         except frame.FrameError as e:
             raise VerifierError(str(e)) from None
         ids = f["ids"]
@@ -251,7 +251,7 @@ class TargetMirror:
     def on_draft(self, body: bytes | bytearray | memoryview) -> None:
         """Queue a DRAFT body's block (VerifierError if malformed or out of range)."""
         try:
-            f = frame.parse_body(frame.DRAFT, body)
+            f = frame_host.parse_body(frame.DRAFT, body)
         except frame.FrameError as e:
             raise VerifierError(str(e)) from None
         toks = f["tokens"]
@@ -275,7 +275,7 @@ class TargetMirror:
         Dead blocks (ids before min_id) are dropped; blocks that do not fit the staging room wait."""
         out: list = []
         chain: list[Block] = []
-        expect = (self.committed) & MASK30
+        expect = (self.committed) & TICKS_MASK
         room = self.cache.ring.room()
         fed = 0  # block tokens; a long prefix is prefilled first (Verifier.verify) to make room
         keep: list[Block] = []
@@ -286,19 +286,19 @@ class TargetMirror:
             if chain and b.base == expect and fed + len(b.tokens) <= room:
                 chain.append(b)
                 fed += len(b.tokens)
-                expect = (expect + len(b.tokens)) & MASK30
+                expect = (expect + len(b.tokens)) & TICKS_MASK
             elif not chain and b.base == expect and (self.row is not None or self.prefix):
                 if fed + len(b.tokens) > room:
                     keep.append(b)  # prefill first; judged next pass
                     continue
                 chain.append(b)
                 fed += len(b.tokens)
-                expect = (expect + len(b.tokens)) & MASK30
+                expect = (expect + len(b.tokens)) & TICKS_MASK
             elif chain or keep:
                 keep.append(b)
             else:
                 self.stats["stale"] += 1
-                out.append((self, frame.pack_verdict(b.id, b.base, 0, stale=True, committed=self.committed), []))
+                out.append((self, frame_host.pack_verdict(b.id, b.base, 0, stale=True, committed=self.committed), []))
         self.blocks = keep
         return out, chain
 
@@ -336,7 +336,7 @@ class TargetMirror:
             committed_ids = b.tokens[:acc] + ([corr] if corr >= 0 else [])
             self._commit_ids(committed_ids)
             commit += acc
-            out.append((self, frame.pack_verdict(b.id, b.base, acc, correction=corr if corr >= 0 else None,
+            out.append((self, frame_host.pack_verdict(b.id, b.base, acc, correction=corr if corr >= 0 else None,
                                                  committed=self.committed), committed_ids))
             # ids before min_id are dead: on top of a rejected block (id + ID_SKIP), or already judged
             self.min_id = (b.id + (ID_SKIP if corr >= 0 else 1)) & 0xFFFF

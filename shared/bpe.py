@@ -24,11 +24,7 @@ import binascii
 from array import array
 
 from shared import unicats
-
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
+from shared.compat import const
 
 MAGIC = b"ETOK"
 VERSION = const(1)

@@ -15,10 +15,7 @@ the current frame: garbage between frames is one bad frame and decoding is in st
 next delimiter. Two 0x00 in a row delimit an empty frame, which is ignored (not an error).
 """
 
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
+from shared.compat import const
 
 _FULL = const(0xFF)  # code of a full 254-byte block (no implied zero)
 

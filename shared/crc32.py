@@ -21,10 +21,7 @@ new() returns the right one for the interpreter: Binascii when binascii.crc32 ex
 """
 import sys
 
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
+from shared.compat import const
 
 try:
     from binascii import crc32 as _bcrc

@@ -31,73 +31,47 @@ gateway that lost its cache.
 Everything after construction is allocation-free on MicroPython except errors (raised exceptions):
 draft, on_verdict, prompt (for llama.Model), commit_offline, unsent_prompt, take, history.
 
-The DRAFT / VERDICT / PROMPT layouts below are docs/PROTOCOL.md's (3.6, 3.7, 3.9), written here
-rather than imported from shared/frame.py, whose host helpers take ~26 KB of a board's heap; the
-tests check every body against frame.check_body / parse_body and the constants against frame's.
+The DRAFT / VERDICT / PROMPT layouts (docs/PROTOCOL.md 3.6, 3.7, 3.9) and their put/get helpers are
+shared/frame.py's; the tests check every body against frame.check_body and frame_host.parse_body.
 """
 from array import array
 
 from shared import specdec
+from shared.compat import TICKS_MASK, const
+from shared.frame import (
+    BODY_OK,
+    DR_GREEDY,
+    DR_TOKENS,
+    MAX_K,
+    MAX_TOPK,
+    PR_BASE,
+    PR_FLAGS,
+    PR_IDS,
+    PR_N,
+    PR_UNVERIFIED,
+    PROMPT_MAX,
+    VD_ACCEPTED,
+    VD_BASE,
+    VD_BLOCK,
+    VD_CORRECTION,
+    VD_FLAGS,
+    VD_STALE,
+    VD_TOKEN,
+    VERDICT,
+    check_body,
+    draft_token_bytes,
+    put_draft_head,
+    put_draft_token,
+    put_u16,
+    put_u32,
+    u16,
+    u32s,
+)
 from shared.llama import Sampler, argmax
-
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
 
 ID_SKIP = const(32)  # block ids after a rejected block b start at b + ID_SKIP (>= any max_pending)
 MAX_PENDING = const(16)
-_MASK30 = const(0x3FFFFFFF)
 _MASK16 = const(0xFFFF)
-# wire layouts (docs/PROTOCOL.md; equal to shared/frame.py's, tested)
-MAX_K = const(32)
-MAX_TOPK = const(16)
-DR_TOKENS = const(8)
-DR_GREEDY = const(1)
-VERDICT_SIZE = const(14)
-VD_CORRECTION = const(1)
-VD_STALE = const(2)
-PR_IDS = const(6)
-PR_UNVERIFIED = const(1)
-PROMPT_MAX = const(255)
-
-
-def u16(b, o):
-    return b[o] | (b[o + 1] << 8)
-
-
-def u30(b, o):
-    return b[o] | (b[o + 1] << 8) | (b[o + 2] << 16) | ((b[o + 3] & 0x3F) << 24)
-
-
-def put16(b, o, v):
-    b[o] = v & 0xFF
-    b[o + 1] = (v >> 8) & 0xFF
-
-
-def put30(b, o, v):
-    b[o] = v & 0xFF
-    b[o + 1] = (v >> 8) & 0xFF
-    b[o + 2] = (v >> 16) & 0xFF
-    b[o + 3] = (v >> 24) & 0x3F
-
-
-def record_bytes(m):
-    """Bytes of one DRAFT token record with m candidates (frame.draft_token_bytes)."""
-    return 4 if m == 1 else 2 + 4 * m
-
-
-def verdict_ok(b, n):
-    """frame.check_body(VERDICT, ...) == BODY_OK, without frame.py."""
-    if n < VERDICT_SIZE:
-        return False
-    acc = b[6]
-    fl = b[7]
-    if acc > MAX_K or fl & 0xFC or b[5] & 0xC0 or b[13] & 0xC0 or (not fl & VD_CORRECTION and u16(b, 8)):
-        return False
-    if fl & VD_STALE:
-        return True
-    return (u30(b, 2) + acc + (fl & VD_CORRECTION)) & _MASK30 == u30(b, 10)
 
 
 class DrafterError(ValueError):
@@ -217,7 +191,7 @@ class Drafter:
         self.out = _ints(out_cap)
         self.unsent_ids = _ints(kv.sink + kv.window)
         self.flags = DR_GREEDY if self.greedy else 0
-        self.body_max = DR_TOKENS + k * record_bytes(top_k)
+        self.body_max = DR_TOKENS + k * draft_token_bytes(top_k)
         self.next_id = 0  # block ids run on across reset(): a gateway never sees an old id again soon
         self.reset_stats()
         self._clear()
@@ -260,7 +234,7 @@ class Drafter:
 
     def _record(self, t, annotation):
         self.hist.push(t)
-        self.committed = (self.committed + 1) & _MASK30
+        self.committed = (self.committed + 1) & TICKS_MASK
         if annotation:
             self.episode += 1
             cap = len(self.out)
@@ -345,36 +319,25 @@ class Drafter:
         kk = self.max_len - self.episode - self.nstaged
         if kk > self.k:
             kk = self.k
-        base = (self.committed + self.nstaged) & _MASK30
+        base = (self.committed + self.nstaged) & TICKS_MASK
         bid = self.next_id
         m = self.model
         p = DR_TOKENS
         n = 0
         while n < kk:
             t = self._pick()
-            if self.greedy:
+            if self.greedy:  # one candidate: count, pick 0, the id (frame.put_draft_token's m == 1 record)
                 buf[p] = 1
                 buf[p + 1] = 0
-                put16(buf, p + 2, t)
+                put_u16(buf, p + 2, t)
                 p += 4
-            else:  # m candidates (ascending ids), the pick, then the counts - 1 (frame.put_draft_token)
+            else:  # m candidates (ascending ids), the pick, then the counts - 1
                 q = self.q
-                qn = q.n
-                buf[p] = qn
                 ids = q.ids
                 pick = 0
                 while ids[pick] != t:
                     pick += 1
-                buf[p + 1] = pick
-                p += 2
-                for j in range(qn):
-                    put16(buf, p, ids[j])
-                    p += 2
-                if qn > 1:
-                    c = q.counts
-                    for j in range(qn):
-                        put16(buf, p, c[j] - 1)
-                        p += 2
+                p = put_draft_token(buf, p, ids, q.counts, q.n, pick)
             m.step(t)
             self.staged_ids[self.nstaged] = t
             self.nstaged += 1
@@ -382,10 +345,7 @@ class Drafter:
             if self._is_stop(t):
                 self.halt = True
                 break
-        put16(buf, 0, bid)  # frame.put_draft_head
-        put30(buf, 2, base)
-        buf[6] = n
-        buf[7] = self.flags
+        put_draft_head(buf, bid, base, n, self.flags)
         j = self.pending
         self.b_id[j] = bid
         self.b_base[j] = base
@@ -400,29 +360,29 @@ class Drafter:
     def on_verdict(self, body, n):
         """Apply a VERDICT body (body[0:n]); return the tokens it committed (accepted + correction), 0 for
         a verdict that matches no pending block (duplicate, old, unknown) or a STALE one."""
-        if not verdict_ok(body, n):
+        if check_body(VERDICT, body, 0, n) != BODY_OK:
             raise DrafterError("malformed VERDICT body")
-        bid = u16(body, 0)
-        base = u30(body, 2)
+        bid = u16(body, VD_BLOCK)
+        base = u32s(body, VD_BASE)
         if not self.pending or self.b_id[0] != bid or self.b_base[0] != base:
             for j in range(1, self.pending):
                 if self.b_id[j] == bid and self.b_base[j] == base:
                     raise DrafterError("VERDICT for block %d before the verdict of block %d" % (bid, self.b_id[0]))
             self.ignored += 1
             return 0
-        flags = body[7]
+        flags = body[VD_FLAGS]
         if flags & VD_STALE:
             self.drop_pending()
             self.desync += 1
             self.ignored += 1
             return 0
-        acc = body[6]
+        acc = body[VD_ACCEPTED]
         kb = self.b_k[0]
         corr = flags & VD_CORRECTION
         if acc > kb or (acc == kb) == bool(corr):
             raise DrafterError("VERDICT of block %d: %d accepted of %d with%s correction" % (
                 bid, acc, kb, "" if corr else "out"))
-        tok = u16(body, 8)
+        tok = u16(body, VD_TOKEN)
         if corr:
             self.model.row_of(tok)  # ModelError (a ValueError) for an id outside the model
         self.verdicts += 1
@@ -479,7 +439,7 @@ class Drafter:
             if self.unsent_r == cap:
                 self.unsent_r = 0
             self.unsent -= 1
-            self.unsent_base = (self.unsent_base + 1) & _MASK30
+            self.unsent_base = (self.unsent_base + 1) & TICKS_MASK
             self.unsent_lost += 1
         i = self.unsent_r + self.unsent
         if i >= cap:
@@ -517,7 +477,7 @@ class Drafter:
         self.unsent = 0
         self.unsent_r = 0
         self.unsent_lost = 0
-        self.unsent_base = (self.committed - h.live) & _MASK30
+        self.unsent_base = (self.committed - h.live) & TICKS_MASK
         for i in range(h.live):
             self._unsent_push(h.get(i))
 
@@ -529,21 +489,21 @@ class Drafter:
             return 0
         if m > PROMPT_MAX:
             m = PROMPT_MAX
-        put30(buf, 0, self.unsent_base)  # frame.put_prompt's layout
-        buf[4] = m
-        buf[5] = PR_UNVERIFIED
+        put_u32(buf, PR_BASE, self.unsent_base)  # frame.put_prompt's layout, from a ring of ids
+        buf[PR_N] = m
+        buf[PR_FLAGS] = PR_UNVERIFIED
         cap = len(self.unsent_ids)
         r = self.unsent_r
         p = PR_IDS
         for _ in range(m):
-            put16(buf, p, self.unsent_ids[r])
+            put_u16(buf, p, self.unsent_ids[r])
             p += 2
             r += 1
             if r == cap:
                 r = 0
         self.unsent_r = r
         self.unsent -= m
-        self.unsent_base = (self.unsent_base + m) & _MASK30
+        self.unsent_base = (self.unsent_base + m) & TICKS_MASK
         return p
 
     # ---- reading ----

@@ -8,11 +8,7 @@ errors are in docs/KERNELS.md.
 from array import array
 
 from shared.q4 import LIM, Q4Error, bitlen, ceil_log2, fp16_bits, fp16_exponent, fp16_fixed, fp16_shift, mulshift
-
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
+from shared.compat import const
 
 EXP_A = const(192)      # EXP_TAB[a] * 2**-(15 + EXP_TAB[192 + a]) = exp(-a/8), a < 192 (d < 24),
 EXP_B = const(384)      # with EXP_TAB[a] in [2**14, 2**15]; EXP_TAB[384 + b] = round(2**15 * exp(-b/512)), b < 64

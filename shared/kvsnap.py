@@ -40,11 +40,12 @@ import binascii
 import struct
 import sys
 
+from shared.compat import TICKS_MASK
+
 MAGIC = b"EKVS"
 VERSION = 1
 HEADER_SIZE = 40
 _FIELDS = "<HBBHHIIIIII"  # version .. tokens, packed at offset 4
-_TOKEN_MASK = 0x3FFFFFFF
 _IS_MP = sys.implementation.name == "micropython"
 
 
@@ -160,7 +161,7 @@ def _check_header(kv, hdr):
     if (layers, sink, window, kv_dim, heads) != (kv.layers, kv.sink, kv.window, kv.kv_dim, kv.heads):
         raise KVSnapshotError("KV snapshot shape %s does not match this cache %s" % (
             _shape(layers, sink, window, kv_dim, heads), _shape(kv.layers, kv.sink, kv.window, kv.kv_dim, kv.heads)))
-    if live > sink + window or head >= window or (head and live < sink + window) or tokens > _TOKEN_MASK:
+    if live > sink + window or head >= window or (head and live < sink + window) or tokens > TICKS_MASK:
         raise KVSnapshotError("KV snapshot header is inconsistent: live=%d head=%d tokens=%d for sink=%d window=%d"
                               % (live, head, tokens, sink, window))
     return live, head, tokens

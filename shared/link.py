@@ -43,9 +43,20 @@
 #   send() allocates nothing on MicroPython once constructed (tests/shared/test_link.py proves it).
 from array import array
 
-from shared import crc32, frame
+from shared import crc32, frame, frame_codec
 from shared.compat import TICKS_HALF, TICKS_MASK, const, ticks_diff
 from shared.frame import (
+    AK_FLAGS,
+    AK_SACK,
+    ACK_SIZE,
+    ER_CODE,
+    ER_DETAIL,
+    ER_REF,
+    ERROR_MIN,
+    HB_BAD,
+    HB_DUP,
+    HB_FLAGS,
+    HEARTBEAT_SIZE,
     ACK,
     ACK_GAP,
     ACK_SACK,
@@ -82,19 +93,7 @@ _HELLO_GAP_MS = const(10)  # least time between two HELLOs (replies included)
 _SINCE_CAP = const(0x4000)  # bytes read since the last valid frame saturate here
 _MAX_WINDOW = const(64)
 _CTRL_RAW = const(128)  # control frames are built in a buffer this big (HELLO signed: 80 bytes)
-# control bodies (docs/PROTOCOL.md 3.2-3.4)
-_HB_FLAGS = const(0)
-_HB_BAD = const(2)
-_HB_DUP = const(4)
-_HEARTBEAT_SIZE = const(6)
-_AK_FLAGS = const(0)
-_AK_SACK = const(1)
-_ACK_SIZE = const(1)
 _MAX_REORDER = const(16)  # the SACK bitmap is a u16
-_ER_CODE = const(0)
-_ER_REF = const(1)
-_ER_DETAIL = const(2)
-_ERROR_MIN = const(4)
 
 EV_ESTABLISHED = const(1)  # value: 1
 EV_PEER_REBOOT = const(2)  # value: peer reboots seen so far
@@ -189,17 +188,17 @@ class Link(TxWindow):
         self.hellos_in = 0  # HELLOs adopted so far
         self.established = False
         crc = crc if crc is not None else crc32.new()
-        self.enc = frame.Encoder(max_frame, raw_bytes=_CTRL_RAW, crc=crc)
-        self.dec = frame.Decoder(max_frame, crc=crc)
+        self.enc = frame_codec.Encoder(max_frame, raw_bytes=_CTRL_RAW, crc=crc)
+        self.dec = frame_codec.Decoder(max_frame, crc=crc)
         self._chunk = bytearray(chunk)
         self._cbody = bytearray(16)
-        self._signer = frame.Signer(key) if key is not None else None
+        self._signer = frame_codec.Signer(key) if key is not None else None
         self._sig = SIG if key is not None else 0
-        self._ctr = bytearray(frame.counter_bytes(counter))
+        self._ctr = bytearray(frame_codec.counter_bytes(counter))
         self._peer_ctr = bytearray(frame.SIG_COUNTER)
         if len(kv) != 3:
             raise LinkError("kv must be (sink, window, staged)")
-        self._hello = bytearray(frame.pack_hello(role=role, flags=1 if key is not None else 0, rxbuf=rxbuf,
+        self._hello = bytearray(frame_codec.pack_hello(role=role, flags=1 if key is not None else 0, rxbuf=rxbuf,
                                                  max_frame=max_frame, window=window, draft_k=draft_k, topk=topk,
                                                  kv_sink=kv[0], kv_window=kv[1], kv_staged=kv[2],
                                                  model_hash=model_hash, tokenizer_hash=tokenizer_hash,
@@ -437,7 +436,7 @@ class Link(TxWindow):
             self._event(EV_AUTH, 1)
             return False
         p = HDR + blen
-        if not frame.counter_newer(buf, p, self._peer_ctr, 0):
+        if not frame_codec.counter_newer(buf, p, self._peer_ctr, 0):
             self.rx_replay += 1
             self._event(EV_AUTH, 2)
             self._event(EV_AUTH, 1)
@@ -455,8 +454,8 @@ class Link(TxWindow):
         # the known one rebooted) or an ERROR (reported); a HELLO from the known peer updates what we
         # know of it. False: the frame ends here.
         if not (self._peer_known and same4(buf, H_EPOCH, self._peer, 0)):
-            if t == ERROR and blen >= _ERROR_MIN:
-                self._event(EV_PEER_ERROR, buf[HDR + _ER_CODE])
+            if t == ERROR and blen >= ERROR_MIN:
+                self._event(EV_PEER_ERROR, buf[HDR + ER_CODE])
                 return False
             if t != HELLO:
                 self.rx_stale += 1
@@ -528,12 +527,12 @@ class Link(TxWindow):
         elif t == ACK:
             held = False
             if to_me and blen >= 3 and buf[HDR] & ACK_SACK:
-                held = self._w_sack_in(d.ack, buf[HDR + _AK_SACK] | (buf[HDR + _AK_SACK + 1] << 8))
+                held = self._w_sack_in(d.ack, buf[HDR + AK_SACK] | (buf[HDR + AK_SACK + 1] << 8))
             if to_me and blen and buf[HDR] & ACK_GAP and not held:
                 self._gap_in()  # the peer keeps nothing after a gap: go back
         elif t == ERROR:
-            if blen >= _ERROR_MIN:
-                self._event(EV_PEER_ERROR, buf[HDR + _ER_CODE])
+            if blen >= ERROR_MIN:
+                self._event(EV_PEER_ERROR, buf[HDR + ER_CODE])
         elif t >= DATA_MIN:
             self._data_in(d, buf, t, blen, to_me)
         else:
@@ -758,11 +757,11 @@ class Link(TxWindow):
         if self._err_code and ticks_diff(now, self._last_err) >= self.hello_ms:
             self._last_err = now
             b = self._cbody
-            b[_ER_CODE] = self._err_code
-            b[_ER_REF] = 0
-            put_u16(b, _ER_DETAIL, self._err_detail)
+            b[ER_CODE] = self._err_code
+            b[ER_REF] = 0
+            put_u16(b, ER_DETAIL, self._err_detail)
             self._err_code = 0
-            return self._ctrl(ERROR, b, _ERROR_MIN)
+            return self._ctrl(ERROR, b, ERROR_MIN)
         if self._need_probe:
             self._need_probe = False
             self.probes += 1
@@ -774,25 +773,25 @@ class Link(TxWindow):
         if (self._need_gap or (self._ack_due and ticks_diff(now, self._ack_at) >= 0)
                 or (self._sack_due and ticks_diff(now, self._sack_at) >= 0)):
             b = self._cbody
-            b[_AK_FLAGS] = ACK_GAP if self._need_gap else 0
+            b[AK_FLAGS] = ACK_GAP if self._need_gap else 0
             self._need_gap = False
             self._sack_due = False
             if self._ro_n:
-                b[_AK_FLAGS] |= ACK_SACK
-                put_u16(b, _AK_SACK, self._sack_bits())
-                return self._ctrl(ACK, b, _ACK_SIZE + 2)
-            return self._ctrl(ACK, b, _ACK_SIZE)
+                b[AK_FLAGS] |= ACK_SACK
+                put_u16(b, AK_SACK, self._sack_bits())
+                return self._ctrl(ACK, b, ACK_SIZE + 2)
+            return self._ctrl(ACK, b, ACK_SIZE)
         if self.established and ticks_diff(now, self._last_tx) >= self.hb_ms:
             return self._heartbeat(0)
         return 0
 
     def _heartbeat(self, flags):
         b = self._cbody
-        b[_HB_FLAGS] = flags
+        b[HB_FLAGS] = flags
         b[1] = 0
-        put_u16(b, _HB_BAD, self.dec.errors() & 0xFFFF)
-        put_u16(b, _HB_DUP, self.rx_dup & 0xFFFF)
-        return self._ctrl(HEARTBEAT, b, _HEARTBEAT_SIZE)
+        put_u16(b, HB_BAD, self.dec.errors() & 0xFFFF)
+        put_u16(b, HB_DUP, self.rx_dup & 0xFFFF)
+        return self._ctrl(HEARTBEAT, b, HEARTBEAT_SIZE)
 
     def _ctrl(self, ftype, body, blen):
         enc = self.enc
@@ -804,7 +803,7 @@ class Link(TxWindow):
         for i in range(blen):
             raw[HDR + i] = body[i]
         if self._sig:
-            frame.counter_inc(self._ctr)
+            frame_codec.counter_inc(self._ctr)
             self._signer.sign(raw, 0, blen, self._ctr)
         return enc.wrap(raw, 0, enc.seal(raw, 0, blen))
 
@@ -828,7 +827,7 @@ class Link(TxWindow):
         put_header(w, off, w[off + 1], blen, seq, (self._rx_next - 1) & 0xFFFF, self._epoch, self._to(),
                    self._tx_off, self._limit_adv())
         if self._sig:
-            frame.counter_inc(self._ctr)
+            frame_codec.counter_inc(self._ctr)
             self._signer.sign(w, off, blen, self._ctr)
         enc = self.enc
         n = enc.wrap(w, off, enc.seal(w, off, blen))

@@ -27,11 +27,7 @@ from shared import kernels, mbf, memplan, model_load
 from shared.fixedmath import RopeTable
 from shared.model_load import ModelError
 from shared.q4 import LIM, QAct, bitlen, ceil_log2, mulshift, shift_sat
-
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
+from shared.compat import const
 
 # The forward's steps where a streamed plan may read layer matrices (memplan's numbering)
 _T_ANORM = const(2)

@@ -26,10 +26,7 @@ access allocate nothing on MicroPython.
 """
 from array import array
 
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
+from shared.compat import const
 
 MAX_KEY = const(0x3FFFFFFF)  # 2**30 - 1: every key is a small int on every port
 MAX_ENTRIES = const(32768)  # capacity * k: a renumbering always leaves >= 2**15 free stamps

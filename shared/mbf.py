@@ -4,10 +4,7 @@ import binascii
 import struct
 import sys
 
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
+from shared.compat import const
 
 _fopen = open  # this module's own open() shadows the builtin below
 # MicroPython and CircuitPython: no memoryview.nbytes/cast, so byte buffers only (see _buf_bytes)

@@ -18,11 +18,7 @@ scale resident and read the classifier in blocks of out_rows rows. docs/RUNTIME.
 from array import array
 
 from shared.model_load import LAYER_Q4, Config, ModelError, layer_shapes
-
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
+from shared.compat import const
 
 # The steps of llama.Model's forward, in order (STEPS names them: a space-separated string, so the
 # board interns no names it never prints).

@@ -21,11 +21,7 @@ from shared.plant_alarms import STATES as ALARM_STATES
 from shared.plant_faults import (BEARING_WEAR, CAVITATION, CLOGGED_FILTER, DRIFT, MISSING, OVERHEATING, SENSOR_FIRST,
                                  Faults)
 from shared.plant_faults import NAMES as FAULTS
-
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
+from shared.compat import const
 
 PUMP = const(0)
 MOTOR = const(1)

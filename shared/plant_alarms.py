@@ -16,10 +16,7 @@ decides what to log. Nothing allocates after construction.
 """
 from array import array
 
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
+from shared.compat import const
 
 # levels
 HI = const(0)

@@ -8,10 +8,7 @@ except truth(), which builds the report.
 """
 from array import array
 
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
+from shared.compat import const
 
 NONE = const(0)
 BEARING_WEAR = const(1)

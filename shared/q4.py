@@ -23,17 +23,15 @@ Plain Python here is the reference every backend must match bit for bit.
 """
 from array import array
 
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
+from shared.compat import const
 try:
     from uctypes import addressof as _addressof
 except ImportError:  # CPython: numpy does not care about alignment
     _addressof = None
 
 GROUP = const(32)            # weights and activations are grouped along the input dimension
-LIM = const(0x3FFFFFFF)      # |every Q16 value| <= LIM = 2**30 - 1 (a small int on the boards)
+LIM = const(0x3FFFFFFF)      # |every Q16 value| <= LIM = 2**30 - 1 (a small int on the boards); a saturation
+                             # bound, not the mod-2**30 wrap of shared/compat.py's TICKS_MASK
 ACT_FRAC = const(16)         # the residual stream and all activations are Q16
 
 # QAct.info layout (array 'i'): a header, then the group shifts sg, then the group sums of q.

@@ -13,13 +13,9 @@ Each function takes at most 4 arguments (viper's limit); extra parameters travel
 import micropython
 
 from shared.fixedmath import EXP_TAB as _EXP, SIG_TAB as _SIG
+from shared.compat import const
 
-try:
-    from micropython import const
-except ImportError:  # pragma: no cover
-    const = lambda x: x  # noqa: E731
-
-LIM = const(0x3FFFFFFF)
+LIM = const(0x3FFFFFFF)  # == q4.LIM, the Q16 saturation bound (a const here: viper code reads no globals)
 HDR = const(8)        # == q4.I_HDR; the header fields are read at the indexes of q4.I_*
 EXP_A = const(192)    # == fixedmath.EXP_A
 EXP_B = const(384)    # == fixedmath.EXP_B

@@ -38,15 +38,11 @@ loop). Float ('f') caches allocate on MicroPython without viper: they are meant 
 import sys
 from array import array
 
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
+from shared.compat import TICKS_MASK, const
 
 _IS_MP = sys.implementation.name == "micropython"
 
 # Hot-path integers must stay below 2**30: on the RP2040/ESP32 ports a larger int is a heap object.
-_TOKEN_MASK = const(0x3FFFFFFF)
 _MAX_ELEMENTS = const(0x1FFFFFFF)
 TYPECODES = ("b", "f")
 _ITEMSIZE = {"b": 1, "f": 4}
@@ -298,7 +294,7 @@ class RingKV:
             self.pending = p - n
         else:
             self.pending = 0
-        self.tokens = (self.tokens + n) & _TOKEN_MASK
+        self.tokens = (self.tokens + n) & TICKS_MASK
 
     def discard(self):
         """Drop every staged token (a rejected draft); live tokens are untouched."""

@@ -48,22 +48,7 @@ MicroPython (tests run them under micropython.heap_lock()); only their error pat
 from array import array
 
 from shared import irqlock
-
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
-
-try:
-    from time import ticks_diff, ticks_ms
-except ImportError:  # CPython, CircuitPython: only the slow path of a contended read uses the clock
-    from time import monotonic
-
-    def ticks_ms():
-        return int(monotonic() * 1000)
-
-    def ticks_diff(a, b):
-        return a - b
+from shared.compat import const, ticks_diff, ticks_ms  # only the slow path of a contended read uses the clock
 
 
 VALUE_MIN = const(-1073741824)  # -2**30

@@ -19,10 +19,7 @@ code points, checks the tables below are exactly those, and checks cls() at ever
 Nothing here allocates: lookups index bytes objects and do small-int arithmetic.
 """
 
-try:
-    from micropython import const
-except ImportError:  # CPython
-    const = lambda x: x  # noqa: E731
+from shared.compat import const
 
 OTHER = const(0)
 NUMBER = const(1)

@@ -6,7 +6,7 @@ usually a consistent length), so they get past the CRC to the parser's deeper ch
 raw mutations of the wire bytes (bit flips, inserted and deleted bytes, stray 0x00). At least 10**5
 fuzzed frames go through:
 
-- frame.Decoder, checked against a plain reference (struct + binascii): it accepts exactly the frames
+- frame_codec.Decoder, checked against a plain reference (struct + binascii): it accepts exactly the frames
   whose size, CRC, version and length field are right, and reports them with the right fields;
 - frame.check_body / parse_body: a code in range, or FrameError, never another exception;
 - a Link endpoint with an established peer, fed the same stream: no exception, only counters move,
@@ -23,7 +23,7 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared import cobs, frame, link
+from shared import cobs, frame, frame_codec, frame_host, link
 
 A_EP = b"\x0a\x0a\x0a\x0a"
 B_EP = b"\x0b\x0b\x0b\x0b"
@@ -53,25 +53,25 @@ def seal(raw: bytearray) -> bytes:
 
 def corpus(rng: random.Random) -> list[bytes]:
     bodies = [
-        (frame.HELLO, frame.pack_hello(role=0, draft_k=4, topk=4, kv_sink=4, kv_window=28, kv_staged=8,
+        (frame.HELLO, frame_codec.pack_hello(role=0, draft_k=4, topk=4, kv_sink=4, kv_window=28, kv_staged=8,
                                        board_id="rp2040_pico", tx_base=0)),
-        (frame.HEARTBEAT, frame.pack_body(frame.HEARTBEAT, flags=1, rx_bad=3)),
-        (frame.ACK, frame.pack_body(frame.ACK, flags=1)),
-        (frame.ACK, frame.pack_body(frame.ACK, flags=3, sack=b"\x05\x00")),
-        (frame.ERROR, frame.pack_body(frame.ERROR, code=1, detail=0x21, text="x")),
-        (frame.LOG, frame.pack_body(frame.LOG, ts=12345, level=2, text="pump 3 bearing temperature rising")),
-        (frame.DRAFT, frame.pack_draft(7, 1000, [([3, 9, 40, 41], [40000, 20000, 4000, 1536], 1), ([5], [], 0),
+        (frame.HEARTBEAT, frame_host.pack_body(frame.HEARTBEAT, flags=1, rx_bad=3)),
+        (frame.ACK, frame_host.pack_body(frame.ACK, flags=1)),
+        (frame.ACK, frame_host.pack_body(frame.ACK, flags=3, sack=b"\x05\x00")),
+        (frame.ERROR, frame_host.pack_body(frame.ERROR, code=1, detail=0x21, text="x")),
+        (frame.LOG, frame_host.pack_body(frame.LOG, ts=12345, level=2, text="pump 3 bearing temperature rising")),
+        (frame.DRAFT, frame_host.pack_draft(7, 1000, [([3, 9, 40, 41], [40000, 20000, 4000, 1536], 1), ([5], [], 0),
                                                  ([1, 2], [1, 65535], 0)])),
-        (frame.VERDICT, frame.pack_verdict(7, 1000, 2, correction=77)),
-        (frame.KVSNAP, frame.pack_body(frame.KVSNAP, snap=1, total=100, offset=40, crc=0x1234, data=bytes(range(60)))),
+        (frame.VERDICT, frame_host.pack_verdict(7, 1000, 2, correction=77)),
+        (frame.KVSNAP, frame_host.pack_body(frame.KVSNAP, snap=1, total=100, offset=40, crc=0x1234, data=bytes(range(60)))),
         (0x70, bytes(rng.randrange(256) for _ in range(50))),
     ]
     out = []
     for seq in range(4):
         for t, body in bodies:
-            out.append(frame.frame_bytes(t, body, seq=seq, ack=seq, epoch=A_EP, peer=B_EP, txoff=seq * 100,
+            out.append(frame_host.frame_bytes(t, body, seq=seq, ack=seq, epoch=A_EP, peer=B_EP, txoff=seq * 100,
                                          limit=seq * 100 + 900))
-    out.append(frame.frame_bytes(frame.LOG, bodies[4][1], epoch=A_EP, peer=B_EP, signer=frame.Signer(b"k" * 16),
+    out.append(frame_host.frame_bytes(frame.LOG, bodies[4][1], epoch=A_EP, peer=B_EP, signer=frame_codec.Signer(b"k" * 16),
                                  counter=5))
     return out
 
@@ -168,8 +168,8 @@ def established_link() -> tuple[link.Link, FakePort, list]:
     port = FakePort()
     got: list = []
     lk = link.Link(port, on_frame=lambda t, b, o, n: got.append((t, n)), epoch=B_EP, role=1, reorder=8)
-    hello = frame.pack_hello(role=0, tx_base=0)
-    port.rx += frame.wire_bytes(frame.HELLO, hello, epoch=A_EP, peer=B_EP, ack=0xFFFF, limit=4000)
+    hello = frame_codec.pack_hello(role=0, tx_base=0)
+    port.rx += frame_host.wire_bytes(frame.HELLO, hello, epoch=A_EP, peer=B_EP, ack=0xFFFF, limit=4000)
     lk.poll(0)
     assert lk.established
     return lk, port, got
@@ -178,7 +178,7 @@ def established_link() -> tuple[link.Link, FakePort, list]:
 def test_structure_aware_fuzz_crashes_nothing():
     rng = random.Random(20240601)
     pool = corpus(rng)
-    dec = frame.Decoder()
+    dec = frame_codec.Decoder()
     lk, port, got = established_link()
     t0 = time.perf_counter()
     accepted = structured = raw_mutations = deep = 0
@@ -201,9 +201,9 @@ def test_structure_aware_fuzz_crashes_nothing():
             t = raw[1] & 0x7F
             blen = struct.unpack_from("<H", raw, 2)[0]
             code = frame.check_body(t, raw, 20, blen)
-            assert 0 <= code < len(frame.BODY_ERRORS)
+            assert 0 <= code < len(frame_host.BODY_ERRORS)
             try:
-                frame.parse_body(t, raw[20:20 + blen])
+                frame_host.parse_body(t, raw[20:20 + blen])
             except frame.FrameError:
                 assert code != 0
             else:
@@ -244,8 +244,8 @@ def test_structure_aware_fuzz_crashes_nothing():
 
 def test_decoder_survives_every_prefix_of_garbage():
     rng = random.Random(5)
-    dec = frame.Decoder(max_frame=64)
-    good = frame.wire_bytes(frame.ACK, frame.pack_body(frame.ACK), epoch=A_EP)
+    dec = frame_codec.Decoder(max_frame=64)
+    good = frame_host.wire_bytes(frame.ACK, frame_host.pack_body(frame.ACK), epoch=A_EP)
     for _ in range(2000):
         junk = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 300)))
         data = junk + good
@@ -279,11 +279,11 @@ def test_cobs_stream_round_trip_any_chunking(data, cuts):
 @given(st.binary(max_size=200))
 def test_parse_raises_only_frame_error(raw):
     try:
-        frame.parse(raw)
+        frame_host.parse(raw)
     except frame.FrameError:
         pass
     for t in (1, 2, 3, 4, 0x10, 0x11, 0x12, 0x13, 0x70):
         try:
-            frame.parse_body(t, raw)
+            frame_host.parse_body(t, raw)
         except frame.FrameError:
             pass

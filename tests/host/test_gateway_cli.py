@@ -17,7 +17,7 @@ import serial
 from host import session as hsession
 from host.cli import main
 from host.store import LogStore
-from shared import frame, link
+from shared import frame, frame_host, link
 from tools.board.vboard import set_raw
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,7 +111,7 @@ class NodeEnd:
     def step(self, send: bool = True) -> None:
         self.lk.poll(hsession.ticks_ms())
         if send and self.lk.established and self.lk.free_slots():
-            body = frame.pack_body(frame.LOG, ts=self.n, level=1, text="line %d" % self.n)
+            body = frame_host.pack_body(frame.LOG, ts=self.n, level=1, text="line %d" % self.n)
             if self.lk.send(frame.LOG, body):
                 self.n += 1
 

@@ -24,7 +24,7 @@ from firmware import node as fnode
 from host import gateway, verifier
 from host.session import Session
 from host.store import LogStore
-from shared import frame
+from shared import frame, frame_codec, frame_host
 
 N_EP = b"\x0a\x0a\x0a\x0a"  # the node's epoch
 G_EP = b"\x0b\x0b\x0b\x0b"  # the gateway's
@@ -61,7 +61,7 @@ def draft_body(rng: random.Random, base: int, block: int) -> bytes:
         m = 1 if greedy else rng.randint(1, 4)
         ids = sorted(rng.sample(range(VOCAB + (8 if rng.random() < 0.05 else 0)), m))
         toks.append((ids, _counts(rng, m) if m > 1 else [], rng.randrange(m)))
-    return frame.pack_draft(block, base, toks, greedy=greedy)
+    return frame_host.pack_draft(block, base, toks, greedy=greedy)
 
 
 def prompt_body(rng: random.Random, base: int) -> bytes:
@@ -99,7 +99,7 @@ def gateway_frames(rng: random.Random, spec: gateway.NodeStream | None):
         if rng.random() < 0.3:
             text = b"NODE heap=1 committed=%d live=%d crc=%08x" % (rng.randrange(100), rng.randrange(40),
                                                                  rng.randrange(1 << 32))
-        body = frame.pack_body(frame.LOG, ts=rng.randrange(1 << 30), level=rng.randrange(8), text=text)
+        body = frame_host.pack_body(frame.LOG, ts=rng.randrange(1 << 30), level=rng.randrange(8), text=text)
         return frame.LOG, mutate(rng, body) if rng.random() < 0.2 else body
     if r < 0.55:
         base = rng.choice((committed, committed, 0, committed + 1, rng.randrange(1 << 30)))
@@ -129,8 +129,8 @@ def test_session_link_path_delivers_fuzzed_frames_in_order(tmp_path: Path, spec_
     s.transport = port  # type: ignore[assignment]
     s.link.t = s
     gw_ep = bytes(s.link._epoch)
-    hello = frame.pack_hello(role=0, draft_k=4, topk=4, kv_sink=4, kv_window=28, kv_staged=8, tx_base=0)
-    port.rx += frame.wire_bytes(frame.HELLO, hello, epoch=N_EP, peer=gw_ep, ack=0xFFFF, limit=60000)
+    hello = frame_codec.pack_hello(role=0, draft_k=4, topk=4, kv_sink=4, kv_window=28, kv_staged=8, tx_base=0)
+    port.rx += frame_host.wire_bytes(frame.HELLO, hello, epoch=N_EP, peer=gw_ep, ack=0xFFFF, limit=60000)
     s.poll()
     assert s.link.established and s.spec is not None
     rng = random.Random(9)
@@ -138,7 +138,7 @@ def test_session_link_path_delivers_fuzzed_frames_in_order(tmp_path: Path, spec_
     sent_ok = 0
     for i in range(N_FRAMES):
         t, body = gateway_frames(rng, s.spec)
-        port.rx += frame.wire_bytes(t, body, seq=seq & 0xFFFF, ack=0xFFFF, epoch=N_EP, peer=gw_ep, txoff=0,
+        port.rx += frame_host.wire_bytes(t, body, seq=seq & 0xFFFF, ack=0xFFFF, epoch=N_EP, peer=gw_ep, txoff=0,
                                     limit=60000)
         seq += 1
         sent_ok += frame.check_body(t, body, 0, len(body)) == 0
@@ -216,8 +216,8 @@ def test_node_link_path_delivers_fuzzed_verdicts_in_order() -> None:
     port = Port()
     nd = fnode.Node(port, prof, {"tick_ms": 1000}, d, VOCAB, 0)
     node_ep = bytes(nd.lk._epoch)
-    hello = frame.pack_hello(role=1, tx_base=0)
-    port.rx += frame.wire_bytes(frame.HELLO, hello, epoch=G_EP, peer=node_ep, ack=0xFFFF, limit=60000)
+    hello = frame_codec.pack_hello(role=1, tx_base=0)
+    port.rx += frame_host.wire_bytes(frame.HELLO, hello, epoch=G_EP, peer=node_ep, ack=0xFFFF, limit=60000)
     nd.lk.poll(0)
     assert nd.lk.established
     rng = random.Random(13)
@@ -236,17 +236,17 @@ def test_node_link_path_delivers_fuzzed_verdicts_in_order() -> None:
             k = d.b_k[0]
             acc = rng.randint(0, k)
             corr = rng.randrange(VOCAB + 2) if acc < k else None  # VOCAB, VOCAB+1: outside the model
-            v = frame.pack_verdict(d.b_id[0], d.b_base[0], acc, correction=corr, stale=rng.random() < 0.02)
+            v = frame_host.pack_verdict(d.b_id[0], d.b_base[0], acc, correction=corr, stale=rng.random() < 0.02)
         elif d.pending and r < 0.5:  # near misses: the right block id with another base, or the next id
-            v = frame.pack_verdict((d.b_id[0] + rng.choice((0, 1, 32))) & 0xFFFF, d.b_base[0] + rng.choice((0, 1, 4)),
+            v = frame_host.pack_verdict((d.b_id[0] + rng.choice((0, 1, 32))) & 0xFFFF, d.b_base[0] + rng.choice((0, 1, 4)),
                                    rng.randint(0, 3), correction=rng.choice((None, 7)))
         else:
-            v = frame.pack_verdict(rng.randrange(0x10000), rng.randrange(1 << 30), rng.randint(0, 4),
+            v = frame_host.pack_verdict(rng.randrange(0x10000), rng.randrange(1 << 30), rng.randint(0, 4),
                                    correction=rng.choice((None, 7)))
         v = mutate(rng, v) if rng.random() < 0.3 else v
         t = frame.VERDICT if rng.random() < 0.9 else rng.choice((frame.LOG, frame.PROMPT, 0x33))
         ok += frame.check_body(t, v, 0, len(v)) == 0
-        port.rx += frame.wire_bytes(t, v, seq=i & 0xFFFF, ack=0xFFFF, epoch=G_EP, peer=node_ep, limit=60000)
+        port.rx += frame_host.wire_bytes(t, v, seq=i & 0xFFFF, ack=0xFFFF, epoch=G_EP, peer=node_ep, limit=60000)
         if i % 4 == 3:
             nd.lk.poll(i)
         assert 0 <= d.pending <= 2 and d.nstaged <= 8

@@ -109,7 +109,7 @@ def test_stream_checks_and_stale_blocks(pair):
     s = TargetMirror(pair.target, SINK, WINDOW, 16)
     v = Verifier(pair.target)
     from host.verifier import StreamDesync, VerifierError
-    from shared import frame
+    from shared import frame, frame_host
 
     with pytest.raises(StreamDesync):
         s.on_prompt(pack_prompt(3, [1, 2]))
@@ -120,11 +120,11 @@ def test_stream_checks_and_stale_blocks(pair):
     with pytest.raises(VerifierError):
         s.on_draft(b"\x01\x00\x00\x00\x00\x00\x00\x00")
     with pytest.raises(VerifierError, match="out of range"):
-        s.on_draft(frame.pack_draft(0, 0, [([99], [], 0)], greedy=True))
+        s.on_draft(frame_host.pack_draft(0, 0, [([99], [], 0)], greedy=True))
     s.on_prompt(pack_prompt(0, [1, 2, 3]))
-    s.on_draft(frame.pack_draft(7, 5, [([4], [], 0)], greedy=True))  # base 5 != 3 committed: STALE
+    s.on_draft(frame_host.pack_draft(7, 5, [([4], [], 0)], greedy=True))  # base 5 != 3 committed: STALE
     (st, body, ids), = v.verify([s])
-    f = frame.parse_body(frame.VERDICT, body)
+    f = frame_host.parse_body(frame.VERDICT, body)
     assert f["flags"] & frame.VD_STALE and ids == [] and s.stats["stale"] == 1
     assert s.cache.live == 3 and s.prefix == []  # the prompt was still prefilled in that pass
     assert v.verify([s]) == []  # nothing queued

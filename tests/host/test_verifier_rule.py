@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from host import verifier as V
-from shared import frame, specdec
+from shared import frame, frame_host, specdec
 from tools.demo import spec_models as sm
 
 
@@ -113,9 +113,9 @@ def test_verifier_block_equals_specdec_verify_block(temperature):
         s = V.TargetMirror(t, 2, 6, 16, temperature=temperature, seed=trial + 1)
         s.on_prompt(V.pack_prompt(0, prompt))
         greedy = temperature == 0 and all(len(r[0]) == 1 for r in recs)
-        s.on_draft(frame.pack_draft(9, len(prompt), recs, greedy=greedy))
+        s.on_draft(frame_host.pack_draft(9, len(prompt), recs, greedy=greedy))
         (st, body, ids), = V.Verifier(t).verify([s])
-        f = frame.parse_body(frame.VERDICT, body)
+        f = frame_host.parse_body(frame.VERDICT, body)
         # the same rows computed on their own, judged by shared/specdec.py
         rows = t.forward(t.new_cache(2, 6, 16), prompt + toks)[len(prompt) - 1:]
         if temperature == 0:

@@ -2,12 +2,12 @@
 from array import array
 
 import testkit
-from shared import frame
+from shared import frame, frame_host
 
 
 
 def pack_prompt(base, ids, unverified=False):
-    return frame.pack_body(frame.PROMPT, base=base, n=len(ids), flags=1 if unverified else 0, ids=ids)
+    return frame_host.pack_body(frame.PROMPT, base=base, n=len(ids), flags=1 if unverified else 0, ids=ids)
 
 
 def _vector_names():
@@ -24,7 +24,7 @@ def test_prompt_body_round_trip_checks_and_vector():
     assert "prompt_unverified" in names, "docs/PROTOCOL.md should hold the PROMPT vector"
     b = pack_prompt(4000, [1, 2, 0x1234, 49151, 0], unverified=True)
     assert len(b) == frame.PR_IDS + 10
-    f = frame.parse_body(frame.PROMPT, b)
+    f = frame_host.parse_body(frame.PROMPT, b)
     assert f["base"] == 4000 and f["n"] == 5 and f["flags"] == frame.PR_UNVERIFIED
     assert f["ids"] == [1, 2, 0x1234, 49151, 0]
     full = pack_prompt((1 << 30) - 1, list(range(255)))
@@ -41,8 +41,8 @@ def test_prompt_body_round_trip_checks_and_vector():
     bad.append((x, frame.BODY_FIELD))
     for body, code in bad:
         assert frame.check_body(frame.PROMPT, body, 0, len(body)) == code, (bytes(body), code)
-        e = testkit.raises(frame.FrameError, frame.parse_body, frame.PROMPT, body)
-        assert frame.BODY_ERRORS[code] in str(e)
+        e = testkit.raises(frame.FrameError, frame_host.parse_body, frame.PROMPT, body)
+        assert frame_host.BODY_ERRORS[code] in str(e)
     testkit.raises(frame.FrameError, pack_prompt, 0, [])
     testkit.raises(frame.FrameError, pack_prompt, 0, list(range(256)))
     testkit.raises(frame.FrameError, pack_prompt, 0, [1, 2, 3][:2] + [True])

@@ -6,7 +6,7 @@ import gc
 # MicroPython compiles these modules from source on a 196 KB heap: collect between the big compiles so
 # the parse trees of one do not fragment the heap for the next.
 gc.collect()
-from shared import frame  # noqa: E402
+from shared import cobs, crc32, frame, frame_codec, frame_host  # noqa: E402
 
 gc.collect()
 from shared import link  # noqa: E402
@@ -30,16 +30,16 @@ def _exactly_once(p, where):
 
 def _inject(p, seq, mid, version=frame.VERSION):
     """Put a data frame 'from A' carrying message mid straight into B's receive buffer."""
-    enc = frame.Encoder()
+    enc = frame_codec.Encoder()
     n = p.ta.make(mid)
     w = enc.encode(p.ftype, seq, 0xFFFF, A_EP, B_EP, p.a._tx_off, 0, p.ta.buf, 0, n)
     if version != frame.VERSION:
-        raw = bytearray(frame.frame_bytes(p.ftype, bytes(p.ta.buf[:n]), seq=seq, epoch=A_EP, peer=B_EP))
+        raw = bytearray(frame_host.frame_bytes(p.ftype, bytes(p.ta.buf[:n]), seq=seq, epoch=A_EP, peer=B_EP))
         raw[0] = version
-        c = frame.crc32.new()
+        c = crc32.new()
         c.update(raw, 0, len(raw) - 4)
         c.put(raw, len(raw) - 4)
-        wire = b"\x00" + frame.cobs.encode(raw) + b"\x00"
+        wire = b"\x00" + cobs.encode(raw) + b"\x00"
         p.ch.ab.inject(wire, len(wire))
         return
     p.ch.ab.inject(enc.wire, w)
@@ -51,7 +51,7 @@ def test_handshake_then_clean_delivery_both_ways():
     p.run(40, until_done=False)
     assert p.a.established and p.b.established
     assert p.ev_a[link.EV_ESTABLISHED] == 1 and p.ev_b[link.EV_ESTABLISHED] == 1
-    h = frame.parse_body(frame.HELLO, p.b.peer_hello)
+    h = frame_host.parse_body(frame.HELLO, p.b.peer_hello)
     assert h["board_id"] == b"rp2040_pico" and h["kv_window"] == 28 and h["topk"] == 4 and h["q_bits"] == 16
     assert h["tokenizer_hash"] == 0xE875D8E2 and h["role"] == 0
     used = p.run(20000)
@@ -110,7 +110,7 @@ def test_frames_held_after_a_gap_follow_a_bad_body():
     _inject(p, 1, 1)  # after a gap: held
     p.run(3, until_done=False)
     assert p.ta.got[1] == 0 and p.b.rx_gap == 1
-    enc = frame.Encoder()
+    enc = frame_codec.Encoder()
     w = enc.encode(frame.LOG, 0, 0xFFFF, A_EP, B_EP, p.a._tx_off, 0, b"\x01", 0, 1)  # LOG too short
     p.ch.ab.inject(enc.wire, w)
     p.run(3, until_done=False)
@@ -211,13 +211,13 @@ def test_signed_link_rejects_forgeries_and_replays():
     _exactly_once(p, "signed")
     assert p.b.peer_hello[frame.HE_FLAGS] & frame.HELLO_AUTH
     # replay a frame A signed earlier, and forge one with a valid CRC but a wrong key
-    old = frame.wire_bytes(frame.LOG, frame.pack_body(frame.LOG, text=b"x"), epoch=A_EP, peer=B_EP,
-                           signer=frame.Signer(key), counter=(1 << 24) + 1)
+    old = frame_host.wire_bytes(frame.LOG, frame_host.pack_body(frame.LOG, text=b"x"), epoch=A_EP, peer=B_EP,
+                           signer=frame_codec.Signer(key), counter=(1 << 24) + 1)
     p.ch.ab.inject(old, len(old))
-    forged = frame.wire_bytes(frame.LOG, frame.pack_body(frame.LOG, text=b"x"), epoch=A_EP, peer=B_EP,
-                              signer=frame.Signer(b"not-the-plant-key!!!"), counter=1 << 40)
+    forged = frame_host.wire_bytes(frame.LOG, frame_host.pack_body(frame.LOG, text=b"x"), epoch=A_EP, peer=B_EP,
+                              signer=frame_codec.Signer(b"not-the-plant-key!!!"), counter=1 << 40)
     p.ch.ab.inject(forged, len(forged))
-    plain = frame.wire_bytes(frame.LOG, frame.pack_body(frame.LOG, text=b"x"), epoch=A_EP, peer=B_EP)
+    plain = frame_host.wire_bytes(frame.LOG, frame_host.pack_body(frame.LOG, text=b"x"), epoch=A_EP, peer=B_EP)
     p.ch.ab.inject(plain, len(plain))
     before = p.b.rx_delivered
     p.run(50, until_done=False)

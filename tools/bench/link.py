@@ -49,7 +49,7 @@ for p in (str(ROOT), str(ROOT / "tests" / "shared")):
 
 import link_ref  # noqa: E402  (tests/shared: the simulated UART shared with the tests)
 
-from shared import frame, link  # noqa: E402
+from shared import frame, frame_codec, link  # noqa: E402
 from tools.board.vboard import write_all  # noqa: E402
 from host.usage import Parser
 
@@ -101,9 +101,9 @@ def link_run(ppm: int, seed: int, msgs: int, baud: int = 115200, sack: bool = Tr
 def raw_run(ppm: int, seed: int, frames: int) -> dict:
     """Frames through one noisy line with no retransmission: what the framing alone loses."""
     line = link_ref.SimLine(115200, rxbuf=1 << 16, txfifo=1 << 16, error_ppm=ppm, seed=seed)
-    dec = frame.Decoder()
+    dec = frame_codec.Decoder()
     rng = random.Random(seed)
-    enc = frame.Encoder()
+    enc = frame_codec.Encoder()
     ep = b"\x0a\x0a\x0a\x0a"
     sent = {}
     got: dict[int, int] = {}
@@ -154,7 +154,7 @@ def raw_run(ppm: int, seed: int, frames: int) -> dict:
 def resync_run(seed: int, bursts: int = 300) -> dict:
     """Garbage bursts dropped into a clean frame stream: bytes until the decoder is back in step."""
     rng = random.Random(seed)
-    enc = frame.Encoder()
+    enc = frame_codec.Encoder()
     ep = b"\x0a\x0a\x0a\x0a"
     worst = 0
     total = 0
@@ -172,7 +172,7 @@ def resync_run(seed: int, bursts: int = 300) -> dict:
         burst = bytes(rng.randrange(256) for _ in range(rng.randint(1, 256)))
         stream[at:at] = burst
         end = at + len(burst)
-        dec = frame.Decoder()
+        dec = frame_codec.Decoder()
         seen = []
         i = 0
         while i < len(stream):

@@ -316,7 +316,7 @@ def speculative(target, make_draft_model, sources: list[Source], temperature: fl
                 max_pending: int, stop, stop_list: list[int], max_note: int, seed: int, draft_top_k: int) -> dict:
     """The N nodes drafting, the gateway verifying (see the module docstring). -> figures and `notes`."""
     from host.verifier import TargetMirror, Verifier, pack_prompt
-    from shared import drafter, frame
+    from shared import drafter, frame, frame_host
     from tools.demo.spec_models import Loop
 
     n = len(sources)
@@ -385,7 +385,7 @@ def speculative(target, make_draft_model, sources: list[Source], temperature: fl
                 if not m:
                     break
                 body = bytes(buf[:m])
-                wire += len(frame.wire_bytes(frame.DRAFT, body, seq=rounds & 0xFFFF))
+                wire += len(frame_host.wire_bytes(frame.DRAFT, body, seq=rounds & 0xFFFF))
                 bodies.append((s, body))
         t1 = time.process_time()
         for s, body in bodies:  # the gateway takes the DRAFT frames (charged)
