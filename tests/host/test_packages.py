@@ -154,4 +154,6 @@ def test_a_logs_only_node_boots_on_a_virtual_board(tmp_path: Path, capsys: pytes
         assert "NODE start board=pico_logs model=no" in text, text[-2000:]
         time.sleep(1)
         assert "Traceback" not in log.read_text(errors="replace").split("NODE start")[-1]
-        print("logs-only deploy: %d files, %d B" % (len(report["files"]), report["total_bytes"]))
+        heap = text.split("NODE start board=pico_logs model=no heap=")[1].split()[0]
+        print("logs-only deploy: %d files, %d B; the node's heap in use after boot %s B" % (
+            len(report["files"]), report["total_bytes"], heap))
