@@ -1,53 +1,31 @@
-# Freeze manifest for MicroPython firmware with the edgetwin core in flash (written by
+# Freeze manifest for MicroPython firmware with the edgetwin drafting node in flash (written by
 # `python -m tools.board.freeze_manifest`; do not edit). Build from a MicroPython checkout, e.g.
 #   make -C ports/rp2 BOARD=RPI_PICO FROZEN_MANIFEST=/path/to/edgetwin/boards/manifest.py
-include("$(PORT_DIR)/boards/manifest.py")
+# The logs-only node (and the port's own modules):
+include("manifest_logs.py")
 
 package("shared", files=(
-    "__init__.py",
     "bpe.py",
-    "cobs.py",
-    "compat.py",
-    "crc32.py",
     "drafter.py",
     "episode.py",
     "fixedmath.py",
-    "frame.py",
-    "frame_codec.py",
-    "frame_host.py",
-    "irqlock.py",
     "kernels.py",
     "kvsnap.py",
-    "link.py",
     "llama.py",
     "lruk.py",
     "mbf.py",
     "memfit.py",
     "memplan.py",
     "model_load.py",
-    "plant.py",
-    "plant_alarms.py",
-    "plant_faults.py",
-    "profile.py",
     "q4.py",
     "q4_viper.py",
     "q4a_q8.py",
     "ringkv.py",
     "ringkv_viper.py",
-    "seqlock.py",
     "specdec.py",
-    "txwindow.py",
     "unicats.py",
 ), base_path="..")
 package("firmware", files=(
-    "__init__.py",
     "annotator.py",
-    "boardcfg.py",
-    "bootonce.py",
-    "logq.py",
-    "node.py",
-    "sampler.py",
     "selftest.py",
-    "spill.py",
-    "uart.py",
 ), base_path="..")

@@ -5,8 +5,8 @@
   one record into its single-writer slot of a shared/seqlock.py store: a reader on another thread,
   core or in an IRQ handler gets a consistent record without a lock;
 - writes the tick's log lines (samples every `sample_every` ticks, alarms and state changes as they
-  happen) into the LineQueue with a level: 1 info (samples), 2 warning (alarm events, LOST), 3 error
-  (a state change caused by an interlock trip).
+  happen) into the LineQueue with the level the plant gives each (Plant.line_into: 1 info, 2 warning
+  for an alarm raised or acknowledged and LOST, 3 error for a state change an interlock tripped).
 
 Where it runs: on MicroPython with machine.Timer (RP2040, ESP32) a timer IRQ only counts due ticks
 (`due` is an int attribute: allocation-free, IRQ-safe), and the main loop runs them; on the unix port
@@ -18,7 +18,6 @@ from shared import plant, seqlock
 from firmware.logq import LINE_MAX
 from shared.compat import TICKS_MASK, const, ticks_diff
 
-_TS = const(21)  # plant lines start with "YYYY-MM-DDTHH:MM:SSZ "
 NOTE_S = const(300)  # plant seconds between notes of the plant clock in the spill ring
 
 
@@ -91,11 +90,9 @@ class Sampler:
             rec[nch] = p.tick & TICKS_MASK
             self.store.write_from(m, rec)
         q = self.q
-        buf = q.buf
         for i in range(n):
             off = q.slot()
-            k = self._line(i, off)
-            q.put(k, self._level(buf, off, k), now)
+            q.put(self._line(i, off), p.level, now)  # the level of the line the plant just wrote
 
     def _line(self, i, off):
         # plant.line_into writes at offset 0 of its buffer: write into the scratch line, copy into the slot
@@ -105,17 +102,6 @@ class Sampler:
         for j in range(k):
             buf[off + j] = s[j]
         return k
-
-    @staticmethod
-    def _level(buf, off, k):
-        c = buf[off + _TS] if k > _TS else 0
-        if c == 65 or c == 76:  # ALARM ..., LOST ...
-            return 2
-        if c == 83 and k > _TS + 6:  # STATE ...: an interlock trip is an error
-            for j in range(off + _TS, off + k - 9):
-                if buf[j] == 105 and buf[j + 1] == 110 and buf[j + 2] == 116 and buf[j + 8] == 107:  # "interlock"
-                    return 3
-        return 1
 
     def reading(self, machine, out):
         """A consistent copy of machine's record (NCH readings, then the tick) into out; returns its version."""

@@ -251,7 +251,7 @@ class Plant:
         self.lost = 0
         self.ev_cap = events
         self.nev = 0
-        self.nq = 0
+        self.nq = self.level = 0  # lines this tick; the level of the one line_into wrote last
         self._q = array("i", bytearray(4 * _REC * (n + events + 1)))
         self._buf = bytearray(LINE_MAX)
         self.ids = []
@@ -703,7 +703,9 @@ class Plant:
 
     # ---- lines ----
     def line_into(self, i, buf):
-        """Write line i of this tick into buf (a bytearray of at least LINE_MAX bytes); returns its length."""
+        """Write line i of this tick into buf (a bytearray of at least LINE_MAX bytes); returns its length.
+        Its level is then in self.level: 1 info (samples, alarms cleared or (un)shelved, state changes),
+        2 warning (an alarm raised or acknowledged, LOST), 3 error (a state change an interlock tripped)."""
         if type(i) is not int or not 0 <= i < self.nq:
             raise PlantError("line %r out of range: this tick has %d lines" % (i, self.nq))
         if not isinstance(buf, _BUFS) or len(buf) < LINE_MAX:
@@ -711,13 +713,15 @@ class Plant:
         q = self._q
         r = i * _REC
         kind = q[r]
-        m = q[r + 1]
+        m = q[r + 1]  # 0 in a LOST record
+        idb = self._idb[m]
+        k = self.kind[m]
         j = self._put_ts(buf)
+        lv = 1
         if kind == _K_SAMPLE:
-            j = _put(buf, j, self._idb[m])
+            j = _put(buf, j, idb)
             buf[j] = 32
             j = _put(buf, j + 1, STATES[q[r + 2]])
-            k = self.kind[m]
             for ch in range(NCH):
                 key = _KEY[k * NCH + ch]
                 if key is not None:
@@ -728,13 +732,14 @@ class Plant:
         elif kind == _K_ALARM:
             p = m * MAXP + q[r + 2]
             ev = q[r + 3]
+            if ev < 16:  # ALARM, ACK
+                lv = 2
             j = _put(buf, j, VERBS[ev >> 3])
             buf[j] = 32
             j = _put(buf, j + 1, LEVELS[self.bank.level[p]])
             buf[j] = 32
-            j = _put(buf, j + 1, self._idb[m])
+            j = _put(buf, j + 1, idb)
             buf[j] = 32
-            k = self.kind[m]
             ch = self.pch[p]
             j = _put(buf, j + 1, _TAG[k * NCH + ch])
             buf[j] = 32
@@ -745,7 +750,7 @@ class Plant:
             j = _put(buf, j + 2, ALARM_STATES[ev & 7])
         elif kind == _K_STATE:
             j = _put(buf, j, b"STATE ")
-            j = _put(buf, j, self._idb[m])
+            j = _put(buf, j, idb)
             buf[j] = 32
             j = _put(buf, j + 1, STATES[q[r + 2]])
             j = _put(buf, j, b"->")
@@ -753,13 +758,16 @@ class Plant:
             buf[j] = 32
             why = q[r + 4]
             if why >= _C_TRIP:
+                lv = 3
                 j = _put(buf, j + 1, b"interlock=")
                 j = _put(buf, j, TRIPS[why - _C_TRIP])
             else:
                 j = _put(buf, j + 1, _CAUSES[why])
         else:
+            lv = 2
             j = _put(buf, j, b"LOST events=")
             j = _put_uint(buf, j, q[r + 2])
+        self.level = lv
         return j
 
     def _put_ts(self, buf):

@@ -434,6 +434,57 @@ def test_step_and_line_into_allocate_nothing():
     assert len([t for t in p.truth() if t["ended_by"] == "repair"]) >= 2
 
 
+def _sniffed(buf, off, k):
+    """The level firmware/sampler.py read from a line's text before the plant gave it (the reference)."""
+    ts = 21  # "YYYY-MM-DDTHH:MM:SSZ "
+    c = buf[off + ts] if k > ts else 0
+    if c == 65 or c == 76:  # ALARM ..., ACK ..., LOST ...
+        return 2
+    if c == 83 and k > ts + 6:  # STATE ... (or SHELVE ...): an interlock trip is an error
+        for j in range(off + ts, off + k - 9):
+            if buf[j] == 105 and buf[j + 1] == 110 and buf[j + 2] == 116 and buf[j + 8] == 107:  # "interlock"
+                return 3
+    return 1
+
+
+def _stored_levels(events, ticks, levels, starts):
+    """Run the node's Sampler over a plant with a fault on every machine; check each stored line's level
+    against the sniffed one and count the levels and the first word of the lines that are not samples."""
+    from firmware.logq import LineQueue
+    from firmware.sampler import Sampler
+
+    q = LineQueue(4)
+    smp = Sampler(q, 16, 4, 5, 1000)
+    p = smp.plant = Plant(16, 4, sample_every=5, events=events)
+    for m, f in (("P-101", "bearing_wear"), ("C-301", "clogged_filter"), ("CV-401", "overheating"),
+                 ("M-201", "sensor_dropout")):
+        p.inject(m, f, 5)
+        p.command(m, "start")
+    for t in range(ticks):
+        smp.tick(t)
+        while q.count:
+            off = q.first()
+            k = q.lens[q.head]
+            lv = q.levels[q.head]
+            assert lv == _sniffed(q.buf, off, k), bytes(q.buf[off:off + k])
+            levels[lv] += 1
+            w = bytes(q.buf[off + 21:off + 24])
+            starts[w] = starts.get(w, 0) + 1
+            q.pop()
+
+
+def test_line_levels_are_the_ones_the_sampler_sniffed():
+    # long, eventful runs through the node's Sampler (trips, a BAD alarm shelved for an hour and
+    # unshelved; with one event slot, LOST lines): every stored line's level is what the text sniffing
+    # gave, and every level and every kind of line occurs
+    levels = [0, 0, 0, 0]
+    starts = {}
+    _stored_levels(2, 5000, levels, starts)
+    _stored_levels(1, 800, levels, starts)
+    assert levels[0] == 0 and min(levels[1:]) > 0, levels
+    assert {b"ALA", b"ACK", b"CLE", b"SHE", b"UNS", b"STA", b"LOS"} <= set(starts), starts
+
+
 # ---- bad arguments ----
 
 def test_bad_arguments_raise_clear_value_errors():

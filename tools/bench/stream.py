@@ -17,21 +17,20 @@ the target's tokens/s: single-stream decode, and batched verification of 4 seque
 the same context budget) on N sampled spans, with the sink ring and dense on the same tokens: it tells
 the cost of a bounded context apart from a cache that collapses (docs/TARGET.md).
 
-The log text is generated here, deterministically (seeded): a small plant (pumps, compressors,
-conveyors, a boiler, a tank) whose readings drift, with faults that build up into warnings, alarms,
-trips, operator acknowledgements and maintenance. A plant simulator will replace it later.
+The log text is the node's: shared/plant.py's lines (through tools/train/gen_logs.py, the same path
+as `gen_logs`), seeded: four machines sampled every 5 s, a fault started every plant hour and one
+developing on the first pump from the start, so the stream holds alarms, acknowledgements, trips and
+state changes among the samples.
 """
 
 from __future__ import annotations
 
-import argparse
+import io
 import json
 import math
 import os
-import random
 import sys
 import time
-from datetime import datetime, timedelta
 from pathlib import Path
 
 if __name__ == "__main__":
@@ -44,158 +43,36 @@ if __package__ in (None, ""):  # run as a script: make the repo importable
 import numpy as np  # noqa: E402
 
 from host.llama_np import KVCache, Target  # noqa: E402
-from host.usage import Parser
+from host.usage import Parser  # noqa: E402
+from shared import plant  # noqa: E402
 
 # ---- the log stream -------------------------------------------------------------------------------------
 
-# (id, kind, readings: name -> (nominal, noise, unit, decimals, warn, trip))
-MACHINES = [
-    ("P-101", "pump", {"flow": (42.0, 0.6, "m³/h", 1, None, None), "discharge_p": (6.4, 0.05, "bar", 2, 7.2, 7.8),
-                       "bearing_temp": (54.0, 0.4, "°C", 1, 75.0, 85.0), "vib_rms": (1.8, 0.08, "mm/s", 2, 4.5, 7.1),
-                       "motor_current": (18.2, 0.3, "A", 1, 22.0, 24.5)}),
-    ("P-102", "pump", {"flow": (38.5, 0.6, "m³/h", 1, None, None), "discharge_p": (6.1, 0.05, "bar", 2, 7.2, 7.8),
-                       "bearing_temp": (51.0, 0.4, "°C", 1, 75.0, 85.0), "vib_rms": (2.1, 0.08, "mm/s", 2, 4.5, 7.1),
-                       "motor_current": (17.4, 0.3, "A", 1, 22.0, 24.5)}),
-    ("P-103", "pump", {"flow": (55.0, 0.8, "m³/h", 1, None, None), "discharge_p": (7.0, 0.06, "bar", 2, 8.0, 8.6),
-                       "bearing_temp": (58.0, 0.5, "°C", 1, 75.0, 85.0), "vib_rms": (2.4, 0.1, "mm/s", 2, 4.5, 7.1),
-                       "motor_current": (24.0, 0.4, "A", 1, 29.0, 31.5)}),
-    ("C-201", "compressor", {"suction_p": (1.2, 0.02, "bar", 2, None, None), "discharge_p": (8.9, 0.08, "bar", 2, 10.0, 10.8),
-                             "discharge_temp": (86.0, 0.7, "°C", 1, 95.0, 105.0), "oil_p": (3.4, 0.04, "bar", 2, None, None),
-                             "speed": (2960.0, 6.0, "rpm", 0, None, None)}),
-    ("C-202", "compressor", {"suction_p": (1.1, 0.02, "bar", 2, None, None), "discharge_p": (8.7, 0.08, "bar", 2, 10.0, 10.8),
-                             "discharge_temp": (84.0, 0.7, "°C", 1, 95.0, 105.0), "oil_p": (3.5, 0.04, "bar", 2, None, None),
-                             "speed": (2955.0, 6.0, "rpm", 0, None, None)}),
-    ("CV-301", "conveyor", {"belt_speed": (1.25, 0.01, "m/s", 2, None, None), "load": (61.0, 2.0, "%", 0, 95.0, 105.0),
-                            "motor_temp": (47.0, 0.4, "°C", 1, 80.0, 90.0)}),
-    ("CV-302", "conveyor", {"belt_speed": (1.10, 0.01, "m/s", 2, None, None), "load": (55.0, 2.0, "%", 0, 95.0, 105.0),
-                            "motor_temp": (45.0, 0.4, "°C", 1, 80.0, 90.0)}),
-    ("B-401", "boiler", {"steam_p": (12.5, 0.08, "bar", 2, 14.0, 15.0), "water_level": (52.0, 0.8, "%", 1, None, None),
-                         "flue_temp": (182.0, 1.2, "°C", 1, 230.0, 260.0), "o2": (3.1, 0.08, "%", 2, None, None)}),
-    ("T-601", "tank", {"level": (63.0, 0.5, "%", 1, 90.0, 95.0), "inflow": (12.4, 0.3, "m³/h", 1, None, None),
-                       "outflow": (11.9, 0.3, "m³/h", 1, None, None), "temp": (21.5, 0.1, "°C", 1, None, None)}),
-]
-FAULTS = {  # kind -> (reading that drifts, drift per line while the fault lasts, cause written by maintenance)
-    "pump": [("bearing_temp", 1.6, "bearing lubrication low, regreased"), ("vib_rms", 0.35, "impeller imbalance, rebalanced"),
-             ("motor_current", 0.45, "seal friction, mechanical seal replaced")],
-    "compressor": [("discharge_temp", 1.4, "intercooler fouled, cleaned"), ("discharge_p", 0.12, "unloader valve stuck, freed")],
-    "conveyor": [("load", 4.0, "chute blockage cleared"), ("motor_temp", 2.2, "gearbox oil low, topped up")],
-    "boiler": [("steam_p", 0.16, "pressure controller retuned"), ("flue_temp", 3.5, "soot blowing done")],
-    "tank": [("level", 1.5, "outlet valve XV-602 found throttled, reopened")],
-}
-SETPOINTS = ("flow", "discharge_p", "speed", "belt_speed", "steam_p", "level", "outflow")
-OPERATORS = ["j.meyer", "a.kowalski", "m.santos", "l.chen", "r.okafor"]
-HOSTS = ["PLC-01", "PLC-02", "RTU-07", "HMI-2"]
+SAMPLE_EVERY = 5  # s between a machine's sample lines
+BLOCK_S = 60  # plant seconds of lines per block handed to the tokenizer
 
 
-class Plant:
-    """A deterministic plant: readings that wander around their nominal values, and faults that build up."""
+def log_blocks(seed: int = 7):
+    """The plant's log text (shared/plant.py via gen_logs.generate), BLOCK_S plant seconds per block, without end."""
+    from tools.train import gen_logs
 
-    def __init__(self, seed: int):
-        self.rng = random.Random(seed)
-        self.t = datetime(2024, 5, 13, 6, 0, 0)
-        self.values = {mid: {k: spec[0] for k, spec in readings.items()} for mid, _, readings in MACHINES}
-        self.state = {mid: "running" for mid, _, _ in MACHINES}
-        self.fault: dict[str, tuple[str, float, str]] = {}
-        self.offset: dict[str, dict[str, float]] = {mid: {} for mid, _, _ in MACHINES}
-        self.tripped: dict[str, int] = {}
-        self.alarm_no = 2200
-        self.open_alarms: list[tuple[str, str]] = []
-
-    def _ts(self) -> str:
-        self.t += timedelta(milliseconds=self.rng.randint(150, 4200))
-        return self.t.strftime("%Y-%m-%d %H:%M:%S.") + "%03d" % (self.t.microsecond // 1000)
-
-    def _fmt(self, mid: str, key: str) -> str:
-        spec = dict((m, r) for m, _, r in MACHINES)[mid][key]
-        return "%s=%.*f %s" % (key, spec[3], self.values[mid][key], spec[2])
-
-    def _drift(self, mid: str, readings: dict) -> None:
-        """Mean-reverting random walk around the nominal value; a fault moves the value it reverts to."""
-        vals = self.values[mid]
-        offset = self.offset[mid]
-        if mid in self.fault:
-            key, rate, _ = self.fault[mid]
-            offset[key] = offset.get(key, 0.0) + rate * self.rng.uniform(0.6, 1.4)
-        for key, (nominal, noise, *_rest) in readings.items():
-            target = nominal + offset.get(key, 0.0)
-            vals[key] += 0.3 * (target - vals[key]) + self.rng.gauss(0.0, noise)
-
-    def lines(self):
-        rng = self.rng
-        while True:
-            mid, kind, readings = rng.choice(MACHINES)
-            st = self.state[mid]
-            if st == "tripped":
-                self.tripped[mid] -= 1
-                if self.tripped[mid] == 0:
-                    self.state[mid] = "maintenance"
-                    yield "%s INFO  [%s] work order WO-%d opened for %s %s" % (
-                        self._ts(), "CMMS", rng.randint(10000, 99999), kind, mid)
-                continue
-            if st == "maintenance":
-                _, _, cause = self.fault.pop(mid)
-                self.offset[mid].clear()
-                for key, spec in readings.items():
-                    self.values[mid][key] = spec[0]
-                self.state[mid] = "running"
-                yield "%s INFO  [CMMS] %s maintenance done by %s: %s" % (self._ts(), mid, rng.choice(OPERATORS), cause)
-                yield "%s EVENT [%s] %s restarted, state=running" % (self._ts(), rng.choice(HOSTS), mid)
-                continue
-            self._drift(mid, readings)
-            if mid not in self.fault and rng.random() < 0.02:
-                self.fault[mid] = rng.choice(FAULTS[kind])
-            r = rng.random()
-            if r < 0.06 and self.open_alarms:
-                aid, amid = self.open_alarms.pop(0)
-                yield "%s INFO  [OPS] operator %s acknowledged alarm %s on %s" % (self._ts(), rng.choice(OPERATORS), aid, amid)
-                continue
-            controlled = [k for k in readings if k in SETPOINTS]
-            if r < 0.085 and controlled:
-                key = rng.choice(controlled)
-                old = readings[key][0]
-                spec = readings[key]
-                yield "%s EVENT [%s] %s %s setpoint %.*f -> %.*f %s by operator %s" % (
-                    self._ts(), rng.choice(HOSTS), mid, key, spec[3], old, spec[3], old * rng.uniform(0.97, 1.03), spec[2],
-                    rng.choice(OPERATORS))
-                continue
-            # threshold checks on the drifting reading
-            for key, (_, _, unit, dec, warn, trip) in readings.items():
-                val = self.values[mid][key]
-                if trip is not None and val >= trip:
-                    self.alarm_no += 1
-                    aid = "A-%d" % self.alarm_no
-                    self.state[mid] = "tripped"
-                    self.tripped[mid] = rng.randint(2, 5)
-                    yield "%s ALARM [%s] HIGH-HIGH %s=%.*f %s (trip %.*f %s) -> %s tripped, alarm_id=%s" % (
-                        self._ts(), mid, key, dec, val, unit, dec, trip, unit, mid, aid)
-                    self.open_alarms.append((aid, mid))
-                    break
-                if warn is not None and val >= warn and rng.random() < 0.5:
-                    yield "%s WARN  [%s] %s %.*f %s above warning limit %.*f %s" % (
-                        self._ts(), mid, key.replace("_", " "), dec, val, unit, dec, warn, unit)
-                    break
-            else:
-                shown = list(readings)
-                if len(shown) > 3:
-                    shown = rng.sample(shown, rng.randint(3, len(shown)))
-                    shown.sort(key=list(readings).index)
-                yield "%s INFO  [%s] %s %s: %s" % (self._ts(), mid, kind, "ok" if mid not in self.fault or rng.random() < 0.5
-                                                   else "degraded", " ".join(self._fmt(mid, k) for k in shown))
-
-
-def log_text(n_lines: int, seed: int = 7) -> str:
-    gen = Plant(seed).lines()
-    return "\n".join(next(gen) for _ in range(n_lines)) + "\n"
+    p = plant.Plant(seed, sample_every=SAMPLE_EVERY, fault_every_h=1)
+    injects = [(p.ids[0], "bearing_wear", 5, None, 0)]
+    while True:
+        out = io.BytesIO()
+        gen_logs.generate(p, BLOCK_S, out, injects)
+        injects = []
+        yield out.getvalue().decode()
 
 
 def log_tokens(encode, n_tokens: int, seed: int = 7) -> list[int]:
     """At least n_tokens ids of the log stream (then cut to n_tokens); encode: text -> ids."""
-    gen = Plant(seed).lines()
     ids: list[int] = []
-    while len(ids) < n_tokens:
-        block = "\n".join(next(gen) for _ in range(50)) + "\n"
+    for block in log_blocks(seed):
         ids.extend(encode(block))
-    return ids[:n_tokens]
+        if len(ids) >= n_tokens:
+            return ids[:n_tokens]
+    raise AssertionError("log_blocks never ends")
 
 
 # ---- perplexity -------------------------------------------------------------------------------------------

