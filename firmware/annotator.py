@@ -1,5 +1,5 @@
 # annotator.py: drives the drafter over the link: system prompt, episodes, DRAFT/PROMPT out, verdicts in.
-"""The node's side of the token stream (/work contract, docs/NODE.md):
+"""The node's side of the token stream (docs/NODE.md, The token stream):
 
     stream = system prompt, then episodes: PROMPT (the latest log line + a cue) + drafted annotation
 

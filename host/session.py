@@ -2,7 +2,7 @@
 
 A session owns:
 
-- a `SerialTransport`: the port opened as DESIGN 4.1 says (``serial_for_url(..., do_not_open=True)``,
+- a `SerialTransport`: the port opened as docs/GATEWAY.md section 1 says (``serial_for_url(..., do_not_open=True)``,
   DTR and RTS False before ``open()`` so an ESP32 board is not reset, ``exclusive=True``), read and
   written without blocking, with the link's ``readinto(buf)`` / ``write(buf, n)`` interface. Before any
   byte is written, the log store commits: every frame the gateway sends carries the cumulative ack,
@@ -53,7 +53,7 @@ class PortError(OSError):
 
 
 def open_serial(url: str, baud: int) -> serial.Serial:
-    """Open a port as DESIGN 4.1 says; PortError with a one-line reason if it cannot be."""
+    """Open a port as docs/GATEWAY.md section 1 says; PortError with a one-line reason if it cannot be."""
     try:
         s = serial.serial_for_url(url, baudrate=baud, timeout=0, write_timeout=0, do_not_open=True,
                                   exclusive=True)

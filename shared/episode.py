@@ -1,7 +1,7 @@
 # episode.py: the text of a node's token stream: the system prompt, then episodes "log lines + \nNote: annotation\n".
 # One function per piece, used by the node (firmware drafter), the gateway and the corpus/training tools
 # (tools/train/corpus.py), so every side tokenizes exactly the same characters. Allocates strings: call it once
-# per episode, never per token. The stream, token by token (docs/spec_contract: PROMPT frames, drafts):
+# per episode, never per token. The stream, token by token (docs/SPECDEC.md and docs/PROTOCOL.md: PROMPT frames, drafts):
 #   system_prompt()                               -> the first PROMPT (fills the sink)
 #   prompt_text(lines, after_cap)                 -> each episode's PROMPT: the lines, then the cue
 #   ... drafted annotation tokens, until a token whose bytes hold b"\n" (is_stop) or MAX_NOTE tokens

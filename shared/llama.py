@@ -15,7 +15,7 @@
 #   k = s.distribution(m.logits)             # s.idx[:k], s.count[:k]: counts summing to 2**16
 #   i = s.draw(r)                            # r in 0..65535; m.token_of(i) is the token id
 #
-# Cache positions (DESIGN 3.1): the query of staged token s sees what it would see had the s staged
+# Cache positions (docs/RUNTIME.md, Positions): the query of staged token s sees what it would see had the s staged
 # tokens before it been committed one by one (the oldest window tokens those commits would evict are
 # left out; keys take their index in what remains as position, the query comes next). So feed(T) then
 # commit(T) gives the same logits, bit for bit, as T x (step, commit(1)), and no position exceeds S+W.
@@ -60,7 +60,7 @@ class Model:
     "matrix": the INT4 nibbles are re-read with load_layer during each step (per layer, per attention /
     FFN phase, or per matrix; all scales and gains stay resident), embedding rows are read with
     read_range and the classifier in blocks of out_rows rows: for models larger than the heap.
-    verify=True checks every CRC once here (streamed reads are then unchecked: DESIGN 3.4).
+    verify=True checks every CRC once here (streamed reads are then unchecked: docs/MBF.md).
     embed_rows: an object with fill(row, out) (see model_load.EmbedRows) replacing the default row
     source (self.rows), e.g. an LRU-K cache of dequantised rows. Weights: self.layers (Layer),
     self.out_norm, self.emb (token maps, row source, classifier); model_load builds them."""
@@ -537,7 +537,7 @@ def _inv_sqrt(n):
         s += 1
 
 
-# ---- sampling: integer distributions (DESIGN 4.2) ----
+# ---- sampling: integer distributions (docs/RUNTIME.md section 5) ----
 
 def argmax(x, n):
     """Index of the largest of x[0..n-1]; ties go to the lowest index (greedy decoding)."""
@@ -551,7 +551,7 @@ def argmax(x, n):
 
 
 class Sampler:
-    """The draft's sampling distribution as integers (DESIGN 4.2): counts summing to exactly 2**16,
+    """The draft's sampling distribution as integers (docs/RUNTIME.md section 5): counts summing to exactly 2**16,
     the same on every interpreter and backend, and a draw from them with an integer random number.
 
     distribution(logits) keeps the top_k largest logits (all when top_k is 0 or >= n; ties go to the

@@ -59,3 +59,23 @@ def test_a_wrong_name_is_caught(tmp_path: Path) -> None:
     src.write_text("class A:\n    def b(self):\n        def inner():\n            pass\n\ndef f():\n    pass\n")
     d = definitions(src)
     assert {"A", "A.b", "inner", "f"} <= d and "A.c" not in d and "g" not in d
+
+
+def test_references_point_inside_the_repository() -> None:
+    """Every docs/NAME.md a source file or a document names exists, and nothing cites the design brief
+    that lives outside the repository (it was cited as "DESIGN 3.1", "DESIGN.md", "docs/spec_contract")."""
+    import subprocess
+
+    files = subprocess.run(["git", "ls-files", "*.py", "*.md", "Makefile"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split()
+    bad = []
+    for f in files:
+        if f == "tests/host/test_architecture_doc.py":
+            continue
+        text = (ROOT / f).read_text(errors="replace")
+        for m in re.finditer(r"\bdocs/([\w-]+)(\.md)?\b", text):
+            if not (ROOT / "docs" / (m.group(1) + ".md")).is_file():
+                bad.append("%s names docs/%s, which does not exist" % (f, m.group(1)))
+        for m in re.finditer(r"\bDESIGN(\.md)?\s+\d|\bDESIGN\.md\b|/work contract", text):
+            bad.append("%s cites %r, a document outside the repository" % (f, m.group(0)))
+    assert not bad, "\n".join(bad)
