@@ -3,6 +3,7 @@
 # token; verdict bookkeeping (duplicates, stale, malformed); offline commits and their PROMPT resend;
 # draft / on_verdict / prompt allocate nothing (MicroPython, heap locked); sampled records are exactly
 # the counts sampled from.
+import gc
 from array import array
 
 import testkit
@@ -293,6 +294,8 @@ def test_stop_ids_and_max_len_end_the_episode():
         pass
     first = [i for i in range(N) if ref[i] == stop][0]
     assert d.stopped and not d.capped and list(r.got[:r.ngot]) == list(ref[:first + 1])
+    d = r = None  # one drafter at a time, as on a board: the next one reuses this one's heap
+    gc.collect()
     # a stop id as the max_len-th token: the note ended by its stop, not capped (no newline put first)
     d1 = drafter.Drafter(m, 4, temperature=0, max_pending=2, stop_ids=(stop,), max_len=first + 1)
     d1.reset()
@@ -301,6 +304,8 @@ def test_stop_ids_and_max_len_end_the_episode():
     while r.round():
         pass
     assert d1.stopped and d1.episode == first + 1 and not d1.capped
+    d1 = r = None
+    gc.collect()
     d2 = drafter.Drafter(m, 4, temperature=0, max_pending=2, max_len=7)
     d2.reset()
     d2.prompt(PROMPT)
