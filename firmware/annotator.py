@@ -29,7 +29,7 @@ from array import array
 
 from firmware.logq import put_bytes, put_hex4, put_uint
 from shared import crc32, frame
-from shared.compat import TICKS_MASK, const
+from shared.compat import MASK30, const
 from shared.frame import DR_TOKENS, MAX_K, MAX_TOPK, PR_IDS, PROMPT, PROMPT_MAX, draft_token_bytes
 
 _SYS = const(0)
@@ -165,7 +165,7 @@ class Annotator:
         if not lk.established:
             if self.down_since < 0:
                 self.down_since = now
-            elif ((now - self.down_since) & TICKS_MASK) >= self.offline_ms and self.state == _RUN:
+            elif ((now - self.down_since) & MASK30) >= self.offline_ms and self.state == _RUN:
                 self.state = _OFFLINE
                 d.drop_pending()
             if self.state != _OFFLINE:

@@ -6,7 +6,7 @@ flash spill ring (firmware/spill.py) if the node has one, else it is dropped and
 the node never blocks on the link and never grows its heap. Nothing allocates after construction on
 MicroPython."""
 
-from shared.compat import TICKS_MASK, const
+from shared.compat import MASK30, const
 
 LINE_MAX = const(128)
 _HEX = b"0123456789abcdef"
@@ -80,7 +80,7 @@ class LineQueue:
         self.lens[i] = n
         self.levels[i] = level
         self.ts[i] = ts
-        self.queued = (self.queued + 1) & TICKS_MASK
+        self.queued = (self.queued + 1) & MASK30
         self.lseq[i] = self.queued
         self.count += 1
 

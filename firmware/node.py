@@ -52,7 +52,7 @@ import time
 
 from firmware.logq import LINE_MAX, LineQueue, put_bytes, put_uint
 from shared import frame, link
-from shared.compat import TICKS_MASK, const, ticks_diff, ticks_ms
+from shared.compat import MASK30, const, ticks_diff, ticks_ms
 
 CONFIG = "/node.json"
 _HOST = sys.implementation.name == "cpython"
@@ -212,7 +212,7 @@ class Node:
     def _put_head(self, body, ts, level, boot, lseq, flags):
         # A LOG body's head in the peer's layout: 1.1 (flags, boot, lseq, wall day/ms) or 1.0's (ts,
         # level); returns the text's offset. lseq 0: not a numbered line (reports, notices).
-        frame.put_u32(body, frame.LG_TS, ts & TICKS_MASK)
+        frame.put_u32(body, frame.LG_TS, ts & MASK30)
         body[frame.LG_LEVEL] = level
         if not self.lk.peer_minor:
             return frame.LG_TEXT_10
@@ -274,28 +274,28 @@ class Node:
         j = put_bytes(r, j, b"NODE heap=")
         j = put_uint(r, j, self.heap)
         j = put_bytes(r, j, b" loops=")
-        j = put_uint(r, j, self.loops & TICKS_MASK)
+        j = put_uint(r, j, self.loops & MASK30)
         j = put_bytes(r, j, b" lines=")
-        j = put_uint(r, j, self.q.queued & TICKS_MASK)
+        j = put_uint(r, j, self.q.queued & MASK30)
         sp = self.spill
         j = put_bytes(r, j, b" dropped=")
-        j = put_uint(r, j, (self.q.dropped + self.link_lost + (sp.lost if sp is not None else 0)) & TICKS_MASK)
+        j = put_uint(r, j, (self.q.dropped + self.link_lost + (sp.lost if sp is not None else 0)) & MASK30)
         j = put_bytes(r, j, b" logs_sent=")
-        j = put_uint(r, j, self.logs_sent & TICKS_MASK)
+        j = put_uint(r, j, self.logs_sent & MASK30)
         j = put_bytes(r, j, b" logs_acked=")
-        j = put_uint(r, j, self.logs_acked & TICKS_MASK)
+        j = put_uint(r, j, self.logs_acked & MASK30)
         j = put_bytes(r, j, b" boot=")
         j = put_uint(r, j, self.boot)
         j = put_bytes(r, j, b" spilled=")
-        j = put_uint(r, j, (sp.spilled if sp is not None else 0) & TICKS_MASK)
+        j = put_uint(r, j, (sp.spilled if sp is not None else 0) & MASK30)
         j = put_bytes(r, j, b" backlog=")
-        j = put_uint(r, j, self.backlog() & TICKS_MASK)
+        j = put_uint(r, j, self.backlog() & MASK30)
         a = self.ann
         if a is not None:
             j = put_bytes(r, j, b" gen=")
             j = put_uint(r, j, a.gen)
             j = put_bytes(r, j, b" offline=")
-            j = put_uint(r, j, a.offline_tokens & TICKS_MASK)
+            j = put_uint(r, j, a.offline_tokens & MASK30)
             r[j] = 32
             j = a.live_crc(r, j + 1)
         return self.send(frame.LOG, r, j)
@@ -332,7 +332,7 @@ class Node:
                 self.heap = _mem()  # gc.collect, then the bytes in use: flat when nothing leaks
             if self._report(now):
                 self.report_due = False
-                self.next_report = (now + self.report_ms) & TICKS_MASK
+                self.next_report = (now + self.report_ms) & MASK30
         self._send_logs(now)
         if self.ann is not None and (not self.lk.established or not self.backlog()):
             self.ann.step(now, self.last, 0, self.last_n)  # drafting yields the link to waiting lines

@@ -16,7 +16,7 @@ from array import array
 
 from shared import plant, seqlock
 from firmware.logq import LINE_MAX
-from shared.compat import TICKS_MASK, const, ticks_diff
+from shared.compat import MASK30, const, ticks_diff
 
 NOTE_S = const(300)  # plant seconds between notes of the plant clock in the spill ring
 
@@ -71,7 +71,7 @@ class Sampler:
             elif ticks_diff(now, self.next_at) < 0:
                 break
             else:
-                self.next_at = (self.next_at + self.tick_ms) & TICKS_MASK
+                self.next_at = (self.next_at + self.tick_ms) & MASK30
             self.tick(now)
             ran += 1
         return ran
@@ -87,7 +87,7 @@ class Sampler:
         for m in range(p.n):
             for ch in range(nch):
                 rec[ch] = p.meas[m * nch + ch]
-            rec[nch] = p.tick & TICKS_MASK
+            rec[nch] = p.tick & MASK30
             self.store.write_from(m, rec)
         q = self.q
         for i in range(n):

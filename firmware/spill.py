@@ -37,7 +37,7 @@ block's unread lines are given up (`lost`): the oldest lines go first. append/pe
 nothing (one record buffer, one memoryview per aligned record size, readinto)."""
 
 from shared import crc32
-from shared.compat import TICKS_MASK, const
+from shared.compat import MASK30, const
 
 MAGIC = const(0xA5)
 K_LINE = const(1)
@@ -171,7 +171,7 @@ class Spill:
         f.flush()  # a power cut from here on loses nothing written before
         self.ready = False  # rec was reused: a peeked line must be read again
         self.ho += L
-        self.head = (self.head + 1) & TICKS_MASK
+        self.head = (self.head + 1) & MASK30
         self.written += 1
 
     def _drop_block(self):
@@ -219,7 +219,7 @@ class Spill:
             r = self.rec
             if r[1] != K_LINE:  # a mark or a boot record: step over it
                 self.to += rec_size(r[2])
-                self.tail = (self.tail + 1) & TICKS_MASK
+                self.tail = (self.tail + 1) & MASK30
                 continue
             self.n = r[2]
             self.level = r[3]
@@ -237,13 +237,13 @@ class Spill:
             return
         self.ready = False
         self.to += rec_size(self.n)
-        self.tail = (self.tail + 1) & TICKS_MASK
+        self.tail = (self.tail + 1) & MASK30
         self.count -= 1
         self.marked = False
 
     def note_plant(self, seconds):
         """Keep the plant clock (seconds since its start) so that a reboot does not replay its times."""
-        self._append(K_PLANT, None, 0, 0, 0, 0, seconds & TICKS_MASK, 0)
+        self._append(K_PLANT, None, 0, 0, 0, 0, seconds & MASK30, 0)
 
     def mark(self):
         """Record that every line read so far has been delivered (the gateway acknowledged them): after

@@ -34,7 +34,7 @@ import numpy as np
 
 from host.llama_np import KVCache, Target
 from shared import frame, frame_host, specdec
-from shared.compat import TICKS_MASK  # positions travel mod 2**30, the tick clock's modulus
+from shared.compat import MASK30  # positions travel mod 2**30, the tick clock's modulus
 from shared.drafter import ID_SKIP, IdRing
 
 P_TOTAL = specdec.P_TOTAL
@@ -206,7 +206,7 @@ class TargetMirror:
         from the node's resend_history)."""
         self.cache.reset()
         self.ids.reset()
-        self.committed = 0 if committed is None else committed & TICKS_MASK
+        self.committed = 0 if committed is None else committed & MASK30
         self.adopt = committed is None
         self.prefix: list[int] = []  # committed, not yet through the target (prompt ids, the last correction)
         self.row: np.ndarray | None = None  # target logits after the last committed token, when computed
@@ -221,7 +221,7 @@ class TargetMirror:
     def _commit_ids(self, ids: Sequence[int]) -> None:
         for t in ids:
             self.ids.push(int(t))
-        self.committed = (self.committed + len(ids)) & TICKS_MASK
+        self.committed = (self.committed + len(ids)) & MASK30
 
     def on_prompt(self, body: bytes | bytearray | memoryview) -> tuple[list[int], bool]:
         """Queue a PROMPT body's ids (committed now, fed with the next pass) -> (ids, unverified)."""
@@ -275,7 +275,7 @@ class TargetMirror:
         Dead blocks (ids before min_id) are dropped; blocks that do not fit the staging room wait."""
         out: list = []
         chain: list[Block] = []
-        expect = (self.committed) & TICKS_MASK
+        expect = (self.committed) & MASK30
         room = self.cache.ring.room()
         fed = 0  # block tokens; a long prefix is prefilled first (Verifier.verify) to make room
         keep: list[Block] = []
@@ -286,14 +286,14 @@ class TargetMirror:
             if chain and b.base == expect and fed + len(b.tokens) <= room:
                 chain.append(b)
                 fed += len(b.tokens)
-                expect = (expect + len(b.tokens)) & TICKS_MASK
+                expect = (expect + len(b.tokens)) & MASK30
             elif not chain and b.base == expect and (self.row is not None or self.prefix):
                 if fed + len(b.tokens) > room:
                     keep.append(b)  # prefill first; judged next pass
                     continue
                 chain.append(b)
                 fed += len(b.tokens)
-                expect = (expect + len(b.tokens)) & TICKS_MASK
+                expect = (expect + len(b.tokens)) & MASK30
             elif chain or keep:
                 keep.append(b)
             else:

@@ -8,7 +8,9 @@
                            supervisor.ticks_ms wraps at 2**29 and is taken as it is)
     ticks_diff(a, b)       a - b, wrap-safe: correct while the two are less than 2**29 ms (6.2 days) apart
     ticks_add(t, d)        t + d on the same clock
-    TICKS_MASK, TICKS_HALF 2**30 - 1 and 2**29: the clock's modulus minus one, and the diff's sign bit
+    MASK30                 2**30 - 1: everything that travels mod 2**30 (the tick clock, stream
+                           positions, counts and timestamps on the wire) is masked with it
+    TICKS_HALF             2**29: the wrap-safe diff's sign bit
 
 Every value stays a small int on the 32-bit boards (< 2**30), so tick arithmetic never allocates.
 """
@@ -20,7 +22,7 @@ except ImportError:  # CPython, CircuitPython
     def const(x):
         return x
 
-TICKS_MASK = const(0x3FFFFFFF)
+MASK30 = const(0x3FFFFFFF)
 TICKS_HALF = const(0x20000000)
 
 try:
@@ -30,12 +32,12 @@ except AttributeError:
         from supervisor import ticks_ms  # CircuitPython
     except ImportError:  # CPython
         def ticks_ms():
-            return int(time.monotonic() * 1000) & TICKS_MASK
+            return int(time.monotonic() * 1000) & MASK30
 
 
 def ticks_diff(a, b):
-    return ((a - b + TICKS_HALF) & TICKS_MASK) - TICKS_HALF
+    return ((a - b + TICKS_HALF) & MASK30) - TICKS_HALF
 
 
 def ticks_add(t, d):
-    return (t + d) & TICKS_MASK
+    return (t + d) & MASK30

@@ -37,7 +37,7 @@ shared/frame.py's; the tests check every body against frame.check_body and frame
 from array import array
 
 from shared import specdec
-from shared.compat import TICKS_MASK, const
+from shared.compat import MASK30, const
 from shared.frame import (
     BODY_OK,
     DR_GREEDY,
@@ -234,7 +234,7 @@ class Drafter:
 
     def _record(self, t, annotation):
         self.hist.push(t)
-        self.committed = (self.committed + 1) & TICKS_MASK
+        self.committed = (self.committed + 1) & MASK30
         if annotation:
             self.episode += 1
             cap = len(self.out)
@@ -319,7 +319,7 @@ class Drafter:
         kk = self.max_len - self.episode - self.nstaged
         if kk > self.k:
             kk = self.k
-        base = (self.committed + self.nstaged) & TICKS_MASK
+        base = (self.committed + self.nstaged) & MASK30
         bid = self.next_id
         m = self.model
         p = DR_TOKENS
@@ -439,7 +439,7 @@ class Drafter:
             if self.unsent_r == cap:
                 self.unsent_r = 0
             self.unsent -= 1
-            self.unsent_base = (self.unsent_base + 1) & TICKS_MASK
+            self.unsent_base = (self.unsent_base + 1) & MASK30
             self.unsent_lost += 1
         i = self.unsent_r + self.unsent
         if i >= cap:
@@ -477,7 +477,7 @@ class Drafter:
         self.unsent = 0
         self.unsent_r = 0
         self.unsent_lost = 0
-        self.unsent_base = (self.committed - h.live) & TICKS_MASK
+        self.unsent_base = (self.committed - h.live) & MASK30
         for i in range(h.live):
             self._unsent_push(h.get(i))
 
@@ -503,7 +503,7 @@ class Drafter:
                 r = 0
         self.unsent_r = r
         self.unsent -= m
-        self.unsent_base = (self.unsent_base + m) & TICKS_MASK
+        self.unsent_base = (self.unsent_base + m) & MASK30
         return p
 
     # ---- reading ----

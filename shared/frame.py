@@ -31,7 +31,7 @@ sends), and shared/frame_host.py, which builds and parses whole frames and bodie
 for the gateway, tools and tests (it allocates; the node never imports it). The drafter and the
 annotator write bodies but no frames, so they import this module only.
 """
-from shared.compat import TICKS_MASK, const  # positions, counts and timestamps travel mod 2**30 (small ints)
+from shared.compat import MASK30, const  # positions, counts and timestamps travel mod 2**30 (small ints)
 
 VERSION = const(0x11)  # major 1, minor 1 (1.1: LOG bodies carry a line sequence number)
 VERSION_MAJOR = const(1)
@@ -362,7 +362,7 @@ def _check_verdict(buf, off, n):
         return BODY_FIELD
     if not flags & VD_STALE:
         corr = 1 if flags & VD_CORRECTION else 0
-        if (u32s(buf, off + VD_BASE) + acc + corr) & TICKS_MASK != u32s(buf, off + VD_COMMITTED):
+        if (u32s(buf, off + VD_BASE) + acc + corr) & MASK30 != u32s(buf, off + VD_COMMITTED):
             return BODY_VERDICT
     return BODY_OK
 
@@ -395,7 +395,7 @@ def _check_prompt(buf, off, n):
 def put_draft_head(buf, block, base, k, flags):
     """Write a DRAFT body's fixed part at buf[0:8]; token records follow from DR_TOKENS."""
     put_u16(buf, _DR_BLOCK, block)
-    put_u32(buf, _DR_BASE, base & TICKS_MASK)
+    put_u32(buf, _DR_BASE, base & MASK30)
     buf[_DR_K] = k
     buf[_DR_FLAGS] = flags
 
@@ -422,7 +422,7 @@ def put_prompt(buf, base, ids, off, n, flags):
     position base (mod 2**30); flags PR_UNVERIFIED or 0. Returns the body length. Allocates nothing."""
     if n < 1 or n > PROMPT_MAX or flags & 0xFE:
         raise FrameError("bad PROMPT n/flags")
-    put_u32(buf, PR_BASE, base & TICKS_MASK)
+    put_u32(buf, PR_BASE, base & MASK30)
     buf[PR_N] = n
     buf[PR_FLAGS] = flags
     p = PR_IDS

@@ -15,7 +15,7 @@ import struct
 
 from shared import cobs, crc32
 from shared.frame_codec import counter_bytes
-from shared.compat import TICKS_MASK
+from shared.compat import MASK30
 from shared.frame import (
     ACK,
     BOARD_ID_LEN,
@@ -187,7 +187,7 @@ def pack_draft(block, base, tokens, greedy=False):
 def pack_verdict(block, base, accepted, correction=None, stale=False, committed=None):
     """VERDICT body; committed defaults to base + accepted + (1 if a correction), mod 2**30."""
     if committed is None:
-        committed = (base + accepted + (correction is not None)) & TICKS_MASK
+        committed = (base + accepted + (correction is not None)) & MASK30
     return pack_body(VERDICT, block=block, base=base, accepted=accepted, token=correction or 0, committed=committed,
                      flags=(VD_CORRECTION if correction is not None else 0) | (VD_STALE if stale else 0))
 

@@ -40,7 +40,7 @@ import binascii
 import struct
 import sys
 
-from shared.compat import TICKS_MASK
+from shared.compat import MASK30
 
 MAGIC = b"EKVS"
 VERSION = 1
@@ -161,7 +161,7 @@ def _check_header(kv, hdr):
     if (layers, sink, window, kv_dim, heads) != (kv.layers, kv.sink, kv.window, kv.kv_dim, kv.heads):
         raise KVSnapshotError("KV snapshot shape %s does not match this cache %s" % (
             _shape(layers, sink, window, kv_dim, heads), _shape(kv.layers, kv.sink, kv.window, kv.kv_dim, kv.heads)))
-    if live > sink + window or head >= window or (head and live < sink + window) or tokens > TICKS_MASK:
+    if live > sink + window or head >= window or (head and live < sink + window) or tokens > MASK30:
         raise KVSnapshotError("KV snapshot header is inconsistent: live=%d head=%d tokens=%d for sink=%d window=%d"
                               % (live, head, tokens, sink, window))
     return live, head, tokens

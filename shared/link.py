@@ -44,7 +44,7 @@
 from array import array
 
 from shared import crc32, frame, frame_codec
-from shared.compat import TICKS_HALF, TICKS_MASK, const, ticks_diff
+from shared.compat import MASK30, TICKS_HALF, const, ticks_diff
 from shared.frame import (
     AK_FLAGS,
     AK_SACK,
@@ -231,12 +231,12 @@ class Link(TxWindow):
         self._since = 0
         self._rest = 0
         # timers and flags
-        now &= TICKS_MASK
+        now &= MASK30
         self.now = now
         self._last_rx = now
         self._last_tx = now
-        self._last_hello = (now - 100000) & TICKS_MASK
-        self._last_err = (now - 100000) & TICKS_MASK
+        self._last_hello = (now - 100000) & MASK30
+        self._last_err = (now - 100000) & MASK30
         self._rto = rto_init
         self._srtt8 = 0
         self._rttvar4 = 0
@@ -376,7 +376,7 @@ class Link(TxWindow):
     # ---- the engine ----
 
     def poll(self, now):
-        self.now = now & TICKS_MASK
+        self.now = now & MASK30
         self._rx()
         self._timers()
         self._tx()
@@ -610,7 +610,7 @@ class Link(TxWindow):
                     self._ro_len[slot] = blen
                     if not self._sack_due:  # the sender learns it from an ACK frame only: send one soon
                         self._sack_due = True
-                        self._sack_at = (self.now + self.ack_ms) & TICKS_MASK
+                        self._sack_at = (self.now + self.ack_ms) & MASK30
             if self._gap_for != self._rx_next or ticks_diff(self.now, self._gap_at) >= self.rto_min:
                 self._gap_for = self._rx_next
                 self._gap_at = self.now
@@ -666,7 +666,7 @@ class Link(TxWindow):
             self._rto_on = False
         else:
             self._rto_on = True
-            self._rto_at = (self.now + self._rto) & TICKS_MASK
+            self._rto_at = (self.now + self._rto) & MASK30
 
     def _rtt(self, r):
         if r < 0:
@@ -705,7 +705,7 @@ class Link(TxWindow):
     def _ack_later(self):
         if not self._ack_due:
             self._ack_due = True
-            self._ack_at = (self.now + self.ack_ms) & TICKS_MASK
+            self._ack_at = (self.now + self.ack_ms) & MASK30
 
     def _timers(self):
         now = self.now
@@ -723,7 +723,7 @@ class Link(TxWindow):
                 r = self._rto * 2
                 self._rto = r if r < self.rto_max else self.rto_max
                 self._rewind(self._base)
-            self._rto_at = (now + self._rto) & TICKS_MASK
+            self._rto_at = (now + self._rto) & MASK30
 
     # ---- sending ----
 
@@ -835,12 +835,12 @@ class Link(TxWindow):
             self.tx_retx += 1
             if seq == self._base:  # waiting for this resend now: time it from here
                 self._rto_on = True
-                self._rto_at = (self.now + self._rto) & TICKS_MASK
+                self._rto_at = (self.now + self._rto) & MASK30
         else:
             self.tx_data += 1
         if not self._rto_on:
             self._rto_on = True
-            self._rto_at = (self.now + self._rto) & TICKS_MASK
+            self._rto_at = (self.now + self._rto) & MASK30
         return n
 
     def _write(self, n):

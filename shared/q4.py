@@ -31,7 +31,7 @@ except ImportError:  # CPython: numpy does not care about alignment
 
 GROUP = const(32)            # weights and activations are grouped along the input dimension
 LIM = const(0x3FFFFFFF)      # |every Q16 value| <= LIM = 2**30 - 1 (a small int on the boards); a saturation
-                             # bound, not the mod-2**30 wrap of shared/compat.py's TICKS_MASK
+                             # bound, not the mod-2**30 wrap of shared/compat.py's MASK30
 ACT_FRAC = const(16)         # the residual stream and all activations are Q16
 
 # QAct.info layout (array 'i'): a header, then the group shifts sg, then the group sums of q.

@@ -38,7 +38,7 @@ loop). Float ('f') caches allocate on MicroPython without viper: they are meant 
 import sys
 from array import array
 
-from shared.compat import TICKS_MASK, const
+from shared.compat import MASK30, const
 
 _IS_MP = sys.implementation.name == "micropython"
 
@@ -294,7 +294,7 @@ class RingKV:
             self.pending = p - n
         else:
             self.pending = 0
-        self.tokens = (self.tokens + n) & TICKS_MASK
+        self.tokens = (self.tokens + n) & MASK30
 
     def discard(self):
         """Drop every staged token (a rejected draft); live tokens are untouched."""

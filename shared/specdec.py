@@ -31,7 +31,7 @@ from shared.compat import const
 Q_TOTAL = const(65536)  # the draft's counts sum to this (2**16)
 P_TOTAL = const(16777216)  # the target's counts sum to this (2**24)
 MAX_TOTAL = const(0x20000000)  # 2**29: every count, residual sum and random bound stays below 2**30
-MAX_TOKEN = const(0x3FFFFFFF)  # value bounds, not the clock's wrap mask (shared/compat.py TICKS_MASK):
+MAX_TOKEN = const(0x3FFFFFFF)  # value bounds, not the clock's wrap mask (shared/compat.py MASK30):
 _M30 = const(0x3FFFFFFF)  # 2**30 - 1, the largest value of Rng.next30()
 LR_SCAN_MAX = 64  # largest-remainder by repeated scans (no allocation) up to this many entries; sort above
 

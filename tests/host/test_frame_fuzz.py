@@ -227,7 +227,7 @@ def test_structure_aware_fuzz_crashes_nothing():
             # the same bytes into a live endpoint
             port.rx += stream
             while port.rx:  # at most rx_budget bytes per poll
-                now = (now + rng.randrange(0, 40)) & link.TICKS_MASK
+                now = (now + rng.randrange(0, 40)) & link.MASK30
                 lk.poll(now)
             assert 0 <= lk.queued() <= 8 and 0 <= lk._rx_next <= 0xFFFF
             stream = bytearray()

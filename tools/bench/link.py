@@ -50,6 +50,7 @@ for p in (str(ROOT), str(ROOT / "tests" / "shared")):
 import link_ref  # noqa: E402  (tests/shared: the simulated UART shared with the tests)
 
 from shared import frame, frame_codec, link  # noqa: E402
+from shared.compat import ticks_ms  # noqa: E402
 from tools.board.vboard import write_all  # noqa: E402
 from host.usage import Parser
 
@@ -326,7 +327,7 @@ def pty_run(ppm: int, seed: int, baud: int, seconds: float, body: int = 80) -> d
         else:
             got[i] = got.get(i, 0) + 1
 
-    clock = lambda: int(time.monotonic() * 1000) & link.TICKS_MASK  # noqa: E731
+    clock = ticks_ms  # the link's own mod-2**30 ms clock
     la = link.Link(a, role=frame.ROLE_NODE, now=clock(), **NODE_SACK)
     # the gateway as host/session.py configures it: a 4 KB receive buffer (host RAM is cheap)
     lb = link.Link(b, on_frame=on_b, role=frame.ROLE_GATEWAY, now=clock(), rxbuf=4096, **GATEWAY_SACK)
