@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -37,7 +38,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--status-every", type=float, default=30.0, metavar="SECONDS",
                    help="print a status line this often: nodes up, lines stored, annotations, acceptance, tokens/s "
                         "(default 30)")
+    p.add_argument("--trace", default=None, metavar="FILE",
+                   help="append every drafting node's token stream here, one JSON line per PROMPT and VERDICT: "
+                        '{"node", "kind": "prompt"|"verdict", "end": committed count after it, "ids"} (to replay '
+                        "or audit what was committed)")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors (no sessions up/down, no status lines)")
+
+
+def _trace_writer(path: Path):
+    """A NodeStream hook appending each PROMPT's and VERDICT's committed ids to path as a JSON line."""
+    f = open(path, "a", buffering=1)  # line-buffered: a killed gateway leaves whole lines
+
+    def hook(kind: str, sp, data) -> None:
+        if kind not in ("prompt", "verdict"):
+            return
+        ids = data if kind == "prompt" else data["ids"]
+        f.write(json.dumps({"node": sp.session.name, "kind": kind, "end": sp.stream.committed,
+                            "ids": [int(t) for t in ids]}) + "\n")
+
+    return hook
 
 
 def _split(spec: str) -> tuple[str | None, str]:
@@ -103,6 +122,13 @@ def run(args: argparse.Namespace) -> int:
             raise UserError("serial port %s does not exist: is the board plugged in (or the virtual board running)?"
                             % p)
     spec_factory = verify = None
+    trace_hook = None
+    if args.trace is not None:
+        trace = Path(args.trace)
+        _check_out_path("--trace", trace)
+        if args.model is None:
+            raise UserError("--trace records the token streams the target verifies: give --model too")
+        trace_hook = _trace_writer(trace)
     if args.model == "smollm2":
         from host import weights
 
@@ -119,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
             print("edgetwin gateway: loading the target model %s" % args.model, flush=True)
         try:
             spec_factory, verify = gateway.make_spec(args.model, temperature=args.temperature, top_k=args.top_k,
-                                                     seed=args.seed)
+                                                     seed=args.seed, hook=trace_hook)
         except (OSError, ValueError) as e:
             raise UserError("cannot load model %s: %s" % (args.model, e)) from None
     # A start that fails leaves nothing it created: a new store (and its -wal/-shm), the status file.

@@ -77,11 +77,31 @@ def run_vboard(args: argparse.Namespace) -> int:
         raise UserError(str(e)) from None
 
 
-def board_platform(port: str, tool: str) -> str:
-    """sys.platform of the board at port ('rp2', 'esp32', 'linux' for a virtual board)."""
+# Runs on the board: sys.platform, and 1 when firmware.node is frozen into the firmware (its __file__ is
+# then a name in the firmware, not a file on the filesystem), else 0.
+_FACTS_CODE = """import sys, os
+_fz = 0
+try:
+    import firmware.node as _n
+    try:
+        os.stat(_n.__file__)
+    except OSError:
+        _fz = 1
+except Exception:
+    pass
+print(sys.platform, _fz)
+"""
+
+
+def board_facts(port: str, tool: str) -> tuple[str, bool]:
+    """(sys.platform of the board at port: 'rp2', 'esp32', 'linux' for a virtual board; whether its firmware
+    carries the node's code frozen, as `make firmware` builds it)."""
     from tools.board import deploy
 
-    return deploy.run_on_board(port, "import sys; print(sys.platform)", tool=tool, timeout=15).strip()
+    out = deploy.run_on_board(port, _FACTS_CODE, tool=tool, timeout=30).split()
+    if len(out) < 2 or out[-1] not in ("0", "1"):
+        raise deploy.DeployError("the board at %s did not answer the platform probe (it printed %r)" % (port, out))
+    return out[-2], out[-1] == "1"
 
 
 def _deploy_arguments(p: argparse.ArgumentParser) -> None:
@@ -99,15 +119,19 @@ def run_deploy(args: argparse.Namespace) -> int:
     board = board_profile.resolve(args.board)
     try:
         arch = args.arch
-        if arch is None and board_platform(args.port, args.tool) == "linux":
+        platform, frozen = board_facts(args.port, args.tool)
+        if arch is None and platform == "linux":
             # A virtual board (the unix port) cannot run armv6m/xtensawin native code: give it x64.
             arch = "x64"
             print(f"{args.port} is a virtual board (unix port): deploying the x64 build", flush=True)
+        if frozen:
+            print(f"{args.port}: the firmware carries the node's code (frozen, `make firmware`): copying the "
+                  "profile, node.json, main.py and the model only", flush=True)
         out = build.build(board, arch=arch, node=args.node, model=args.model)
         manifest = json.loads((out / "MANIFEST.json").read_text())
         if "node" in manifest:
             print_node(manifest["node"])
-        report = deploy.deploy(out, args.port, tool=args.tool, progress=_progress)
+        report = deploy.deploy(out, args.port, tool=args.tool, progress=_progress, frozen=frozen)
         reset = args.node and not args.no_reset
         if reset:
             _progress("resetting the board: it boots into the node")

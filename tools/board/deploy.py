@@ -41,6 +41,7 @@ TOOLS = ("mpremote", "ampy")
 # Files at the root of a build folder that go to the board's root (plus any *.mbf model file).
 TOP_FILES = ("board.json", "main.py", "boot.py", "node.json")
 REPORT_MARK = "@@EDGETWIN-DEPLOY "
+FROZEN_STALE = ("/lib/shared", "/lib/firmware")  # the packages a frozen firmware carries
 _EXEC_INLINE_MAX = 8000  # longer snippets go through a temporary file (`mpremote run`)
 
 # Runs on the board (MicroPython): create the build's folders (existing ones are fine).
@@ -335,8 +336,14 @@ def _parse_report(out: str) -> dict:
 
 
 def deploy(build_dir: Path, port: str, tool: str = "mpremote", timeout: float | None = None,
-           clean: bool = True, force: bool = False, progress: Callable[[str], None] | None = None) -> dict:
+           clean: bool = True, force: bool = False, progress: Callable[[str], None] | None = None,
+           frozen: bool = False) -> dict:
     """Copy every file of `build_dir` onto the board at `port` with `tool`, then verify it.
+
+    `frozen`: the board's firmware carries the code (`make firmware`, docs/BOARDS.md): the build's lib/
+    is not copied, only board.json, node.json, main.py and the model; with `clean`, the board's
+    /lib/shared and /lib/firmware are removed (frozen modules come first on sys.path, so they would only
+    take the flash the model and the spill ring need).
 
     `clean` removes files in the build's package folders on the board that the build lacks; `force`
     rewrites files that are already identical (mpremote only). `timeout` (seconds) bounds each tool
@@ -351,6 +358,8 @@ def deploy(build_dir: Path, port: str, tool: str = "mpremote", timeout: float | 
     """
     t0 = time.monotonic()
     manifest, files = build_files(Path(build_dir))
+    if frozen:
+        files = [(local, remote) for local, remote in files if not remote.startswith("/lib/")]
     tool_exe(tool)  # fails early, with install advice
     check_port(port)
     expected = {remote: local.stat().st_size for local, remote in files}
@@ -358,7 +367,7 @@ def deploy(build_dir: Path, port: str, tool: str = "mpremote", timeout: float | 
     if timeout is None:
         # mpremote writes 256-byte chunks, one raw-REPL exec each; ampy soft-resets per file.
         timeout = 60.0 + total / 2000.0 + (1.5 * len(files) if tool == "ampy" else 0.0)
-    prepare, verify_code, cleaning = _board_code(files, clean)
+    prepare, verify_code, cleaning = _board_code(files, clean, FROZEN_STALE if frozen else ())
     say = progress or (lambda line: None)
     say("%s: %d files, %s B to %s%s" % (tool, len(files), format(total, ","), port,
                                         "; removing stale files first" if cleaning else ""))
@@ -373,11 +382,12 @@ def deploy(build_dir: Path, port: str, tool: str = "mpremote", timeout: float | 
     return report
 
 
-def _board_code(files: list[tuple[Path, str]], clean: bool) -> tuple[str, str, bool]:
-    """(the snippet that makes the folders and, with clean, removes stale files; the check snippet;
-    whether it cleans) for the board."""
+def _board_code(files: list[tuple[Path, str]], clean: bool, stale: tuple[str, ...] = ()) -> tuple[str, str, bool]:
+    """(the snippet that makes the folders and, with clean, removes stale files (and everything under the
+    folders `stale`); the check snippet; whether it cleans) for the board."""
     expected = sorted(remote for _, remote in files)
-    pkg_dirs = sorted({"/".join(r.split("/")[:3]) for r in expected if r.startswith("/lib/") and r.count("/") >= 3})
+    pkg_dirs = sorted({"/".join(r.split("/")[:3]) for r in expected if r.startswith("/lib/") and r.count("/") >= 3}
+                      | set(stale))
     clean_code = _CLEAN_CODE % {"keep": expected, "dirs": pkg_dirs}
     verify_code = _VERIFY_CODE % {"mark": REPORT_MARK, "top": [r for r in expected if not r.startswith("/lib/")]}
     # Explicit destination paths rather than `cp -r lib :`, whose result depends on whether the
