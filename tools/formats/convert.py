@@ -46,7 +46,7 @@ from tools.formats import llama2c, mbf_write, tokenizer_export  # noqa: E402
 
 FORMATS = ("gguf", "llama2c", "hf")
 DTYPES = ("q4", "f16", "f32")
-WEIGHTS = ("sym", "asym", "auto")  # --weights: the INT4 form of the matrices (with --dtype q4)
+WEIGHTS = ("sym", "asym", "auto", "q8")  # --weights: the form of the layer matrices (with --dtype q4)
 EMBEDS = ("sym", "asym", "auto", "q8")  # --embed: token_embd / output (default: as --weights)
 FORM_DTYPE = {"sym": "q4", "asym": "q4a", "q8": "q8"}  # MBF dtype of each form
 RAW_BLOCKS = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}  # GGUF block bytes (32 weights) read without floats
@@ -85,6 +85,7 @@ class ModelConfig:
     tied: bool
     attn_bias: bool = False  # q, k and v projections have biases (Qwen2; Llama with attention_bias)
     attn_out_bias: bool = False  # the output projection has a bias (Llama with attention_bias)
+    hidden_src: int = 0  # > 0: hidden_dim was zero-padded from this width (pad_hidden)
 
     def check(self, where: str) -> None:
         ints = {"dim": (self.dim, 65536), "hidden_dim": (self.hidden_dim, 1 << 20), "n_layers": (self.n_layers, 1024),
@@ -112,7 +113,7 @@ class ModelConfig:
             "seq_len": self.seq_len, "rope_theta": float(self.rope_theta), "norm_eps": float(self.norm_eps),
             "group_size": GROUP, "tied_embed": int(self.tied), "rope_style": ROPE_INTERLEAVED, "resid_shift": RESID_SHIFT,
             "attn_bias": int(self.attn_bias), "attn_out_bias": int(self.attn_out_bias),
-        }
+        } | ({"hidden_dim_src": self.hidden_src} if self.hidden_src else {})
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         """Every MBF tensor this model has, with its shape ([out, in] for matrices)."""
@@ -172,6 +173,41 @@ def to_interleaved(a: np.ndarray, heads: int) -> np.ndarray:
     rows = a.shape[0]
     half = rows // heads // 2
     return np.ascontiguousarray(a.reshape(heads, 2, half, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape))
+
+
+PAD_PARTS = {"ffn_gate": 0, "ffn_up": 0, "ffn_down": 1}  # the axis of each FFN matrix that is hidden_dim wide
+
+
+def pad_hidden(src: Source) -> int:
+    """Zero-pad hidden_dim up to a multiple of GROUP, in place (config and FFN tensors); returns the
+    original width, or 0 when nothing was padded. Exact: the padded gate/up rows are zero, so their
+    SwiGLU outputs are silu(0) * 0 = 0, and the padded ffn_down columns are zero too, so the extra lanes
+    add nothing to the residual stream; only the INT8 activation quantisation of the last hidden group
+    sees the zeros (their magnitude is 0: the group scale is the real lanes' own)."""
+    conf = src.config
+    h = conf.hidden_dim
+    if h % GROUP == 0:
+        return 0
+    hp = (h + GROUP - 1) // GROUP * GROUP
+    for name, t in list(src.tensors.items()):
+        part = name.split(".", 2)[2] if name.startswith("blk.") else ""
+        if part not in PAD_PARTS:
+            continue
+        axis = PAD_PARTS[part]
+        shape = list(t.shape)
+        shape[axis] = hp
+
+        def load(t: Tensor = t, axis: int = axis) -> np.ndarray:
+            a = np.asarray(t.load())
+            width = [(0, 0), (0, 0)]
+            width[axis] = (0, hp - a.shape[axis])
+            return np.pad(a, width)
+        src.tensors[name] = Tensor(t.source, tuple(shape), t.src_type, load, t.rope_heads, None)
+    conf.hidden_dim = hp
+    conf.hidden_src = h
+    src.notes.append("hidden_dim %d zero-padded to %d (a multiple of the INT4 group %d): exact, see docs/CONVERT.md"
+                     % (h, hp, GROUP))
+    return h
 
 
 # ---- llama2.c ---------------------------------------------------------------------------------------------
@@ -639,16 +675,17 @@ def _check_q4_dims(conf: ModelConfig) -> None:
                                "with --dtype f16 (or f32)" % (GROUP, what, n))
 
 
-def estimate_bytes(shapes: dict[str, tuple[int, ...]], dtype: str, embed: str = "q4") -> int:
+def estimate_bytes(shapes: dict[str, tuple[int, ...]], dtype: str, embed: str = "q4", layers_q8: bool = False) -> int:
     """Data bytes of the MBF (without tokenizer, table and padding): q4 is 4.5 bits per weight (q4a, with
     its mins, 5 bits: the estimate takes 5 for every INT4 matrix when any is asymmetric); an embed of q8
-    8.5 bits."""
+    (and every layer matrix with layers_q8) 8.5 bits."""
     total = 0
     for name, shape in shapes.items():
         n = math.prod(shape)
+        emb = name in ("token_embd", "output")
         if len(shape) == 1:
             total += 4 * n
-        elif dtype == "q4" and embed == "q8" and name in ("token_embd", "output"):
+        elif dtype == "q4" and (embed == "q8" and emb or layers_q8 and not emb):
             total += n + 2 * (n // GROUP)
         elif dtype == "q4":
             total += n // 2 + (4 if embed == "q4a" else 2) * (n // GROUP)
@@ -833,10 +870,13 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], fmt: Optio
         raise ConvertError("cannot write %s: directory %s does not exist" % (dst, parent))
     source = open_source(src, fmt)
     conf = source.config
-    if dtype == "q4":
-        _check_q4_dims(conf)
     shapes = _check_tensors(source)
-    need = estimate_bytes(shapes, dtype, "q8" if embed == "q8" else "q4" if weights == embed == "sym" else "q4a")
+    if dtype == "q4":
+        if pad_hidden(source):
+            shapes = _check_tensors(source)
+        _check_q4_dims(conf)
+    need = estimate_bytes(shapes, dtype, "q8" if embed == "q8" else "q4" if weights == embed == "sym" else "q4a",
+                          weights == "q8")
     if need > MBF_MAX_BYTES:
         raise ConvertError("the %s model would take %.2f GB; MBF files are at most 4 GiB%s" % (
             dtype, need / 1e9, ": use --dtype q4" if dtype != "q4" else ""))
@@ -935,9 +975,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=DTYPES, default="q4",
                    help="matrix storage: q4 = INT4 + float16 group scales (the boards), f16/f32 = float (default q4)")
     p.add_argument("--weights", choices=WEIGHTS, default="sym",
-                   help="INT4 form of the layer matrices with --dtype q4: sym = q4 (scale per group of 32), asym = "
+                   help="form of the layer matrices with --dtype q4: sym = q4 (INT4, scale per group of 32), asym = "
                         "q4a (scale + minimum, Q4_1's form: exact from Q4_1/Q4_0 GGUF), auto = asym for Q4_1/Q4_0 "
-                        "sources, else the smaller error (default sym)")
+                        "sources, else the smaller error; q8 = INT8 + scale per 32 (Q8_0's form, 8.5 bits a weight: "
+                        "for tiny models where INT4 loses too much) (default sym)")
     p.add_argument("--embed", choices=EMBEDS, default=None,
                    help="form of token_embd / output: sym, asym, auto, or q8 = INT8 + scale per 32 (exact from "
                         "Q8_0; twice the bytes of INT4) (default: as --weights)")
