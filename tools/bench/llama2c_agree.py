@@ -1,7 +1,8 @@
 """Greedy agreement of a llama2.c model on the board runtime with float32 references, printed as JSON.
 
 The llama2.c .bin is converted to MBF with INT4 (`--weights sym`) and INT8 (`--weights q8`) layer
-matrices (tools/formats/convert.py, hidden_dim zero-padded to the INT4 group where needed). From BOS,
+matrices (tools/formats/convert.py, hidden_dim zero-padded to the INT4 group where needed). From BOS (or BOS
+and --prompt),
 greedy decoding on the board runtime (shared/llama.py, CPython, numpy kernels) is compared token by
 token with a float32 forward pass written plainly like llama2.c's run.c forward() (Float32Llama2c
 below: a reference, not the product) and, with --run-c, with run.c itself at temperature 0 (its text,
@@ -98,23 +99,30 @@ class Float32Llama2c:
         x = self.rmsnorm(x, w["output_norm"])
         return self.out @ x
 
-    def greedy(self, steps: int, start: int = BOS) -> list[int]:
-        """Token ids after `start`, greedy (argmax, lowest index on ties), `steps` of them."""
-        out, tok = [], start
-        for pos in range(steps):
+    def greedy(self, steps: int, prompt: tuple[int, ...] = (BOS,)) -> list[int]:
+        """`steps` token ids after the prompt (BOS first), greedy (argmax, lowest index on ties)."""
+        for pos, t in enumerate(prompt[:-1]):
+            self.forward(t, pos)
+        out, tok = [], prompt[-1]
+        for pos in range(len(prompt) - 1, len(prompt) - 1 + steps):
             tok = int(np.argmax(self.forward(tok, pos)))
             out.append(tok)
         return out
 
 
-def runtime_greedy(mbf_path: str | os.PathLike[str], steps: int, start: int = BOS) -> tuple[list[int], int]:
-    """(ids, CRC-32 of every step's integer logits) of greedy decoding on shared/llama.py (this
-    interpreter's kernels), a dense cache of steps + 1 positions (no eviction: run.c's attention)."""
+def runtime_greedy(mbf_path: str | os.PathLike[str], steps: int, prompt: tuple[int, ...] = (BOS,)
+                   ) -> tuple[list[int], int]:
+    """(ids, CRC-32 of every generated step's integer logits) of greedy decoding after the prompt on
+    shared/llama.py (this interpreter's kernels), a dense cache (no eviction: run.c's attention)."""
     r = mbf.open(str(mbf_path))
     c = r.config
-    kv = ringkv.RingKV(c["n_layers"], c["n_kv_heads"] * c["head_dim"], 0, steps + 1, 1, "b", c["n_kv_heads"])
+    kv = ringkv.RingKV(c["n_layers"], c["n_kv_heads"] * c["head_dim"], 0, steps + len(prompt), 1, "b",
+                       c["n_kv_heads"])
     m = llama.Model(r, kv)
-    ids, crc, tok = [], 0, start
+    for t in prompt[:-1]:
+        m.step(t)
+        kv.commit(1)
+    ids, crc, tok = [], 0, prompt[-1]
     for _ in range(steps):
         m.step(tok)
         kv.commit(1)
@@ -129,13 +137,17 @@ def runtime_greedy(mbf_path: str | os.PathLike[str], steps: int, start: int = BO
 MP_SCRIPT = r"""
 import binascii, gc, json, sys, time
 from shared import kernels, llama, mbf, ringkv
-path, steps, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+path, steps = sys.argv[1], int(sys.argv[2])
+prompt = [int(x) for x in sys.argv[3].split(",")]
 r = mbf.open(path)
 c = r.config
-kv = ringkv.RingKV(c["n_layers"], c["n_kv_heads"] * c["head_dim"], 0, steps + 1, 1, "b", c["n_kv_heads"])
+kv = ringkv.RingKV(c["n_layers"], c["n_kv_heads"] * c["head_dim"], 0, steps + len(prompt), 1, "b", c["n_kv_heads"])
 m = llama.Model(r, kv)
+for t in prompt[:-1]:
+    m.step(t)
+    kv.commit(1)
 gc.collect()
-ids, crc, tok, t1 = [], 0, start, 0
+ids, crc, tok, t1 = [], 0, prompt[-1], 0
 t0 = time.ticks_us()
 for i in range(steps):
     m.step(tok)
@@ -151,8 +163,8 @@ print(json.dumps({"ids": ids, "crc": crc, "backend": kernels.backend(), "mode": 
 """
 
 
-def micropython_greedy(mbf_path: str | os.PathLike[str], steps: int, start: int = BOS, heap: int = 8 << 20,
-                       timeout: float = 600) -> dict:
+def micropython_greedy(mbf_path: str | os.PathLike[str], steps: int, prompt: tuple[int, ...] = (BOS,),
+                       heap: int = 8 << 20, timeout: float = 600) -> dict:
     """MP_SCRIPT under the unix port (the venv's `micropython`, viper kernels): ids, crc, tokens_per_s."""
     from tools.board.vboard import micropython_exe
 
@@ -161,7 +173,7 @@ def micropython_greedy(mbf_path: str | os.PathLike[str], steps: int, start: int 
         script.write_text(MP_SCRIPT)
         env = dict(os.environ, MICROPYPATH=str(ROOT))
         proc = subprocess.run([micropython_exe(), "-X", "heapsize=%d" % heap, str(script), str(mbf_path), str(steps),
-                               str(start)], capture_output=True, text=True, timeout=timeout, env=env, cwd=str(ROOT))
+                               ",".join(str(t) for t in prompt)], capture_output=True, text=True, timeout=timeout, env=env, cwd=str(ROOT))
     if proc.returncode != 0:
         raise RuntimeError("micropython greedy run failed:\n%s\n%s" % (proc.stdout[-2000:], proc.stderr[-2000:]))
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -184,15 +196,21 @@ def decode_text(tok: llama2c.Llama2cTokenizer, ids: list[int], prev: int = BOS) 
     return out
 
 
-def runc_agree(run_c: str, model: str, tokenizer: str, steps: int, pieces: list[bytes]) -> tuple[int, str]:
-    """(tokens whose text is a prefix of run.c's greedy output, that output): run.c -t 0 from BOS. run.c
-    prints each token's text (unprintable single bytes skipped), stops at BOS, so the text is compared."""
-    proc = subprocess.run([run_c, model, "-z", tokenizer, "-t", "0", "-n", str(steps + 1)], capture_output=True,
-                          timeout=600)
+def runc_agree(run_c: str, model: str, tokenizer: str, steps: int, pieces: list[bytes], prompt: str = "",
+               prompt_pieces: list[bytes] | None = None) -> tuple[int, str]:
+    """(generated tokens whose text is a prefix of run.c's greedy output, that output): run.c -t 0 after
+    the prompt. run.c prints each token's text (the prompt's too; unprintable single bytes skipped) and
+    stops at BOS, so the texts are compared."""
+    pp = prompt_pieces or []
+    cmd = [run_c, model, "-z", tokenizer, "-t", "0", "-n", str(steps + len(pp))] + (["-i", prompt] if prompt else [])
+    proc = subprocess.run(cmd, capture_output=True, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError("run.c failed: %s" % proc.stderr.decode(errors="replace")[-500:])
     text = proc.stdout.rstrip(b"\n")
-    n, pos = 0, 0
+    head = b"".join(pp)
+    if not text.startswith(head):
+        return 0, text.decode("utf-8", errors="replace")
+    n, pos = 0, len(head)
     for p in pieces:
         if len(p) == 1 and not (32 <= p[0] < 127 or p[0] in (9, 10, 13)):
             n += 1  # run.c's safe_printf skips it
@@ -214,7 +232,8 @@ def first_difference(a: list[int], b: list[int]) -> int:
 
 
 def run(model: str, tokenizer: str | None, steps: int, run_c: str | None = None, micropython: bool = False,
-        workdir: str | None = None) -> dict:
+        workdir: str | None = None, prompt: str = "") -> dict:
+    from shared import sptok
     from tools.formats.convert import convert
 
     kernels.use()
@@ -222,36 +241,42 @@ def run(model: str, tokenizer: str | None, steps: int, run_c: str | None = None,
     out_dir = Path(workdir or tmp.name)
     try:
         ref = Float32Llama2c(model)
-        t0 = time.perf_counter()
-        ref_ids = ref.greedy(steps)
         tok = llama2c.read_tokenizer(tokenizer, ref.cfg.vocab_size) if tokenizer else None
+        ids0: tuple[int, ...] = (BOS,)
+        if prompt:
+            if tok is None:
+                raise ValueError("--prompt needs --tokenizer")
+            ids0 = tuple(sptok.SPTok(llama2c.tokenizer_blob(tok)).encode(prompt, bos=True))
+        pp = decode_text(tok, list(ids0[1:])) if tok is not None else None
+        t0 = time.perf_counter()
+        ref_ids = ref.greedy(steps, ids0)
         res: dict = {"model": os.path.abspath(model), "tokenizer": os.path.abspath(tokenizer) if tokenizer else None,
                      "config": {k: getattr(ref.cfg, k) for k in ("dim", "hidden_dim", "n_layers", "n_heads",
                                                                   "n_kv_heads", "vocab_size", "seq_len")},
-                     "steps": steps, "start": "BOS", "fp32_ids": ref_ids,
+                     "steps": steps, "prompt": prompt, "prompt_ids": list(ids0), "fp32_ids": ref_ids,
                      "fp32_seconds": round(time.perf_counter() - t0, 2)}
         if tok is not None:
-            res["fp32_text"] = b"".join(decode_text(tok, ref_ids)).decode("utf-8", errors="replace")
+            res["fp32_text"] = b"".join(decode_text(tok, ref_ids, ids0[-1])).decode("utf-8", errors="replace")
         if run_c:
-            res["run_c_agree_fp32"], res["run_c_text"] = runc_agree(run_c, model, tokenizer, steps,
-                                                                     decode_text(tok, ref_ids))
+            res["run_c_agree_fp32"], res["run_c_text"] = runc_agree(
+                run_c, model, tokenizer, steps, decode_text(tok, ref_ids, ids0[-1]), prompt, pp)
         for form in FORMS:
             name = "int4" if form == "sym" else "int8"
             dst = out_dir / ("%s-%s.mbf" % (Path(model).stem, name))
             summary = convert(model, dst, fmt="llama2c", weights=form,
-                              tokenizer="none")
+                              tokenizer=tokenizer if tokenizer else "none")
             t0 = time.perf_counter()
-            ids, crc = runtime_greedy(dst, steps)
+            ids, crc = runtime_greedy(dst, steps, ids0)
             r = {"mbf_bytes": summary["bytes"], "mean_rel_rms": summary["mean_rel_rms_matrices"],
                  "ids": ids, "logits_crc": "%08x" % crc, "agree_fp32": first_difference(ids, ref_ids),
                  "cpython_seconds": round(time.perf_counter() - t0, 2)}
             if tok is not None:
-                pieces = decode_text(tok, ids)
+                pieces = decode_text(tok, ids, ids0[-1])
                 r["text"] = b"".join(pieces).decode("utf-8", errors="replace")
                 if run_c:
-                    r["agree_run_c"] = runc_agree(run_c, model, tokenizer, steps, pieces)[0]
+                    r["agree_run_c"] = runc_agree(run_c, model, tokenizer, steps, pieces, prompt, pp)[0]
             if micropython:
-                mp = micropython_greedy(dst, steps)
+                mp = micropython_greedy(dst, steps, ids0)
                 r["micropython"] = {"backend": mp["backend"], "mode": mp["mode"],
                                     "ids_match_cpython": mp["ids"] == ids, "logits_match_cpython": mp["crc"] == crc,
                                     "tokens_per_s": round(mp["tokens_per_s"], 1)}
@@ -264,23 +289,31 @@ def run(model: str, tokenizer: str | None, steps: int, run_c: str | None = None,
 
 def main(argv: list[str] | None = None) -> int:
     ap = Parser(prog="edgetwin bench llama2c_agree", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, help="llama2.c .bin (v0 or v1), e.g. stories260K.bin")
+    ap.add_argument("--model", help="llama2.c .bin (v0 or v1), e.g. stories260K.bin (required)")
     ap.add_argument("--tokenizer", help="its tokenizer.bin (e.g. tok512.bin): embedded, and decodes the texts")
-    ap.add_argument("--steps", type=int, default=64, help="greedy tokens after BOS (default %(default)s)")
+    ap.add_argument("--steps", type=int, default=64, help="greedy tokens after the prompt (default %(default)s)")
+    ap.add_argument("--prompt", default="", help="text after BOS, encoded with the model's llama2.c tokenizer "
+                                                 "(shared/sptok.py; default: none, greedy from BOS)")
     ap.add_argument("--run-c", metavar="EXE", help="a compiled llama2.c run.c: compare with its -t 0 output too")
     ap.add_argument("--micropython", action="store_true", help="also run on the MicroPython unix port (viper)")
     ap.add_argument("--workdir", help="keep the converted MBF files here (default: a temporary directory)")
     ap.add_argument("--json", action="store_true", help="print JSON (the default and only output)")
     args = ap.parse_args(argv)
+    if not args.model:
+        print("edgetwin bench llama2c_agree: error: --model PATH is required (a llama2.c .bin)", file=sys.stderr)
+        return 2
     for what, p in (("--model", args.model), ("--tokenizer", args.tokenizer), ("--run-c", args.run_c)):
         if p and not os.path.isfile(p):
             print("edgetwin bench llama2c_agree: error: %s %s: no such file" % (what, p), file=sys.stderr)
             return 2
+    if args.run_c and not args.tokenizer:
+        print("edgetwin bench llama2c_agree: error: --run-c needs --tokenizer (run.c decodes with it)", file=sys.stderr)
+        return 2
     if not 1 <= args.steps <= 4096:
         print("edgetwin bench llama2c_agree: error: --steps must be in 1..4096", file=sys.stderr)
         return 2
     try:
-        res = run(args.model, args.tokenizer, args.steps, args.run_c, args.micropython, args.workdir)
+        res = run(args.model, args.tokenizer, args.steps, args.run_c, args.micropython, args.workdir, args.prompt)
     except (llama2c.Llama2cError, ValueError) as e:
         print("edgetwin bench llama2c_agree: error: %s" % " ".join(str(e).split()), file=sys.stderr)
         return 2

@@ -223,16 +223,11 @@ def open_llama2c(path: str) -> Source:
     tok_path = Path(path).with_name("tokenizer.bin")
 
     def tokenizer() -> tuple[bytes, dict[str, Any]]:
-        info: dict[str, Any] = {"embedded": False, "reason": (
-            "llama2.c tokenizers are sentencepiece-style vocabularies with scores, not the byte-level BPE blob "
-            "MBF carries; give --tokenizer PATH (a blob, tokenizer.json or GGUF with this model's vocabulary)")}
-        if tok_path.is_file():
-            info["llama2c_tokenizer"] = str(tok_path)
-            try:
-                info["llama2c_tokens"] = len(llama2c.read_tokenizer(tok_path, cfg.vocab_size).tokens)
-            except llama2c.Llama2cError as e:
-                info["llama2c_problem"] = str(e)
-        return b"", info
+        if not tok_path.is_file():
+            return b"", {"embedded": False, "reason": (
+                "no tokenizer.bin beside the model: give --tokenizer PATH (llama2.c's tokenizer.bin for this "
+                "model, e.g. tok512.bin for stories260K)")}
+        return load_tokenizer(str(tok_path), vocab_size=cfg.vocab_size)
 
     return Source("llama2c", "llama2c-v%d" % version, path, conf, tensors, tokenizer)
 
@@ -568,8 +563,11 @@ def open_hf(path: str) -> Source:
 
 # ---- tokenizer ---------------------------------------------------------------------------------------------
 
-def load_tokenizer(path: str, bos: Optional[int] = None, eos: Optional[int] = None) -> tuple[bytes, dict[str, Any]]:
-    """The tokenizer blob (docs/TOKENIZER.md) from a blob file, a tokenizer.json or a GGUF's metadata."""
+def load_tokenizer(path: str, bos: Optional[int] = None, eos: Optional[int] = None,
+                   vocab_size: Optional[int] = None) -> tuple[bytes, dict[str, Any]]:
+    """The tokenizer blob from a blob file, a tokenizer.json or a GGUF's metadata (byte-level BPE,
+    docs/TOKENIZER.md), or from a llama2.c tokenizer.bin of vocab_size tokens (the L2CT blob of
+    shared/sptok.py; info["kind"] is then "llama2c")."""
     p = Path(path)
     try:
         with open(p, "rb") as f:
@@ -585,20 +583,38 @@ def load_tokenizer(path: str, bos: Optional[int] = None, eos: Optional[int] = No
             blob = tokenizer_export.build_blob(tokenizer_export.read_tokenizer_json(p, bos, eos))
         else:
             try:
-                llama2c.read_tokenizer(p)
+                tok = llama2c.read_tokenizer(p)
             except llama2c.Llama2cError:
-                raise ConvertError("tokenizer %s: not a tokenizer blob (ETOK), tokenizer.json or GGUF" % path) from None
-            raise ConvertError("tokenizer %s is a llama2.c tokenizer.bin (a sentencepiece-style vocabulary with "
-                               "scores); MBF holds only the byte-level BPE blob of docs/TOKENIZER.md: use "
-                               "--tokenizer none" % path)
+                raise ConvertError("tokenizer %s: not a tokenizer blob (ETOK), tokenizer.json, GGUF or llama2.c "
+                                   "tokenizer.bin" % path) from None
+            if vocab_size is None:
+                raise ConvertError("tokenizer %s is a llama2.c tokenizer.bin: it embeds only with a llama2.c "
+                                   "model (its vocab_size says how many tokens the file holds)" % path)
+            try:
+                tok = llama2c.read_tokenizer(p, vocab_size)
+                blob = llama2c.tokenizer_blob(tok)
+            except llama2c.Llama2cError as e:
+                raise ConvertError("tokenizer %s: %s" % (path, e)) from None
+            return blob, {"embedded": True, "source": path, "kind": "llama2c",
+                          "byte_fallback": llama2c.byte_fallback(tok)}
     except tokenizer_export.ExportError as e:
         raise ConvertError("tokenizer %s: %s" % (path, e)) from None
     return blob, {"embedded": True, "source": path}
 
 
 def _tokenizer_info(blob: bytes, info: dict[str, Any], vocab_size: int) -> dict[str, Any]:
-    from shared import bpe
+    from shared import bpe, sptok
 
+    if info.get("kind") == "llama2c":
+        try:
+            t = sptok.SPTok(blob)
+        except sptok.TokenizerError as e:
+            raise ConvertError("tokenizer %s: invalid L2CT blob (%s)" % (info.get("source"), e)) from None
+        if t.vocab_size != vocab_size:
+            raise ConvertError("tokenizer %s has %d tokens, the model's vocab_size is %d"
+                               % (info.get("source"), t.vocab_size, vocab_size))
+        return dict(info, bytes=len(blob), hash="%08x" % t.tokenizer_hash(), vocab_size=t.vocab_size, bos=t.bos_id,
+                    eos=t.eos_id)
     try:
         tok = bpe.BPE(blob)
     except bpe.TokenizerError as e:
@@ -885,7 +901,8 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], fmt: Optio
     elif tokenizer == "none":
         blob, tinfo = b"", {"embedded": False, "reason": "--tokenizer none"}
     else:
-        blob, tinfo = load_tokenizer(tokenizer, source.bos, source.eos)
+        blob, tinfo = load_tokenizer(tokenizer, source.bos, source.eos,
+                                     conf.vocab_size if source.fmt == "llama2c" else None)
     if blob:
         tinfo = _tokenizer_info(blob, tinfo, conf.vocab_size)
 
@@ -931,7 +948,10 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], fmt: Optio
         raise ConvertError("%d tensor(s) dequantise with a relative RMS error above %g (%s): a layout bug or a "
                            "corrupt source; nothing written" % (len(bad), max_error, ", ".join(bad[:5])))
     try:
-        size = mbf_write.write(dst, conf.mbf(), blob, segments)
+        config = conf.mbf()
+        if tinfo.get("kind") == "llama2c":
+            config["tokenizer_kind"] = 1  # shared/mbf.TOK_LLAMA2C: the region is an L2CT blob (shared/sptok.py)
+        size = mbf_write.write(dst, config, blob, segments)
     except mbf_write.MBFWriteError as e:
         raise ConvertError("cannot write %s: %s" % (dst, e)) from None
     mats = [r["rel_rms"] for r in report if len(r["shape"]) == 2]
@@ -945,7 +965,7 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], fmt: Optio
         "forms": forms,
         "bytes": size, "seconds": round(time.perf_counter() - t0, 2),
         "params": int(sum(math.prod(s) for s in shapes.values())),
-        "config": conf.mbf(), "tokenizer": tinfo, "crc_verified": True,
+        "config": config, "tokenizer": tinfo, "crc_verified": True,
         "max_rel_rms": worst["rel_rms"], "worst_tensor": worst["name"],
         "mean_rel_rms_matrices": _sig(sum(mats) / len(mats)) if mats else 0.0,
         "notes": notes, "tensors": report,
