@@ -139,10 +139,11 @@ import binascii, gc, json, sys, time
 from shared import kernels, llama, mbf, ringkv
 path, steps = sys.argv[1], int(sys.argv[2])
 prompt = [int(x) for x in sys.argv[3].split(",")]
+mode = sys.argv[4]
 r = mbf.open(path)
 c = r.config
 kv = ringkv.RingKV(c["n_layers"], c["n_kv_heads"] * c["head_dim"], 0, steps + len(prompt), 1, "b", c["n_kv_heads"])
-m = llama.Model(r, kv)
+m = llama.Model(r, kv, stream=False if mode == "resident" else mode)
 for t in prompt[:-1]:
     m.step(t)
     kv.commit(1)
@@ -158,14 +159,24 @@ for i in range(steps):
     if i == 0:
         t1 = time.ticks_us()
 t2 = time.ticks_us()
-print(json.dumps({"ids": ids, "crc": crc, "backend": kernels.backend(), "mode": m.mode,
+import micropython
+gc.collect()
+micropython.heap_lock()  # one more decode step with the heap locked: it must allocate nothing
+try:
+    m.step(tok)
+    locked = True
+except MemoryError:
+    locked = False
+micropython.heap_unlock()
+print(json.dumps({"ids": ids, "crc": crc, "backend": kernels.backend(), "mode": m.mode, "step_alloc_free": locked,
                   "tokens_per_s": (steps - 1) * 1e6 / time.ticks_diff(t2, t1) if steps > 1 else 0}))
 """
 
 
 def micropython_greedy(mbf_path: str | os.PathLike[str], steps: int, prompt: tuple[int, ...] = (BOS,),
-                       heap: int = 8 << 20, timeout: float = 600) -> dict:
-    """MP_SCRIPT under the unix port (the venv's `micropython`, viper kernels): ids, crc, tokens_per_s."""
+                       heap: int = 8 << 20, timeout: float = 600, mode: str = "resident") -> dict:
+    """MP_SCRIPT under the unix port (the venv's `micropython`, viper kernels): ids, crc, tokens_per_s;
+    mode: resident, or a streamed memory plan mode (layer matrices read from the file during each step)."""
     from tools.board.vboard import micropython_exe
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -173,7 +184,7 @@ def micropython_greedy(mbf_path: str | os.PathLike[str], steps: int, prompt: tup
         script.write_text(MP_SCRIPT)
         env = dict(os.environ, MICROPYPATH=str(ROOT))
         proc = subprocess.run([micropython_exe(), "-X", "heapsize=%d" % heap, str(script), str(mbf_path), str(steps),
-                               ",".join(str(t) for t in prompt)], capture_output=True, text=True, timeout=timeout, env=env, cwd=str(ROOT))
+                               ",".join(str(t) for t in prompt), mode], capture_output=True, text=True, timeout=timeout, env=env, cwd=str(ROOT))
     if proc.returncode != 0:
         raise RuntimeError("micropython greedy run failed:\n%s\n%s" % (proc.stdout[-2000:], proc.stderr[-2000:]))
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -279,6 +290,7 @@ def run(model: str, tokenizer: str | None, steps: int, run_c: str | None = None,
                 mp = micropython_greedy(dst, steps, ids0)
                 r["micropython"] = {"backend": mp["backend"], "mode": mp["mode"],
                                     "ids_match_cpython": mp["ids"] == ids, "logits_match_cpython": mp["crc"] == crc,
+                                    "step_alloc_free": mp["step_alloc_free"],
                                     "tokens_per_s": round(mp["tokens_per_s"], 1)}
             res[name] = r
         return res
