@@ -224,7 +224,7 @@ def test_node_make_tokenizer_picks_the_kind_from_the_model_file(tok, tmp_path):
     from firmware import node
     from tools.formats.convert import convert
 
-    cfg = llama2c.Llama2cConfig(32, 40, 1, 2, 2, len(tok.tokens), 32)
+    cfg = llama2c.Llama2cConfig(32, 40, 1, 2, 2, len(tok.tokens), 64)
     rng = np.random.default_rng(1)
     w = {name: rng.standard_normal(shape) * 0.1 for name, shape in llama2c.layout(cfg) if name != llama2c.FREQ}
     llama2c.write_model(tmp_path / "m.bin", cfg, w)
@@ -236,3 +236,10 @@ def test_node_make_tokenizer_picks_the_kind_from_the_model_file(tok, tmp_path):
     n = t.encode_into("Once upon a time", out, True)  # the annotator's call: (text, ids, special)
     assert list(out[:n]) == ref_encode(tok, b"Once upon a time", bos=False)
     assert node.make_tokenizer({"model": "x"}, {"tokenizer": False, "model": str(tmp_path / "m.mbf")}) is None
+    # deploy's node.json: the stop ids come from the same tokenizer (tokens whose bytes hold a newline)
+    from host import node_config
+    from shared import profile
+
+    cfg, _facts = node_config.derive(profile.load(str(ROOT / "boards" / "rp2040_pico.json")), tmp_path / "m.mbf")
+    assert cfg["tokenizer"] is True
+    assert cfg["stop_ids"] == [1, 2, 3 + 10]  # "\n<s>\n", "\n</s>\n", <0x0A>
