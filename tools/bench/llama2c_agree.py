@@ -140,10 +140,22 @@ from shared import kernels, llama, mbf, ringkv
 path, steps = sys.argv[1], int(sys.argv[2])
 prompt = [int(x) for x in sys.argv[3].split(",")]
 mode = sys.argv[4]
+from shared import memplan
 r = mbf.open(path)
 c = r.config
+gc.collect()
+h0 = gc.mem_alloc()
 kv = ringkv.RingKV(c["n_layers"], c["n_kv_heads"] * c["head_dim"], 0, steps + len(prompt), 1, "b", c["n_kv_heads"])
-m = llama.Model(r, kv, stream=False if mode == "resident" else mode)
+gc.collect()
+h1 = gc.mem_alloc()
+plan = memplan.layout(c, 0, steps + len(prompt), 1, mode, 64, memplan.native_word(), r)
+gc.collect()
+h2 = gc.mem_alloc()
+m = llama.Model(r, kv, plan=plan)
+gc.collect()
+heap = (h1 - h0) + gc.mem_alloc() - h2  # the cache and the model (the plan object left out)
+peak = plan.peak
+plan = None
 for t in prompt[:-1]:
     m.step(t)
     kv.commit(1)
@@ -169,6 +181,7 @@ except MemoryError:
     locked = False
 micropython.heap_unlock()
 print(json.dumps({"ids": ids, "crc": crc, "backend": kernels.backend(), "mode": m.mode, "step_alloc_free": locked,
+                  "heap_measured": heap, "heap_predicted": peak,
                   "tokens_per_s": (steps - 1) * 1e6 / time.ticks_diff(t2, t1) if steps > 1 else 0}))
 """
 
@@ -291,6 +304,7 @@ def run(model: str, tokenizer: str | None, steps: int, run_c: str | None = None,
                 r["micropython"] = {"backend": mp["backend"], "mode": mp["mode"],
                                     "ids_match_cpython": mp["ids"] == ids, "logits_match_cpython": mp["crc"] == crc,
                                     "step_alloc_free": mp["step_alloc_free"],
+                                    "heap_predicted": mp["heap_predicted"], "heap_measured": mp["heap_measured"],
                                     "tokens_per_s": round(mp["tokens_per_s"], 1)}
             res[name] = r
         return res
