@@ -234,7 +234,7 @@ def test_llama2c_f32_and_f16_forward(tmp_path: Path) -> None:
 
 def test_llama2c_tokenizer_is_embedded_as_l2ct(tmp_path: Path) -> None:
     """A tokenizer.bin beside the model (or given) is embedded as shared/sptok.py's L2CT blob, config
-    tokenizer_kind 1 (tests/host/test_sptok.py checks its encoding against a reference)."""
+    tokenizer_kind 1 (tests/host/test_sptok_reference.py checks its encoding against a reference)."""
     from shared import mbf, sptok
 
     src = tmp_path / "m.bin"
