@@ -185,10 +185,15 @@ def test_micropython_viper_gives_cpython_ids_and_logits(files):
 
 
 def test_bench_command_prints_the_agreement_json(files, tmp_path, capsys):
-    assert la.main(["--model", str(files["src"]), "--steps", "6", "--workdir", str(tmp_path), "--json"]) == 0
+    assert la.main(["--model", str(files["src"]), "--steps", "6", "--workdir", str(tmp_path), "--board",
+                    "rp2040_pico", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["fp32_ids"] == files["ref"][:6]
     assert res["int8"]["agree_fp32"] == 6 and 0 <= res["int4"]["agree_fp32"] <= 6
+    for name in ("int4", "int8"):  # the board's cache (4 + 28) holds 6 tokens: the dense run's ids and logits
+        b = res[name]["board"]
+        assert b["mode"] in memplan.MODES and b["load_peak"] <= b["budget"]
+        assert b["ids"] == res[name]["ids"] and b["logits_crc"] == res[name]["logits_crc"]
     assert la.main(["--model", str(tmp_path / "missing.bin")]) == 2
     assert "no such file" in capsys.readouterr().err
 

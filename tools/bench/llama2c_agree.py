@@ -110,14 +110,15 @@ class Float32Llama2c:
         return out
 
 
-def runtime_greedy(mbf_path: str | os.PathLike[str], steps: int, prompt: tuple[int, ...] = (BOS,)
-                   ) -> tuple[list[int], int]:
+def runtime_greedy(mbf_path: str | os.PathLike[str], steps: int, prompt: tuple[int, ...] = (BOS,),
+                   cache: tuple[int, int] | None = None) -> tuple[list[int], int]:
     """(ids, CRC-32 of every generated step's integer logits) of greedy decoding after the prompt on
-    shared/llama.py (this interpreter's kernels), a dense cache (no eviction: run.c's attention)."""
+    shared/llama.py (this interpreter's kernels). cache: None for a dense one (no eviction: run.c's
+    attention), or (sink, window) of a board profile's RingKV (tokens beyond it are evicted)."""
     r = mbf.open(str(mbf_path))
     c = r.config
-    kv = ringkv.RingKV(c["n_layers"], c["n_kv_heads"] * c["head_dim"], 0, steps + len(prompt), 1, "b",
-                       c["n_kv_heads"])
+    sink, window = cache if cache else (0, steps + len(prompt))
+    kv = ringkv.RingKV(c["n_layers"], c["n_kv_heads"] * c["head_dim"], sink, window, 1, "b", c["n_kv_heads"])
     m = llama.Model(r, kv)
     for t in prompt[:-1]:
         m.step(t)
@@ -140,15 +141,16 @@ from shared import kernels, llama, mbf, ringkv
 path, steps = sys.argv[1], int(sys.argv[2])
 prompt = [int(x) for x in sys.argv[3].split(",")]
 mode = sys.argv[4]
+sink, window = [int(x) for x in sys.argv[5].split(",")] if sys.argv[5] != "dense" else (0, steps + len(prompt))
 from shared import memplan
 r = mbf.open(path)
 c = r.config
 gc.collect()
 h0 = gc.mem_alloc()
-kv = ringkv.RingKV(c["n_layers"], c["n_kv_heads"] * c["head_dim"], 0, steps + len(prompt), 1, "b", c["n_kv_heads"])
+kv = ringkv.RingKV(c["n_layers"], c["n_kv_heads"] * c["head_dim"], sink, window, 1, "b", c["n_kv_heads"])
 gc.collect()
 h1 = gc.mem_alloc()
-plan = memplan.layout(c, 0, steps + len(prompt), 1, mode, 64, memplan.native_word(), r)
+plan = memplan.layout(c, sink, window, 1, mode, 64, memplan.native_word(), r)
 gc.collect()
 h2 = gc.mem_alloc()
 m = llama.Model(r, kv, plan=plan)
@@ -187,7 +189,8 @@ print(json.dumps({"ids": ids, "crc": crc, "backend": kernels.backend(), "mode": 
 
 
 def micropython_greedy(mbf_path: str | os.PathLike[str], steps: int, prompt: tuple[int, ...] = (BOS,),
-                       heap: int = 8 << 20, timeout: float = 600, mode: str = "resident") -> dict:
+                       heap: int = 8 << 20, timeout: float = 600, mode: str = "resident",
+                       cache: tuple[int, int] | None = None) -> dict:
     """MP_SCRIPT under the unix port (the venv's `micropython`, viper kernels): ids, crc, tokens_per_s;
     mode: resident, or a streamed memory plan mode (layer matrices read from the file during each step)."""
     from tools.board.vboard import micropython_exe
@@ -197,7 +200,7 @@ def micropython_greedy(mbf_path: str | os.PathLike[str], steps: int, prompt: tup
         script.write_text(MP_SCRIPT)
         env = dict(os.environ, MICROPYPATH=str(ROOT))
         proc = subprocess.run([micropython_exe(), "-X", "heapsize=%d" % heap, str(script), str(mbf_path), str(steps),
-                               ",".join(str(t) for t in prompt), mode], capture_output=True, text=True, timeout=timeout, env=env, cwd=str(ROOT))
+                               ",".join(str(t) for t in prompt), mode, "%d,%d" % cache if cache else "dense"], capture_output=True, text=True, timeout=timeout, env=env, cwd=str(ROOT))
     if proc.returncode != 0:
         raise RuntimeError("micropython greedy run failed:\n%s\n%s" % (proc.stdout[-2000:], proc.stderr[-2000:]))
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -246,6 +249,28 @@ def runc_agree(run_c: str, model: str, tokenizer: str, steps: int, pieces: list[
     return n, text.decode("utf-8", errors="replace")
 
 
+def board_run(dst: Path, board: str, steps: int, prompt: tuple[int, ...], ref_ids: list[int],
+              micropython: bool) -> dict:
+    """Greedy decoding with a board profile's cache (sink + window: tokens past it are evicted, unlike
+    run.c) and the layout `edgetwin plan` picks for that board: the ids and the CRC of the integer logits
+    that board must reproduce (issue 15 point 4), their agreement with the dense fp32 reference, and with
+    --micropython the unix port's tokens/s in that geometry and mode."""
+    from shared import memfit, profile
+
+    prof = profile.load(str(ROOT / "boards" / (board + ".json"))) if "/" not in board else profile.load(board)
+    with mbf.open(str(dst)) as r:
+        p = memfit.fit(r.config, prof, reader=r)
+    cache = (prof["kv"]["sink"], prof["kv"]["window"])
+    ids, crc = runtime_greedy(dst, steps, prompt, cache)
+    out = {"name": prof["name"], "kv": prof["kv"], "mode": p.mode, "load_peak": p.load_peak, "budget": p.budget,
+           "ids": ids, "logits_crc": "%08x" % crc, "agree_fp32": first_difference(ids, ref_ids)}
+    if micropython:
+        mp = micropython_greedy(dst, steps, prompt, heap=1 << 20, mode=p.mode, cache=cache)
+        out["micropython"] = {"ids_match_cpython": mp["ids"] == ids, "logits_match_cpython": mp["crc"] == crc,
+                              "tokens_per_s": round(mp["tokens_per_s"], 1), "step_alloc_free": mp["step_alloc_free"]}
+    return out
+
+
 def first_difference(a: list[int], b: list[int]) -> int:
     n = 0
     for x, y in zip(a, b):
@@ -256,7 +281,7 @@ def first_difference(a: list[int], b: list[int]) -> int:
 
 
 def run(model: str, tokenizer: str | None, steps: int, run_c: str | None = None, micropython: bool = False,
-        workdir: str | None = None, prompt: str = "") -> dict:
+        workdir: str | None = None, prompt: str = "", board: str | None = None) -> dict:
     from shared import sptok
     from tools.formats.convert import convert
 
@@ -299,6 +324,8 @@ def run(model: str, tokenizer: str | None, steps: int, run_c: str | None = None,
                 r["text"] = b"".join(pieces).decode("utf-8", errors="replace")
                 if run_c:
                     r["agree_run_c"] = runc_agree(run_c, model, tokenizer, steps, pieces, prompt, pp)[0]
+            if board:
+                r["board"] = board_run(dst, board, steps, ids0, ref_ids, micropython)
             if micropython:
                 mp = micropython_greedy(dst, steps, ids0)
                 r["micropython"] = {"backend": mp["backend"], "mode": mp["mode"],
@@ -322,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
                                                  "(shared/sptok.py; default: none, greedy from BOS)")
     ap.add_argument("--run-c", metavar="EXE", help="a compiled llama2.c run.c: compare with its -t 0 output too")
     ap.add_argument("--micropython", action="store_true", help="also run on the MicroPython unix port (viper)")
+    ap.add_argument("--board", help="also decode with this board profile's cache and memory plan (e.g. "
+                                    "rp2040_pico): the ids and logits CRC that board must give")
     ap.add_argument("--workdir", help="keep the converted MBF files here (default: a temporary directory)")
     ap.add_argument("--json", action="store_true", help="print JSON (the default and only output)")
     args = ap.parse_args(argv)
@@ -339,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         print("edgetwin bench llama2c_agree: error: --steps must be in 1..4096", file=sys.stderr)
         return 2
     try:
-        res = run(args.model, args.tokenizer, args.steps, args.run_c, args.micropython, args.workdir, args.prompt)
+        res = run(args.model, args.tokenizer, args.steps, args.run_c, args.micropython, args.workdir, args.prompt,
+                  args.board)
     except (llama2c.Llama2cError, ValueError) as e:
         print("edgetwin bench llama2c_agree: error: %s" % " ".join(str(e).split()), file=sys.stderr)
         return 2
