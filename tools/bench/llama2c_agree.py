@@ -9,10 +9,13 @@ below: a reference, not the product) and, with --run-c, with run.c itself at tem
 compared with the decoded text of our ids). `agree` is the number of tokens before the first difference.
 With --micropython, the same INT4 and INT8 files also run on the MicroPython unix port with the viper
 kernels: ids must equal CPython's, and tokens/s is that port's on this machine (x64), not a board's.
+With --board NAME, each form is also decoded with that board profile's cache (sink + window: evicting,
+unlike run.c) and the memory plan `edgetwin plan` picks for it: the ids and logits CRC the board must give.
 
     python -m tools.bench.llama2c_agree --model stories260K.bin --tokenizer tok512.bin --json
     python -m tools.bench.llama2c_agree --model stories260K.bin --tokenizer tok512.bin --steps 200 \\
         --run-c /tmp/run --micropython
+    python -m tools.bench.llama2c_agree --model stories260K.bin --tokenizer tok512.bin --board rp2040_pico
 """
 
 from __future__ import annotations

@@ -887,6 +887,7 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], fmt: Optio
     source = open_source(src, fmt)
     conf = source.config
     shapes = _check_tensors(source)
+    params = int(sum(math.prod(s) for s in shapes.values()))  # the source's (before any zero padding)
     if dtype == "q4":
         if pad_hidden(source):
             shapes = _check_tensors(source)
@@ -964,7 +965,7 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], fmt: Optio
         "weights": weights if dtype == "q4" else None, "embed": embed if dtype == "q4" else None,
         "forms": forms,
         "bytes": size, "seconds": round(time.perf_counter() - t0, 2),
-        "params": int(sum(math.prod(s) for s in shapes.values())),
+        "params": params,
         "config": config, "tokenizer": tinfo, "crc_verified": True,
         "max_rel_rms": worst["rel_rms"], "worst_tensor": worst["name"],
         "mean_rel_rms_matrices": _sig(sum(mats) / len(mats)) if mats else 0.0,
