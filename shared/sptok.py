@@ -14,8 +14,8 @@ tok512.bin, the 32000-token Llama 2 vocabulary). The MBF carries the vocabulary 
 encode_into(text, out, special=False, bos=False, eos=False), as run.c's encode(): BOS if asked; the token
 " " first when the text is not empty (sentencepiece's dummy prefix); each UTF-8 character (at most 4 bytes)
 its own token, or with byte fallback one token per byte (3 + byte), else <unk> (0, counted in `dropped`);
-then, repeatedly, the adjacent pair whose concatenation is a token with the best score merges into it
-(the leftmost on equal scores) until none does; EOS if asked. `special` is accepted for BPE's interface
+then, repeatedly, the adjacent pair (BOS included, as in run.c) whose concatenation is a token with the
+best score merges into it (the leftmost on equal scores) until none does; EOS if asked. `special` is accepted for BPE's interface
 and ignored: run.c never parses control-token text. Ranks instead of float scores keep the loop in small
 ints, so with bytes input and ids that fit `out` and the pair buffers (word_cap) it allocates nothing.
 token_bytes(id, buf, pos) writes a token's bytes ("<0xBB>" as the byte b); piece_bytes(prev, id, buf, pos)
@@ -23,6 +23,7 @@ also drops the leading space of a token after BOS, as run.c's decode() does. Err
 """
 
 import binascii
+from array import array
 
 from shared.compat import const
 
@@ -99,11 +100,8 @@ class SPTok:
         self._cat = bytearray(2 * self.max_token_len)
         self._grow(word_cap)
         self.dropped = 0
-        self.restricted = False
 
     def _grow(self, n):
-        from array import array
-
         self._cap = n
         self._pid = array("i", bytearray(4 * n))  # pair (i, i + 1) merges into this id, or -1
         self._prk = array("i", bytearray(4 * n))  # ... with this rank
@@ -208,7 +206,6 @@ class SPTok:
         k = 0
         if bos and self.bos_id is not None:
             k = self._emit(out, k, self.bos_id)
-        k0 = k
         if n:
             if self._space >= 0:
                 k = self._emit(out, k, self._space)
@@ -229,13 +226,13 @@ class SPTok:
                 k = self._emit(out, k, 0)
                 self.dropped += j - i
             i = j
-        m = k - k0  # the merge phase works on out[k0:k]
+        m = k  # the merges run over every id so far, BOS included, as run.c's do
         if m > self._cap:
             self._grow(m + 16)
         pid = self._pid
         prk = self._prk
         for p in range(m - 1):
-            self._pair_at(out, k0, p)
+            self._pair_at(out, p)
         while m > 1:
             best = -1
             bi = -1
@@ -245,29 +242,29 @@ class SPTok:
                     bi = p
             if bi < 0:
                 break
-            out[k0 + bi] = pid[bi]
+            out[bi] = pid[bi]
             for p in range(bi + 1, m - 1):
-                out[k0 + p] = out[k0 + p + 1]
+                out[p] = out[p + 1]
                 pid[p] = pid[p + 1]
                 prk[p] = prk[p + 1]
             m -= 1
             k -= 1
             if bi > 0:  # the merged token's two new pairs (two calls: a tuple would allocate)
-                self._pair_at(out, k0, bi - 1)
+                self._pair_at(out, bi - 1)
             if bi < m - 1:
-                self._pair_at(out, k0, bi)
+                self._pair_at(out, bi)
         if type(out) is list:
             del out[k:]
         if eos and self.eos_id is not None:
             k = self._emit(out, k, self.eos_id)
         return k
 
-    def _pair_at(self, out, k0, p):
-        """Merge candidate of the pair at merge position p (ids out[k0 + p], out[k0 + p + 1]) into _pid[p], _prk[p]."""
+    def _pair_at(self, out, p):
+        """Merge candidate of the pair (out[p], out[p + 1]) into _pid[p], _prk[p]."""
         cat = self._cat
-        a = self._span(out[k0 + p])
+        a = self._span(out[p])
         na = self._end - a
-        c = self._span(out[k0 + p + 1])
+        c = self._span(out[p + 1])
         nc = self._end - c
         self._pid[p] = -1
         if na + nc > self.max_token_len:

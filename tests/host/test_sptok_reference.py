@@ -69,10 +69,9 @@ def ref_encode(tok: llama2c.Llama2cTokenizer, text: bytes, bos: bool = True) -> 
         ch = text[i:j]
         out += [ids_of[ch]] if ch in ids_of else [3 + b for b in ch]
         i = j
-    start = 1 if bos else 0
-    while True:
+    while True:  # over every id, BOS included
         best, at = None, -1
-        for p in range(start, len(out) - 1):
+        for p in range(len(out) - 1):
             t = ids_of.get(tok.tokens[out[p]] + tok.tokens[out[p + 1]])
             if t is not None and (best is None or tok.scores[t] > tok.scores[best]):
                 best, at = t, p

@@ -73,7 +73,7 @@ def _ref(toks, scores, text):
     while True:
         best = -1
         at = -1
-        for p in range(1, len(out) - 1):
+        for p in range(len(out) - 1):  # BOS included
             t = ids.get(toks[out[p]] + toks[out[p + 1]], -1)
             if t >= 0 and (best < 0 or scores[t] > scores[best]):
                 best = t

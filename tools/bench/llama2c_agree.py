@@ -20,7 +20,6 @@ unlike run.c) and the memory plan `edgetwin plan` picks for it: the ids and logi
 
 from __future__ import annotations
 
-import argparse
 import binascii
 import json
 import os
@@ -28,7 +27,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from array import array
 from pathlib import Path
 
 import numpy as np
@@ -203,7 +201,8 @@ def micropython_greedy(mbf_path: str | os.PathLike[str], steps: int, prompt: tup
         script.write_text(MP_SCRIPT)
         env = dict(os.environ, MICROPYPATH=str(ROOT))
         proc = subprocess.run([micropython_exe(), "-X", "heapsize=%d" % heap, str(script), str(mbf_path), str(steps),
-                               ",".join(str(t) for t in prompt), mode, "%d,%d" % cache if cache else "dense"], capture_output=True, text=True, timeout=timeout, env=env, cwd=str(ROOT))
+                               ",".join(str(t) for t in prompt), mode, "%d,%d" % cache if cache else "dense"],
+                              capture_output=True, text=True, timeout=timeout, env=env, cwd=str(ROOT))
     if proc.returncode != 0:
         raise RuntimeError("micropython greedy run failed:\n%s\n%s" % (proc.stdout[-2000:], proc.stderr[-2000:]))
     return json.loads(proc.stdout.strip().splitlines()[-1])
