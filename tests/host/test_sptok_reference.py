@@ -177,6 +177,7 @@ res = []
 for t in texts:
     n = sp.encode_into(t, out, False, True)
     res.append(list(out[:n]))
+locked = "allocated"  # bound before the lock (a new global under it would allocate)
 gc.collect()
 micropython.heap_lock()
 try:
@@ -184,7 +185,7 @@ try:
         sp.encode_into(t, out, False, True)
     locked = "ok"
 except MemoryError:
-    locked = "allocated"
+    pass
 micropython.heap_unlock()
 buf = bytearray(16)
 dec = []
