@@ -23,6 +23,7 @@ package("shared", files=(
     "ringkv.py",
     "ringkv_viper.py",
     "specdec.py",
+    "sptok.py",
     "unicats.py",
 ), base_path="..")
 package("firmware", files=(

@@ -481,18 +481,28 @@ def make_drafter(prof, cfg):
 
 
 def make_tokenizer(prof, cfg):
-    """The model file's own tokenizer (shared.bpe.BPE, read lazily from flash) when cfg['tokenizer'], else None."""
+    """The model file's own tokenizer when cfg['tokenizer'], else None: by the MBF's tokenizer_kind,
+    shared.bpe.BPE (byte-level BPE, read lazily from flash) or shared.sptok.SPTok (llama2.c's scored
+    vocabulary, a few KB read into RAM)."""
     if not cfg.get("tokenizer"):
         return None
     path = cfg.get("model") or "/" + prof["model"]
-    from shared import bpe, mbf
+    from shared import mbf
 
     r = mbf.open(path)
     off = r.tok_offset
     n = r.tok_length
+    kind = r.config.get("tokenizer_kind", mbf.TOK_BPE)
     r.close()
     if not n:
         raise ValueError("model file %s carries no tokenizer: set tokenizer false in %s" % (path, CONFIG))
+    if kind == mbf.TOK_LLAMA2C:
+        from shared import sptok
+
+        with open(path, "rb") as f:
+            return sptok.SPTok(f, False, offset=off, length=n)
+    from shared import bpe
+
     return bpe.BPE(open(path, "rb"), False, offset=off, length=n)
 
 

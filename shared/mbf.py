@@ -54,7 +54,11 @@ CONFIG = (
     ("norm_eps", T_FLOAT, 1e-12, 0.1, True),
     ("group_size", T_INT, 2, 4096, True),
     ("tied_embed", T_INT, 0, 1, True),
+    ("hidden_dim_src", T_INT, 1, 1 << 20, False),  # hidden_dim zero-padded from this width (docs/MBF.md)
+    ("tokenizer_kind", T_INT, 0, 1, False),  # the tokenizer region's format: 0 byte-level BPE, 1 llama2.c
 )
+TOK_BPE = const(0)  # tokenizer_kind: shared/bpe.py's ETOK blob (also when the key is absent)
+TOK_LLAMA2C = const(1)  # shared/sptok.py's L2CT blob (llama2.c's scored vocabulary, byte fallback)
 LAYER_PREFIX = "blk."
 SCALES_SUFFIX = ".scales"
 MINS_SUFFIX = ".mins"
@@ -282,6 +286,9 @@ class Reader:
                 raise MBFError("config: dim %d is not a multiple of n_heads %d (give head_dim)"
                                % (conf["dim"], conf["n_heads"]))
             conf["head_dim"] = conf["dim"] // conf["n_heads"]
+        if conf.get("hidden_dim_src", 0) > conf["hidden_dim"]:
+            raise MBFError("config: hidden_dim_src %d exceeds hidden_dim %d (it is the width before zero-padding)"
+                           % (conf["hidden_dim_src"], conf["hidden_dim"]))
         if conf["sub_vocab"] > conf["vocab_size"]:
             raise MBFError("config: sub_vocab %d exceeds vocab_size %d" % (conf["sub_vocab"], conf["vocab_size"]))
         if conf["group_size"] % 2:

@@ -142,7 +142,7 @@ def load_layers(reader, cfg, stream, pool=None, nibbles=None):
     if stream and nibbles is None:
         nibbles = {}
         for p in LAYER_Q4:
-            nibbles[p] = bytearray(shapes[p][0] * shapes[p][1] // 2)
+            nibbles[p] = bytearray(reader.seg("%s0.%s" % (mbf.LAYER_PREFIX, p)).length)
     layers = []
     for layer in range(cfg.n_layers):
         pre = "%s%d." % (mbf.LAYER_PREFIX, layer)
@@ -455,15 +455,16 @@ def q4_resident(reader, name, rows, cols, pool=None):
 
 
 def q4_streamed(reader, name, rows, cols, nibbles):
-    """A prepared Q4Matrix over a shared nibble buffer (filled per use) with its own resident scales
-    (and mins, for q4a)."""
+    """A prepared Q4Matrix (Q8Matrix for q8) over a shared weight buffer (filled per use) with its own
+    resident scales (and mins, for q4a)."""
     q4_shape(reader, name, rows, cols)
     dtype = reader.seg(name).dtype
-    if dtype == "q8":
-        raise ModelError("segment '%s' is q8: streamed layers need q4 or q4a (INT4) matrices" % name)
     n = rows * (cols // GROUP) * 2
     scales = bytearray(n)
     reader.read_into(name + mbf.SCALES_SUFFIX, scales, False)
+    if dtype == "q8":
+        from shared import q4a_q8
+        return q4a_q8.Q8Matrix(rows, cols, nibbles, scales).prepare()
     mins = None
     if dtype == "q4a":
         mins = bytearray(n)

@@ -232,18 +232,35 @@ def test_llama2c_f32_and_f16_forward(tmp_path: Path) -> None:
     assert q4_size < 0.4 * (tmp_path / "m_f16.mbf").stat().st_size
 
 
-def test_llama2c_tokenizer_is_recorded_not_embedded(tmp_path: Path) -> None:
+def test_llama2c_tokenizer_is_embedded_as_l2ct(tmp_path: Path) -> None:
+    """A tokenizer.bin beside the model (or given) is embedded as shared/sptok.py's L2CT blob, config
+    tokenizer_kind 1 (tests/host/test_sptok_reference.py checks its encoding against a reference)."""
+    from shared import mbf, sptok
+
     src = tmp_path / "m.bin"
     write_llama2c(src, 3)
+    s = C.convert(src, tmp_path / "n.mbf")
+    assert s["tokenizer"]["embedded"] is False and "tokenizer.bin" in s["tokenizer"]["reason"]
+    assert "tokenizer_kind" not in s["config"]
     tokens = [b"<unk>", b"<s>", b"</s>"] + [b"<0x%02X>" % i for i in range(256)] + [b"x%d" % i for i in range(13)]
     llama2c.write_tokenizer(tmp_path / "tokenizer.bin", tokens, [float(-i) for i in range(len(tokens))])
     assert len(llama2c.read_tokenizer(tmp_path / "tokenizer.bin", TINY["vocab_size"]).tokens) == TINY["vocab_size"]
     s = C.convert(src, tmp_path / "a.mbf")
-    assert s["tokenizer"]["embedded"] is False and s["tokenizer"]["llama2c_tokens"] == TINY["vocab_size"]
-    assert "sentencepiece" in s["tokenizer"]["reason"]
-    with pytest.raises(ConvertError, match="llama2.c tokenizer.bin .*sentencepiece.*--tokenizer none"):
-        C.convert(src, tmp_path / "b.mbf", tokenizer=str(tmp_path / "tokenizer.bin"))
-    assert not (tmp_path / "b.mbf").exists()
+    assert s["tokenizer"]["embedded"] is True and s["tokenizer"]["kind"] == "llama2c"
+    assert s["tokenizer"]["vocab_size"] == TINY["vocab_size"] and s["tokenizer"]["byte_fallback"] is True
+    r = mbf.open(str(tmp_path / "a.mbf"))
+    assert r.config["tokenizer_kind"] == mbf.TOK_LLAMA2C
+    t = sptok.SPTok(r.read_tokenizer())
+    # no single-character tokens here: BOS, then every byte by fallback (" " first); byte tokens never merge
+    assert t.encode("x1", bos=True) == [1, 3 + 32, 3 + ord("x"), 3 + ord("1")]
+    r.close()
+    s = C.convert(src, tmp_path / "b.mbf", tokenizer=str(tmp_path / "tokenizer.bin"))
+    assert s["tokenizer"]["hash"] == C.convert(src, tmp_path / "a.mbf")["tokenizer"]["hash"]
+    bad = tmp_path / "short.bin"
+    llama2c.write_tokenizer(bad, tokens[:100], [0.0] * 100)
+    with pytest.raises(ConvertError, match="holds 100 tokens, the model's vocab_size is %d" % TINY["vocab_size"]):
+        C.convert(src, tmp_path / "c.mbf", tokenizer=str(bad))
+    assert not (tmp_path / "c.mbf").exists()
     # a byte-level BPE with the model's ids can be embedded explicitly
     write_tokenizer_json(tmp_path / "tokenizer.json")
     s = C.convert(src, tmp_path / "c.mbf", tokenizer=tmp_path / "tokenizer.json")
@@ -286,12 +303,13 @@ def test_llama2c_hostile(tmp_path: Path) -> None:
     assert not (tmp_path / "o.mbf").exists()
 
 
-def test_q4_needs_multiple_of_32_inputs(tmp_path: Path) -> None:
+def test_q4_pads_hidden_dim_to_the_group(tmp_path: Path) -> None:
     c = dict(TINY, hidden_dim=40)  # like stories260K's 172: the down projection's input is not a group multiple
     src = tmp_path / "m.bin"
     w = write_llama2c(src, 5, c=c)
-    with pytest.raises(ConvertError, match="hidden_dim is 40: convert with --dtype f16"):
-        C.convert(src, tmp_path / "q.mbf")
+    q = C.convert(src, tmp_path / "q.mbf")  # zero-padded to 64 (tests/host/test_llama2c.py checks the numbers)
+    assert q["config"]["hidden_dim"] == 64 and q["config"]["hidden_dim_src"] == 40
+    assert [t["shape"] for t in q["tensors"] if t["name"] == "blk.0.ffn_down"] == [[64, 64]]
     s = C.convert(src, tmp_path / "f.mbf", dtype="f16")
     _, _, out, dtypes = read_mbf(tmp_path / "f.mbf")
     check_segments(out, dtypes, w, s)
@@ -761,7 +779,7 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     fails([str(src), str(tmp_path / "no" / "dir" / "x.mbf")], "dir does not exist")
     fails([str(src), str(src)], "is the source file")
     fails([str(src), str(tmp_path / "x.mbf"), "--tokenizer", str(tmp_path / "model.xyz")],
-          "not a tokenizer blob (ETOK), tokenizer.json or GGUF")
+          "not a tokenizer blob (ETOK), tokenizer.json, GGUF or llama2.c tokenizer.bin")
     for argv in ([str(src), str(tmp_path / "x.mbf"), "--from", "onnx"], [str(src)],
                  [str(src), str(tmp_path / "x.mbf"), "--dtype", "q8"]):
         with pytest.raises(SystemExit) as e:

@@ -87,7 +87,7 @@ def board_profile(board: str | dict) -> dict:
 # logs-only node under MicroPython and checks it imports exactly the logs-only package. A board whose
 # heap no draft plan fits (rp2040_pico_cp) gets the logs-only package, which leaves its filesystem
 # room for the spill ring; boards/manifest_logs.py and package-logs.json ship the same set.
-DRAFTING = {"shared/llama.py", "shared/bpe.py", "shared/unicats.py", "shared/q4.py", "shared/q4a_q8.py",
+DRAFTING = {"shared/llama.py", "shared/bpe.py", "shared/sptok.py", "shared/unicats.py", "shared/q4.py", "shared/q4a_q8.py",
             "shared/q4_numpy.py", "shared/q4_ulab.py", "shared/q4_viper.py", "shared/kernels.py",
             "shared/fixedmath.py", "shared/drafter.py", "shared/mbf.py", "shared/memplan.py", "shared/memfit.py",
             "shared/model_load.py", "shared/ringkv.py", "shared/ringkv_viper.py", "shared/kvsnap.py",

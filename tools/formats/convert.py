@@ -46,7 +46,7 @@ from tools.formats import llama2c, mbf_write, tokenizer_export  # noqa: E402
 
 FORMATS = ("gguf", "llama2c", "hf")
 DTYPES = ("q4", "f16", "f32")
-WEIGHTS = ("sym", "asym", "auto")  # --weights: the INT4 form of the matrices (with --dtype q4)
+WEIGHTS = ("sym", "asym", "auto", "q8")  # --weights: the form of the layer matrices (with --dtype q4)
 EMBEDS = ("sym", "asym", "auto", "q8")  # --embed: token_embd / output (default: as --weights)
 FORM_DTYPE = {"sym": "q4", "asym": "q4a", "q8": "q8"}  # MBF dtype of each form
 RAW_BLOCKS = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}  # GGUF block bytes (32 weights) read without floats
@@ -85,6 +85,7 @@ class ModelConfig:
     tied: bool
     attn_bias: bool = False  # q, k and v projections have biases (Qwen2; Llama with attention_bias)
     attn_out_bias: bool = False  # the output projection has a bias (Llama with attention_bias)
+    hidden_src: int = 0  # > 0: hidden_dim was zero-padded from this width (pad_hidden)
 
     def check(self, where: str) -> None:
         ints = {"dim": (self.dim, 65536), "hidden_dim": (self.hidden_dim, 1 << 20), "n_layers": (self.n_layers, 1024),
@@ -112,7 +113,7 @@ class ModelConfig:
             "seq_len": self.seq_len, "rope_theta": float(self.rope_theta), "norm_eps": float(self.norm_eps),
             "group_size": GROUP, "tied_embed": int(self.tied), "rope_style": ROPE_INTERLEAVED, "resid_shift": RESID_SHIFT,
             "attn_bias": int(self.attn_bias), "attn_out_bias": int(self.attn_out_bias),
-        }
+        } | ({"hidden_dim_src": self.hidden_src} if self.hidden_src else {})
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         """Every MBF tensor this model has, with its shape ([out, in] for matrices)."""
@@ -174,6 +175,41 @@ def to_interleaved(a: np.ndarray, heads: int) -> np.ndarray:
     return np.ascontiguousarray(a.reshape(heads, 2, half, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape))
 
 
+PAD_PARTS = {"ffn_gate": 0, "ffn_up": 0, "ffn_down": 1}  # the axis of each FFN matrix that is hidden_dim wide
+
+
+def pad_hidden(src: Source) -> int:
+    """Zero-pad hidden_dim up to a multiple of GROUP, in place (config and FFN tensors); returns the
+    original width, or 0 when nothing was padded. Exact: the padded gate/up rows are zero, so their
+    SwiGLU outputs are silu(0) * 0 = 0, and the padded ffn_down columns are zero too, so the extra lanes
+    add nothing to the residual stream; only the INT8 activation quantisation of the last hidden group
+    sees the zeros (their magnitude is 0: the group scale is the real lanes' own)."""
+    conf = src.config
+    h = conf.hidden_dim
+    if h % GROUP == 0:
+        return 0
+    hp = (h + GROUP - 1) // GROUP * GROUP
+    for name, t in list(src.tensors.items()):
+        part = name.split(".", 2)[2] if name.startswith("blk.") else ""
+        if part not in PAD_PARTS:
+            continue
+        axis = PAD_PARTS[part]
+        shape = list(t.shape)
+        shape[axis] = hp
+
+        def load(t: Tensor = t, axis: int = axis) -> np.ndarray:
+            a = np.asarray(t.load())
+            width = [(0, 0), (0, 0)]
+            width[axis] = (0, hp - a.shape[axis])
+            return np.pad(a, width)
+        src.tensors[name] = Tensor(t.source, tuple(shape), t.src_type, load, t.rope_heads, None)
+    conf.hidden_dim = hp
+    conf.hidden_src = h
+    src.notes.append("hidden_dim %d zero-padded to %d (a multiple of the INT4 group %d): exact, see docs/CONVERT.md"
+                     % (h, hp, GROUP))
+    return h
+
+
 # ---- llama2.c ---------------------------------------------------------------------------------------------
 
 def open_llama2c(path: str) -> Source:
@@ -187,16 +223,11 @@ def open_llama2c(path: str) -> Source:
     tok_path = Path(path).with_name("tokenizer.bin")
 
     def tokenizer() -> tuple[bytes, dict[str, Any]]:
-        info: dict[str, Any] = {"embedded": False, "reason": (
-            "llama2.c tokenizers are sentencepiece-style vocabularies with scores, not the byte-level BPE blob "
-            "MBF carries; give --tokenizer PATH (a blob, tokenizer.json or GGUF with this model's vocabulary)")}
-        if tok_path.is_file():
-            info["llama2c_tokenizer"] = str(tok_path)
-            try:
-                info["llama2c_tokens"] = len(llama2c.read_tokenizer(tok_path, cfg.vocab_size).tokens)
-            except llama2c.Llama2cError as e:
-                info["llama2c_problem"] = str(e)
-        return b"", info
+        if not tok_path.is_file():
+            return b"", {"embedded": False, "reason": (
+                "no tokenizer.bin beside the model: give --tokenizer PATH (llama2.c's tokenizer.bin for this "
+                "model, e.g. tok512.bin for stories260K)")}
+        return load_tokenizer(str(tok_path), vocab_size=cfg.vocab_size)
 
     return Source("llama2c", "llama2c-v%d" % version, path, conf, tensors, tokenizer)
 
@@ -532,8 +563,11 @@ def open_hf(path: str) -> Source:
 
 # ---- tokenizer ---------------------------------------------------------------------------------------------
 
-def load_tokenizer(path: str, bos: Optional[int] = None, eos: Optional[int] = None) -> tuple[bytes, dict[str, Any]]:
-    """The tokenizer blob (docs/TOKENIZER.md) from a blob file, a tokenizer.json or a GGUF's metadata."""
+def load_tokenizer(path: str, bos: Optional[int] = None, eos: Optional[int] = None,
+                   vocab_size: Optional[int] = None) -> tuple[bytes, dict[str, Any]]:
+    """The tokenizer blob from a blob file, a tokenizer.json or a GGUF's metadata (byte-level BPE,
+    docs/TOKENIZER.md), or from a llama2.c tokenizer.bin of vocab_size tokens (the L2CT blob of
+    shared/sptok.py; info["kind"] is then "llama2c")."""
     p = Path(path)
     try:
         with open(p, "rb") as f:
@@ -549,20 +583,38 @@ def load_tokenizer(path: str, bos: Optional[int] = None, eos: Optional[int] = No
             blob = tokenizer_export.build_blob(tokenizer_export.read_tokenizer_json(p, bos, eos))
         else:
             try:
-                llama2c.read_tokenizer(p)
+                tok = llama2c.read_tokenizer(p)
             except llama2c.Llama2cError:
-                raise ConvertError("tokenizer %s: not a tokenizer blob (ETOK), tokenizer.json or GGUF" % path) from None
-            raise ConvertError("tokenizer %s is a llama2.c tokenizer.bin (a sentencepiece-style vocabulary with "
-                               "scores); MBF holds only the byte-level BPE blob of docs/TOKENIZER.md: use "
-                               "--tokenizer none" % path)
+                raise ConvertError("tokenizer %s: not a tokenizer blob (ETOK), tokenizer.json, GGUF or llama2.c "
+                                   "tokenizer.bin" % path) from None
+            if vocab_size is None:
+                raise ConvertError("tokenizer %s is a llama2.c tokenizer.bin: it embeds only with a llama2.c "
+                                   "model (its vocab_size says how many tokens the file holds)" % path)
+            try:
+                tok = llama2c.read_tokenizer(p, vocab_size)
+                blob = llama2c.tokenizer_blob(tok)
+            except llama2c.Llama2cError as e:
+                raise ConvertError("tokenizer %s: %s" % (path, e)) from None
+            return blob, {"embedded": True, "source": path, "kind": "llama2c",
+                          "byte_fallback": llama2c.byte_fallback(tok)}
     except tokenizer_export.ExportError as e:
         raise ConvertError("tokenizer %s: %s" % (path, e)) from None
     return blob, {"embedded": True, "source": path}
 
 
 def _tokenizer_info(blob: bytes, info: dict[str, Any], vocab_size: int) -> dict[str, Any]:
-    from shared import bpe
+    from shared import bpe, sptok
 
+    if info.get("kind") == "llama2c":
+        try:
+            t = sptok.SPTok(blob)
+        except sptok.TokenizerError as e:
+            raise ConvertError("tokenizer %s: invalid L2CT blob (%s)" % (info.get("source"), e)) from None
+        if t.vocab_size != vocab_size:
+            raise ConvertError("tokenizer %s has %d tokens, the model's vocab_size is %d"
+                               % (info.get("source"), t.vocab_size, vocab_size))
+        return dict(info, bytes=len(blob), hash="%08x" % t.tokenizer_hash(), vocab_size=t.vocab_size, bos=t.bos_id,
+                    eos=t.eos_id)
     try:
         tok = bpe.BPE(blob)
     except bpe.TokenizerError as e:
@@ -639,16 +691,17 @@ def _check_q4_dims(conf: ModelConfig) -> None:
                                "with --dtype f16 (or f32)" % (GROUP, what, n))
 
 
-def estimate_bytes(shapes: dict[str, tuple[int, ...]], dtype: str, embed: str = "q4") -> int:
+def estimate_bytes(shapes: dict[str, tuple[int, ...]], dtype: str, embed: str = "q4", layers_q8: bool = False) -> int:
     """Data bytes of the MBF (without tokenizer, table and padding): q4 is 4.5 bits per weight (q4a, with
     its mins, 5 bits: the estimate takes 5 for every INT4 matrix when any is asymmetric); an embed of q8
-    8.5 bits."""
+    (and every layer matrix with layers_q8) 8.5 bits."""
     total = 0
     for name, shape in shapes.items():
         n = math.prod(shape)
+        emb = name in ("token_embd", "output")
         if len(shape) == 1:
             total += 4 * n
-        elif dtype == "q4" and embed == "q8" and name in ("token_embd", "output"):
+        elif dtype == "q4" and (embed == "q8" and emb or layers_q8 and not emb):
             total += n + 2 * (n // GROUP)
         elif dtype == "q4":
             total += n // 2 + (4 if embed == "q4a" else 2) * (n // GROUP)
@@ -833,10 +886,14 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], fmt: Optio
         raise ConvertError("cannot write %s: directory %s does not exist" % (dst, parent))
     source = open_source(src, fmt)
     conf = source.config
-    if dtype == "q4":
-        _check_q4_dims(conf)
     shapes = _check_tensors(source)
-    need = estimate_bytes(shapes, dtype, "q8" if embed == "q8" else "q4" if weights == embed == "sym" else "q4a")
+    params = int(sum(math.prod(s) for s in shapes.values()))  # the source's (before any zero padding)
+    if dtype == "q4":
+        if pad_hidden(source):
+            shapes = _check_tensors(source)
+        _check_q4_dims(conf)
+    need = estimate_bytes(shapes, dtype, "q8" if embed == "q8" else "q4" if weights == embed == "sym" else "q4a",
+                          weights == "q8")
     if need > MBF_MAX_BYTES:
         raise ConvertError("the %s model would take %.2f GB; MBF files are at most 4 GiB%s" % (
             dtype, need / 1e9, ": use --dtype q4" if dtype != "q4" else ""))
@@ -845,7 +902,8 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], fmt: Optio
     elif tokenizer == "none":
         blob, tinfo = b"", {"embedded": False, "reason": "--tokenizer none"}
     else:
-        blob, tinfo = load_tokenizer(tokenizer, source.bos, source.eos)
+        blob, tinfo = load_tokenizer(tokenizer, source.bos, source.eos,
+                                     conf.vocab_size if source.fmt == "llama2c" else None)
     if blob:
         tinfo = _tokenizer_info(blob, tinfo, conf.vocab_size)
 
@@ -891,7 +949,10 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], fmt: Optio
         raise ConvertError("%d tensor(s) dequantise with a relative RMS error above %g (%s): a layout bug or a "
                            "corrupt source; nothing written" % (len(bad), max_error, ", ".join(bad[:5])))
     try:
-        size = mbf_write.write(dst, conf.mbf(), blob, segments)
+        config = conf.mbf()
+        if tinfo.get("kind") == "llama2c":
+            config["tokenizer_kind"] = 1  # shared/mbf.TOK_LLAMA2C: the region is an L2CT blob (shared/sptok.py)
+        size = mbf_write.write(dst, config, blob, segments)
     except mbf_write.MBFWriteError as e:
         raise ConvertError("cannot write %s: %s" % (dst, e)) from None
     mats = [r["rel_rms"] for r in report if len(r["shape"]) == 2]
@@ -904,8 +965,8 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], fmt: Optio
         "weights": weights if dtype == "q4" else None, "embed": embed if dtype == "q4" else None,
         "forms": forms,
         "bytes": size, "seconds": round(time.perf_counter() - t0, 2),
-        "params": int(sum(math.prod(s) for s in shapes.values())),
-        "config": conf.mbf(), "tokenizer": tinfo, "crc_verified": True,
+        "params": params,
+        "config": config, "tokenizer": tinfo, "crc_verified": True,
         "max_rel_rms": worst["rel_rms"], "worst_tensor": worst["name"],
         "mean_rel_rms_matrices": _sig(sum(mats) / len(mats)) if mats else 0.0,
         "notes": notes, "tensors": report,
@@ -935,9 +996,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=DTYPES, default="q4",
                    help="matrix storage: q4 = INT4 + float16 group scales (the boards), f16/f32 = float (default q4)")
     p.add_argument("--weights", choices=WEIGHTS, default="sym",
-                   help="INT4 form of the layer matrices with --dtype q4: sym = q4 (scale per group of 32), asym = "
+                   help="form of the layer matrices with --dtype q4: sym = q4 (INT4, scale per group of 32), asym = "
                         "q4a (scale + minimum, Q4_1's form: exact from Q4_1/Q4_0 GGUF), auto = asym for Q4_1/Q4_0 "
-                        "sources, else the smaller error (default sym)")
+                        "sources, else the smaller error; q8 = INT8 + scale per 32 (Q8_0's form, 8.5 bits a weight: "
+                        "for tiny models where INT4 loses too much) (default sym)")
     p.add_argument("--embed", choices=EMBEDS, default=None,
                    help="form of token_embd / output: sym, asym, auto, or q8 = INT8 + scale per 32 (exact from "
                         "Q8_0; twice the bytes of INT4) (default: as --weights)")

@@ -28,6 +28,7 @@ Weights are named here with the MBF segment names (token_embd, blk.<L>.attn_q, .
 
 from __future__ import annotations
 
+import binascii
 import os
 import struct
 from dataclasses import dataclass
@@ -272,3 +273,51 @@ def write_tokenizer(path: PathLike, tokens: list[bytes], scores: list[float],
         out += struct.pack("<fi", s, len(t)) + t
     Path(path).write_bytes(bytes(out))
     return len(out)
+
+
+# ---- the MBF's form of a tokenizer.bin: the L2CT blob that shared/sptok.py reads (docs/MBF.md) ----
+
+L2CT_MAGIC = b"L2CT"
+L2CT_HEADER = 32
+_NONE = 0xFFFFFFFF
+
+
+def byte_fallback(tok: Llama2cTokenizer) -> bool:
+    """Whether token 3 + b is "<0xBB>" for every byte b: run.c's byte fallback assumes that layout."""
+    if len(tok.tokens) < 259:
+        return False
+    return all(tok.tokens[3 + b].upper() == ("<0x%02X>" % b).encode().upper() for b in range(256))
+
+
+def tokenizer_blob(tok: Llama2cTokenizer, bos: int = 1, eos: int = 2) -> bytes:
+    """The L2CT blob of a llama2.c tokenizer: piece offsets, score ranks (dense, so equal scores keep
+    equal priority), the ids in byte order, the pieces; u16 entries when everything fits, else u32."""
+    n = len(tok.tokens)
+    if not tok.tokens:
+        raise Llama2cError("tokenizer: no tokens")
+    if any(s != s for s in tok.scores):
+        raise Llama2cError("tokenizer: a score is NaN")
+    pieces = b"".join(tok.tokens)
+    uniq = sorted(set(np.float32(s).item() for s in tok.scores))
+    rank_of = {s: i for i, s in enumerate(uniq)}
+    ranks = [rank_of[np.float32(s).item()] for s in tok.scores]
+    order = sorted(range(n), key=lambda i: (tok.tokens[i], i))
+    wide = max(n, len(pieces), len(uniq)) >= 0xFFFF
+    item = "I" if wide else "H"
+    offs = [0]
+    for t in tok.tokens:
+        offs.append(offs[-1] + len(t))
+    tables = (struct.pack("<%d%s" % (n + 1, item), *offs) + struct.pack("<%d%s" % (n, item), *ranks)
+              + struct.pack("<%d%s" % (n, item), *order) + pieces)
+    space = tok.tokens.index(b" ") if b" " in tok.tokens else _NONE
+    for what, v in (("bos", bos), ("eos", eos)):
+        if not 0 <= v < n:
+            raise Llama2cError("tokenizer: %s id %d is outside its %d tokens" % (what, v, n))
+    longest = max(1, max(len(t) for t in tok.tokens))
+    if longest > 0xFFFF:
+        raise Llama2cError("tokenizer: a token of %d bytes is too long" % longest)
+    flags = (1 if byte_fallback(tok) else 0) | (2 if wide else 0)
+    total = L2CT_HEADER + len(tables)
+    head = L2CT_MAGIC + struct.pack("<BBHIIIIII", 1, flags, longest, total, n, binascii.crc32(tables), bos, eos,
+                                    space)
+    return head + tables
