@@ -38,7 +38,7 @@ PICOTOOL_DIR = "picotool-2.2.0"
 BOOTROM = "rp2040js-bootrom/bootrom.ts"
 BOARD = "RPI_PICO"
 # Bump when the steps below change what they produce: it is part of the cache key.
-RECIPE = "rp2-RPI_PICO-v1.28.0-recipe-2"
+RECIPE = "rp2-RPI_PICO-v1.28.0-recipe-3"  # 3: frozen armv6m native code word-aligned (patch_sources)
 APT_PACKAGES = ("gcc-arm-none-eabi", "libnewlib-arm-none-eabi", "libstdc++-arm-none-eabi-newlib")
 # The clone path (no vendor folder): the upstream repositories at the tags SOURCES.md names.
 GIT_SOURCES = (
@@ -234,6 +234,29 @@ def step_sources(vendor: Path) -> Path:
     return work
 
 
+# v1.28.0's tools/mpy-tool.py aligns frozen armv6m native code to 2 bytes only, but the Thumb code that
+# mpy-cross emits loads its 32-bit constants PC-relative from a literal pool placed as if the code started on
+# a word (as code loaded from a .mpy does: it lives in a heap block): frozen at an address 2 mod 4, every
+# viper kernel read wrong constants and computed garbage on the RP2040 (found by the emulated board's
+# ids check, tests/host/test_firmware_emu.py). Freezing it word-aligned, as ARMv6 and Xtensa code is, fixes it.
+_MPY_TOOL_ALIGN = ("        if config.native_arch in (\n            MP_NATIVE_ARCH_ARMV6,\n",
+                   "        if config.native_arch in (\n            MP_NATIVE_ARCH_ARMV6,\n"
+                   "            MP_NATIVE_ARCH_ARMV6M,  # edgetwin: word-aligned (firmware_build.py)\n")
+
+
+def patch_sources(work: Path) -> None:
+    """Apply the recipe's fixes to the unpacked or cloned MicroPython tree (idempotent)."""
+    tool = work / MPY_DIR / "tools" / "mpy-tool.py"
+    text = tool.read_text()
+    old, new = _MPY_TOOL_ALIGN
+    if new in text:
+        return
+    if text.count(old) != 1:
+        raise BuildError("%s: the native code alignment this recipe fixes is not where v1.28.0 has it" % tool)
+    tool.write_text(text.replace(old, new))
+    log("patched %s: frozen armv6m native code word-aligned" % tool)
+
+
 def step_mpy_cross(work: Path) -> None:
     run(["make", "-C", str(work / MPY_DIR / "mpy-cross"), "-j%d" % jobs()], logfile=work / "mpy-cross.log")
 
@@ -266,6 +289,8 @@ def step_firmware(work: Path, manifest: Path, vendor: Path) -> Path:
     build = port / ("build-" + BOARD)
     for ext in ("uf2", "elf", "bin"):
         (build / ("firmware." + ext)).unlink(missing_ok=True)
+    # regenerated each build: make would keep one frozen by an earlier recipe (patch_sources changes no input)
+    (build / "frozen_content.c").unlink(missing_ok=True)
     run(["make", "-C", str(port), "-j%d" % jobs(), "BOARD=" + BOARD, "FROZEN_MANIFEST=%s" % manifest],
         env=env, logfile=work / "firmware.log")
     if not (build / "firmware.uf2").is_file():
@@ -297,6 +322,7 @@ def ensure(vendor: Path | None = None, manifest: Path | None = None) -> Path:
     t_all = time.monotonic()
     _timed("toolchain", step_toolchain)
     work = _timed("sources", step_sources, vendor)
+    patch_sources(work)
     _timed("mpy-cross", step_mpy_cross, work)
     _timed("picotool", step_picotool, work)
     build = _timed("firmware", step_firmware, work, manifest, vendor)
