@@ -414,3 +414,26 @@ def swiglu(out, gate, up, n):
     """out[:n] = silu(gate) * up, Q16 (out may be gate or up)."""
     silu(out, gate, n)
     mul(out, out, up, n)
+
+
+# ---- attention's int8 loops (the reference; shared/q4_viper.py has the native ones) ----
+# info (array('i') of 4): [offset in a / out, offset in b, n, u]. One call per key and head: the offsets
+# travel in info so the native versions keep to viper's four arguments.
+
+def dot_i8(a, b, info):
+    """sum(a[ao + i] * b[bo + i] for i < n): a query row (int) times an int8 K row."""
+    ao = info[0]
+    bo = info[1]
+    d = 0
+    for i in range(info[2]):
+        d += a[ao + i] * b[bo + i]
+    return d
+
+
+def axpy_i8(out, b, info):
+    """out[oo + i] += u * b[bo + i] for i < n: an int8 V row weighted by u into the head's output."""
+    oo = info[0]
+    bo = info[1]
+    u = info[3]
+    for i in range(info[2]):
+        out[oo + i] += u * b[bo + i]

@@ -24,6 +24,7 @@ import sys
 from array import array
 
 from shared import kernels, mbf, memplan, model_load
+from shared import fixedmath
 from shared.fixedmath import RopeTable
 from shared.model_load import ModelError
 from shared.q4 import LIM, QAct, bitlen, ceil_log2, mulshift, shift_sat
@@ -164,14 +165,21 @@ class Model:
         self.lslot = get("lslot")
         self.kslot = get("kslot")  # physical slot of each key of the current query, by position
         self.nkeys = 0
+        self.ai = array("i", bytearray(16))  # the attention kernels' offsets (fixedmath.dot_i8, axpy_i8)
         kernels.rope(self.qrot, self.qgrp[0], self.rope, kv.capacity, g)  # checks the shapes once
         self._backend()
 
     def _backend(self):
         # The attention loop calls the backend's rope directly: its arguments are fixed here and
         # checked once above, and kernels.rope's per-call checks cost 5x the rotation itself (viper).
+        # So do the int8 dot and axpy of scores and mix (one call per key and head), where the backend
+        # has them for this cache's int8 rows; else fixedmath's (any typecode).
         name = kernels.backend()
-        self._rope = kernels.load(name).rope
+        b = kernels.load(name)
+        self._rope = b.rope
+        native = self.kv.typecode == "b"
+        self._dot = getattr(b, "dot_i8", fixedmath.dot_i8) if native else fixedmath.dot_i8
+        self._axpy = getattr(b, "axpy_i8", fixedmath.axpy_i8) if native else fixedmath.axpy_i8
         self._kname = name
 
     # ---- the forward ----
@@ -362,6 +370,9 @@ class Model:
         info = rt.info
         info[3] = g
         rope = self._rope
+        dot = self._dot
+        ai = self.ai
+        ai[2] = hd
         for h in range(nkv):
             qg = self.qgrp[h]
             for j in range(n):
@@ -371,12 +382,10 @@ class Model:
                 sc = ks[slot * nkv + h]
                 mk = sc & 32767
                 xk = (sc >> 15) - _XBIAS
-                ko = slot * kvd + h * hd
+                ai[1] = slot * kvd + h * hd
                 for a in range(g):
-                    o = a * hd
-                    d = 0
-                    for i in range(hd):
-                        d += qr[o + i] * kk[ko + i]  # |d| < 2**30 (Cauchy-Schwarz, docs/RUNTIME.md)
+                    ai[0] = a * hd
+                    d = dot(qr, kk, ai)  # |d| < 2**30 (Cauchy-Schwarz, docs/RUNTIME.md)
                     hq = h * g + a
                     # score = d * mk * fq * 2**-(15 + qsh - xk): one factor (mk * fq) / 2**15 <= 2**15
                     scores[hq][j] = mulshift(d, (mk * qf[hq] + 16384) >> 15, qsh[hq] - xk)
@@ -395,6 +404,9 @@ class Model:
         vs = kv.vscale
         base = layer * kv.slots
         att = self.att
+        axpy = self._axpy
+        ai = self.ai
+        ai[2] = hd
         for h in range(nkv):
             big = -_XBIAS  # the largest V scale exponent among the keys
             for j in range(n):
@@ -408,6 +420,7 @@ class Model:
                 o = hq * hd
                 for i in range(hd):
                     att[o + i] = 0
+                ai[0] = o
                 for j in range(n):
                     slot = base + kslot[j]
                     sc = vs[slot * nkv + h]
@@ -417,9 +430,9 @@ class Model:
                     u = mulshift(p[j], sc & 32767, 9 + big - ((sc >> 15) - _XBIAS))
                     if u == 0:
                         continue
-                    vo = slot * kvd + h * hd
-                    for i in range(hd):
-                        att[o + i] += u * vv[vo + i]
+                    ai[1] = slot * kvd + h * hd
+                    ai[3] = u
+                    axpy(att, vv, ai)
                 for i in range(hd):
                     att[o + i] = shift_sat(att[o + i], big - 7)
 

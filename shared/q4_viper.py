@@ -733,6 +733,41 @@ def quantize_act(act, x):
     v_quantize_act(x, act.q, act.info)
 
 
+@micropython.viper
+def dot_i8(a, b, info) -> int:
+    # fixedmath.dot_i8: a int32 (sign-extended on 64-bit hosts), b int8 (ptr8 reads it unsigned)
+    pi = ptr32(info)
+    pa = ptr32(a)
+    pb = ptr8(b)
+    sx = 31
+    SX = 1 << sx
+    ao = pi[0]
+    bo = pi[1]
+    n = pi[2]
+    d = 0
+    i = 0
+    while i < n:
+        d += ((pa[ao + i] ^ SX) - SX) * ((pb[bo + i] ^ 128) - 128)
+        i += 1
+    return d
+
+
+@micropython.viper
+def axpy_i8(out, b, info):
+    # fixedmath.axpy_i8: the stored low 32 bits are the same on 32- and 64-bit words
+    pi = ptr32(info)
+    po = ptr32(out)
+    pb = ptr8(b)
+    oo = pi[0]
+    bo = pi[1]
+    n = pi[2]
+    u = pi[3]
+    i = 0
+    while i < n:
+        po[oo + i] = po[oo + i] + u * ((pb[bo + i] ^ 128) - 128)
+        i += 1
+
+
 def matvec(out, mat, act, r0, r1):
     k = mat.kind  # kernels.matvec wrote r0, r1 and wshift into info
     if k == 0:

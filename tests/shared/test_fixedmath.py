@@ -290,3 +290,33 @@ def test_bad_arguments():
     testkit.raises(Q4Error, kernels.silu, bytearray(64), x, 16)
     testkit.raises(Q4Error, kernels.mul, x, x, array("i", [0] * 4), 16)
     testkit.raises(Q4Error, kernels.softmax, x, x, 1.5)
+
+
+def test_attention_int8_dot_and_axpy_backends_agree():
+    # fixedmath.dot_i8 / axpy_i8 against a direct sum, and the viper versions (MicroPython) against both:
+    # negative int8 and int32 values, offsets inside both buffers, lengths 0..33, heap locked
+    rng = testkit.Rng(93)
+    a = rvec(rng, 80, 1 << 22)
+    b = array("b", [rng.below(255) - 127 for _ in range(96)])
+    b[5] = -128
+    info = array("i", bytearray(16))
+    impls = [("plain", fixedmath.dot_i8, fixedmath.axpy_i8)]
+    v = kernels.load("viper")
+    if v is not None:
+        impls.append(("viper", v.dot_i8, v.axpy_i8))
+    assert len(impls) == (2 if testkit.IS_MP else 1)
+    for ao, bo, n in ((0, 0, 32), (7, 5, 33), (40, 60, 8), (3, 90, 6), (0, 0, 0), (47, 1, 1)):
+        want = 0
+        for i in range(n):
+            want += a[ao + i] * b[bo + i]
+        u = rng.below(1 << 16) - (1 << 15)
+        out0 = rvec(rng, 80, 1 << 20)
+        expect = array("i", out0)
+        for i in range(n):
+            expect[ao + i] += u * b[bo + i]
+        for name, dot, axpy in impls:
+            info[0], info[1], info[2], info[3] = ao, bo, n, u
+            assert dot(a, b, info) == want, (name, ao, bo, n)
+            out = array("i", out0)
+            testkit.run_locked(lambda _: axpy(out, b, info), None)
+            assert list(out) == list(expect), (name, ao, bo, n)
