@@ -204,3 +204,94 @@ def test_logs_only_node_on_the_firmware_sends_log_frames_to_the_gateway(board: e
     assert len(texts) >= 5
     print("logs-only node on the emulated Pico: %d lines stored, peer lost %d times (gateway dead_ms vs "
           "board time), first %r" % (len(texts), sess["lost"], texts[:2]))
+
+
+# rp2040js emulates core 0 only: _thread.start_new_thread (core 1 on rp2) never returns, so the self-test's
+# two-thread check runs with the profile's threads off here (docs/BOARDS.md)
+SELFTEST_PY = """import json
+p = json.load(open('/board.json'))
+p['threads'] = False
+with open('/selftest.json', 'w') as f:
+    f.write(json.dumps(p))
+import firmware.selftest as t
+t.run('/selftest.json')
+"""
+# the node in board time: long notes from short prompts (more drafted tokens per
+# prefilled one), a 64 KB spill ring (its preallocation at first boot is slow on the emulator)
+DRAFT_CFG = {"report_ms": 1000, "max_len": 48, "prompt_max": 12, "spill_bytes": 65536}
+DRAFT_TOKENS = 200
+
+
+@pytest.mark.slow
+def test_drafting_node_deployed_as_a_user_would_commits_target_greedy_tokens(board: emuboard.EmuBoard,
+                                                                             tmp_path: Path) -> None:
+    import json
+
+    import gwkit
+    from host import gateway, tiny_target
+    from host.store import LogStore
+
+    model = tmp_path / "tiny.mbf"
+    model.write_bytes(gwkit.tiny_mbf())
+    # the user's command: the firmware carries the code, so only the profile, node.json, main.py and the model go
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "host.cli", "deploy", "--board", "rp2040_pico", "--port",
+                          board.repl_port, "--node", "--model", str(model), "--no-reset"], cwd=str(ROOT),
+                         capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "frozen" in res.stdout
+    report = json.loads(res.stdout[res.stdout.index("{"):res.stdout.rindex("}") + 1])
+    paths = {f["path"] for f in report["files"]}
+    assert paths == {"/board.json", "/node.json", "/main.py", "/draft-rp2040.mbf"}, paths
+    deploy_s = time.monotonic() - t0
+    # the node's self-test on the firmware
+    out = mpremote(board.repl_port, "exec", SELFTEST_PY, timeout=240)
+    st = json.loads(out[out.index("SELFTEST ") + 9:].splitlines()[0])
+    assert st["ok"] and st["interpreter"] == "micropython" and st["version"].startswith("1.28")
+    assert st["ringkv"]["heap_locked"] and st["ringkv"]["heap_growth_after_run"] == 0
+    # the node.json deploy wrote (the memory plan's choice), with the test's faster plant
+    cfg = json.loads(mpremote(board.repl_port, "exec", "print(open('node.json').read())"))
+    cfg.update(DRAFT_CFG)
+    write(tmp_path / "node.json", json.dumps(cfg))
+    mpremote(board.repl_port, "fs", "cp", str(tmp_path / "node.json"), ":node.json", "+", "reset")
+    t = time.monotonic()
+    while board.boots < 2 and time.monotonic() - t < 30:
+        time.sleep(0.05)
+    assert board.boots == 2, board.events
+    db, trace = tmp_path / "g.db", tmp_path / "trace.jsonl"
+    gw = gwkit.GatewayProc(["pico=" + board.uart_port], db, tmp_path / "st.json", baud=board.profile["uart"]["baud"],
+                           extra=["--peer-timeout", "30", "--model", "tiny:%d" % gwkit.TINY_SEED, "--trace", str(trace)])
+    t_run = time.monotonic()
+    try:
+        gw.wait_status(lambda s: s["sessions"] and s["sessions"][0].get("spec", {}).get("tokens_verified", 0) >= DRAFT_TOKENS,
+                       timeout=420, what="%d verified draft tokens" % DRAFT_TOKENS)
+        run_s = time.monotonic() - t_run
+        n0 = len(gwkit.node_reports(db, "pico"))
+        gw.wait_status(lambda s: len(gwkit.node_reports(db, "pico")) >= n0 + 2, timeout=60, what="two more NODE reports")
+        st = gw.status()
+    finally:
+        gw.stop()
+    sess = st["sessions"][0]
+    spec = sess["spec"]
+    assert sess["bad_frames"] == 0 and sess["link_err_crc"] == 0 and spec["desync"] == 0
+    assert spec["lockstep_bad"] == 0 and spec["lockstep_ok"] >= 1, spec
+    # every verified token is the target's own greedy token after the same prefix (sink 4 + window 28)
+    target = tiny_target.make(gwkit.TINY_SEED, seq_len=gateway.TINY_SEQ_LEN)[0]
+    kv = board.profile["kv"]
+    replay = gwkit.greedy_replay(trace, "pico", target, kv["sink"], kv["window"])
+    assert replay["verified"] >= DRAFT_TOKENS and replay["gaps"] == 0, replay
+    assert replay["equal"] == replay["verified"], replay
+    # the heap stays flat while drafting, and every acknowledged line is stored
+    heaps = [int(r["heap"]) for r in gwkit.node_reports(db, "pico") if "crc" in r]
+    assert len(heaps) >= 4, heaps
+    assert max(heaps[2:]) == min(heaps[2:]), heaps
+    gwkit.check_logs_acked(db, "pico")
+    store = LogStore(db, readonly=True)
+    try:
+        notes = store.annotations()
+    finally:
+        store.close()
+    assert notes and all(n["verified"] == 1 for n in notes)
+    print("drafting node on the emulated Pico: deploy %.0f s, %d verified tokens (all target-greedy) in %.0f s of "
+          "host time, heap in use %d B, lockstep_ok %d" % (deploy_s, replay["verified"], run_s, heaps[-1],
+                                                         spec["lockstep_ok"]))

@@ -140,6 +140,7 @@ class EmuBoard:
         self.events: list[dict] = []
         self.stats: dict = {}
         self.boots = 0
+        self.uart_bytes = {"to_board": 0, "from_board": 0}  # link bytes relayed (a bench's bytes per token)
         self.error: str | None = None
         self._proc: subprocess.Popen | None = None
         self._stop = threading.Event()
@@ -266,6 +267,7 @@ class EmuBoard:
                 self.repl.put(payload)
             elif ch == b"U":
                 self.uart.put(payload)
+                self.uart_bytes["from_board"] += len(payload)
             elif ch == b"E":
                 self._on_event(json.loads(payload))
 
@@ -306,6 +308,8 @@ class EmuBoard:
                             data = b""
                         if data:
                             self._send(ch, data)
+                            if ch == b"U":
+                                self.uart_bytes["to_board"] += len(data)
                 if self._proc is proc and proc is not None:
                     self._flush_to_node()
                     self._drain_stdout()
