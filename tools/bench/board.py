@@ -1,0 +1,334 @@
+"""Benchmark a drafting node on the emulated RP2040 (the real rp2 firmware in rp2040js), in board time.
+
+    edgetwin bench board [--board rp2040_pico] [--model MBF] [--target smollm2|tiny:SEED|GGUF]
+                         [--steps N] [--tokens N] [--image UF2] [--json]
+
+What it does, on a fresh emulated flash (a temporary file):
+1. boots `make firmware`'s image (the node's code frozen) and reads gc.mem_free() (heap_free_boot_bytes);
+2. deploys the model as a user would (`edgetwin deploy --node --model MBF`: the profile, node.json with the
+   memory plan's layout, main.py, the model on the flash filesystem);
+3. on the board, the model alone: a prompt prefilled, then 5 greedy decode steps with the plain-Python
+   (bytecode) kernels and `--steps` more with the viper ones, each step timed with time.ticks_us()
+   (the board's clock: emulated cycles at 125 MHz), the ids and a hash of each step's integer logits
+   compared with shared/llama.py on CPython for the same model, cache and prompt (draft_ids_match_host);
+4. the node itself (main.py, a 64 KB spill ring) against `edgetwin gateway --model TARGET`, until `--tokens`
+   verified tokens: committed tokens, verified tokens per board second, the UART bytes relayed per
+   committed token, and the node's heap (its NODE reports: in use after gc.collect).
+
+Every rate is in board time (cycles / 125 MHz), never host time. The emulator does not model the XIP
+flash cache or its wait states: a real Pico runs code and reads the model from flash more slowly than this
+where the cache misses. The default target is the tiny seeded target when the model is
+tools/demo/spec_models' tiny draft (`--model tiny`), else SmolLM2 (`smollm2`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if __package__ in (None, ""):
+    sys.path.insert(0, str(ROOT))
+
+from host.board_profile import venv_exe  # noqa: E402
+from host.usage import Parser  # noqa: E402
+
+CPU_HZ = 125_000_000
+BASELINE_STEPS = 5  # plain-Python steps (each one costs seconds of board time on the shipped draft)
+SPILL_BYTES = 65536  # the bench node's spill ring: preallocating the profile's 640 KB takes minutes emulated
+
+# Runs on the board (mpremote run): the model of /node.json's plan, greedy from the prompt, per backend.
+PROBE = r"""
+import gc, json, time
+from shared import kernels, llama, mbf, ringkv
+PROMPT = %(prompt)r
+STEPS = %(steps)d
+BASE = %(base)d
+prof = json.load(open('/board.json'))
+cfg = json.load(open('/node.json'))
+PATH = '/' + prof['model']
+
+
+def h(lg, n):
+    x = 0
+    for i in range(n):
+        x = (x * 31 + lg[i]) & 0x3FFFFFFF
+    return x
+
+
+def run():
+    # one model: the prompt prefilled with viper, then BASE steps with the plain kernels, then STEPS with
+    # viper (the same integers either way, so the ids continue one greedy sequence)
+    kernels.use('viper')
+    gc.collect()
+    r = mbf.open(PATH)
+    c = r.config
+    kv = prof['kv']
+    ring = ringkv.RingKV(c['n_layers'], c['n_kv_heads'] * c['head_dim'], kv['sink'], kv['window'], kv['staged'],
+                         'b', c['n_kv_heads'])
+    m = llama.Model(r, ring, stream=cfg.get('stream', False), out_rows=cfg.get('out_rows', 64))
+    gc.collect()
+    held = gc.mem_alloc()
+    m.prefill(PROMPT)
+    out = []
+    us = {'plain': [], 'viper': []}
+    fmin = gc.mem_free()
+    for s in range(BASE + STEPS):
+        name = 'plain' if s < BASE else 'viper'
+        kernels.use(name)
+        lg = m.logits
+        n = m.n_out
+        best = 0
+        for i in range(n):
+            if lg[i] > lg[best]:
+                best = i
+        tok = m.token_of(best)
+        out.append([tok, h(lg, n)])
+        t = time.ticks_us()
+        m.step(tok)
+        ring.commit(1)
+        us[name].append(time.ticks_diff(time.ticks_us(), t))
+        f = gc.mem_free()
+        if f < fmin:
+            fmin = f
+    r.close()
+    return {'ids': out, 'us': us, 'free_min': fmin, 'held': held}
+
+
+res = run()
+print('BENCH-BOARD ' + json.dumps(res))
+"""
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+def host_greedy(model: Path, prof: dict, cfg: dict, prompt: list[int], steps: int) -> list[list[int]]:
+    """What PROBE's viper run prints, computed by shared/llama.py on CPython (same integers)."""
+    from shared import kernels, llama, mbf, ringkv
+
+    kernels.use()
+    r = mbf.open(str(model))
+    c = r.config
+    kv = prof["kv"]
+    ring = ringkv.RingKV(c["n_layers"], c["n_kv_heads"] * c["head_dim"], kv["sink"], kv["window"], kv["staged"],
+                         "b", c["n_kv_heads"])
+    m = llama.Model(r, ring, stream=cfg.get("stream", False), out_rows=cfg.get("out_rows", 64))
+    m.prefill(prompt)
+    out = []
+    for _ in range(steps):
+        lg = list(m.logits[:m.n_out])
+        best = max(range(len(lg)), key=lambda i: (lg[i], -i))
+        x = 0
+        for v in lg:
+            x = (x * 31 + v) & 0x3FFFFFFF
+        tok = m.token_of(best)
+        out.append([tok, x])
+        m.step(tok)
+        ring.commit(1)
+    r.close()
+    return out
+
+
+def prompt_ids(model: Path, text: str, limit: int = 24) -> list[int]:
+    """The model's own tokens of text (the tokenizer its MBF carries), else the annotator's byte tokens."""
+    from shared import bpe, mbf, sptok
+
+    r = mbf.open(str(model))
+    try:
+        vocab = r.config["vocab_size"]
+        if not r.tok_length:
+            return [1 + b % (vocab - 1) for b in text.encode()][:limit]
+        kind = sptok.SPTok if r.config.get("tokenizer_kind", mbf.TOK_BPE) == mbf.TOK_LLAMA2C else bpe.BPE
+        with open(model, "rb") as f:
+            tok = kind(f, offset=r.tok_offset, length=r.tok_length)
+            return list(tok.encode(text))[:limit]
+    finally:
+        r.close()
+
+
+def _mpremote(port: str, *args: str, timeout: float = 900) -> str:
+    proc = subprocess.run([venv_exe("mpremote"), "connect", port, *args], capture_output=True, text=True,
+                          timeout=timeout)
+    if proc.returncode != 0:
+        raise BenchError("mpremote %s failed: %s" % (args[0], (proc.stdout + proc.stderr).strip()[-600:]))
+    return proc.stdout
+
+
+def _say(msg: str) -> None:
+    print("bench board: " + msg, file=sys.stderr, flush=True)
+
+
+def _board_s(board) -> float:
+    return float(board.stats.get("cycles", 0)) / CPU_HZ
+
+
+def run(board_name: str, model: Path, target: str, steps: int, tokens: int, image: Path | None) -> dict:
+    from tools.board import build, emuboard
+
+    prof = build.board_profile(board_name)
+    with tempfile.TemporaryDirectory(prefix="edgetwin-bench-board-") as tmp:
+        tmpd = Path(tmp)
+        board = emuboard.EmuBoard(board_name, image, tmpd / "flash.bin").start()
+        try:
+            out = _mpremote(board.repl_port, "exec", "import gc; gc.collect(); print(gc.mem_free(), gc.mem_alloc())")
+            free_boot, alloc_boot = (int(x) for x in out.split()[:2])
+            _say("booted: gc.mem_free %d B; deploying %s (%s B)" % (free_boot, model, format(model.stat().st_size, ",")))
+            t = time.monotonic()
+            env = dict(os.environ, PYTHONPATH=str(ROOT))
+            dep = subprocess.run([sys.executable, "-m", "host.cli", "deploy", "--board", board_name, "--port",
+                                  board.repl_port, "--node", "--model", str(model), "--no-reset"], cwd=str(ROOT),
+                                 env=env, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
+            if dep.returncode != 0:
+                raise BenchError("deploy failed: " + (dep.stdout + dep.stderr).strip()[-800:])
+            deploy_s = time.monotonic() - t
+            cfg = json.loads(_mpremote(board.repl_port, "exec", "print(open('node.json').read())"))
+            prompt = prompt_ids(model, "Plant log notes.\nM2 ALARM temp_c 81.5 > 80.0\nNote:")
+            _say("deployed in %.0f s (host); the model alone: %d viper steps, %d plain ones" % (deploy_s, steps,
+                                                                                                 BASELINE_STEPS))
+            script = tmpd / "probe.py"
+            script.write_text(PROBE % {"prompt": prompt, "steps": steps, "base": BASELINE_STEPS})
+            out = _mpremote(board.repl_port, "run", str(script), timeout=3600)
+            line = [x for x in out.splitlines() if x.startswith("BENCH-BOARD ")]
+            if not line:
+                raise BenchError("the board's probe printed no result: " + out[-800:])
+            probe = json.loads(line[0][len("BENCH-BOARD "):])
+            host = host_greedy(model, prof, cfg, prompt, BASELINE_STEPS + steps)
+            node = _node_run(board, tmpd, cfg, prof, target, tokens)
+        finally:
+            board.stop()
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    v_us = mean(probe["us"]["viper"])
+    p_us = mean(probe["us"]["plain"])
+    total = free_boot + alloc_boot
+    return {
+        "board": board_name, "cpu_hz": CPU_HZ, "emulator": emuboard.emulator_version(),
+        "firmware": {"path": str(board.image), "bytes": board.image.stat().st_size,
+                     "flash_bin_bytes": board.image.with_suffix(".bin").stat().st_size},
+        "model": {"path": str(model), "bytes": model.stat().st_size, "plan": cfg.get("stream", False),
+                  "out_rows": cfg.get("out_rows")},
+        "heap_bytes_total": total, "heap_free_boot_bytes": free_boot,
+        "model_heap_bytes": probe["held"], "heap_free_min_bytes_model_alone": probe["free_min"],
+        "heap_free_min_bytes": total - node["heap_in_use_max"],
+        "draft_step_us": round(v_us), "draft_tokens_per_s": round(1e6 / v_us, 2),
+        "plain_step_us": round(p_us), "draft_step_viper_vs_bytecode": round(p_us / v_us, 1),
+        "steps": {"plain": len(probe["us"]["plain"]), "viper": len(probe["us"]["viper"])},
+        "draft_ids_match_host": probe["ids"] == host,
+        "ids": [x[0] for x in probe["ids"]],
+        "node": node, "tokens": node["committed"],
+        "link_bytes_per_committed_token": node["link_bytes_per_committed_token"],
+        "deploy_host_s": round(deploy_s, 1),
+    }
+
+
+def _node_run(board, tmpd: Path, cfg: dict, prof: dict, target: str, tokens: int) -> dict:
+    """The node itself against the real gateway until `tokens` verified tokens; figures in board time."""
+    from host.store import LogStore
+
+    node_cfg = dict(cfg, spill_bytes=SPILL_BYTES, report_ms=1000)
+    (tmpd / "node.json").write_text(json.dumps(node_cfg))
+    boots = board.boots
+    _mpremote(board.repl_port, "fs", "cp", str(tmpd / "node.json"), ":node.json", "+", "reset")
+    t = time.monotonic()
+    while board.boots == boots and time.monotonic() - t < 60:
+        time.sleep(0.05)
+    db, status = tmpd / "g.db", tmpd / "st.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    gw = subprocess.Popen([sys.executable, "-m", "host.cli", "gateway", "--port", "node=" + board.uart_port,
+                           "--db", str(db), "--status", str(status), "--baud", str(prof["uart"]["baud"]),
+                           "--model", target, "--peer-timeout", "30", "--quiet"], cwd=str(ROOT), env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _say("node and gateway (%s) running until %d verified tokens" % (target, tokens))
+    st = None
+    t0_board = None
+    u0 = None
+    last = time.monotonic()
+    try:
+        while True:
+            if gw.poll() is not None:
+                raise BenchError("the gateway exited: " + gw.stderr.read().decode()[-800:])
+            try:
+                st = json.loads(status.read_text())
+            except (OSError, ValueError):
+                st = None
+            spec = st["sessions"][0].get("spec", {}) if st and st.get("sessions") else {}
+            if spec.get("tokens_verified", 0) > 0 and t0_board is None:  # from the first verdict on
+                t0_board, u0, v0 = _board_s(board), dict(board.uart_bytes), spec["tokens_verified"]
+                c0 = spec["committed"]
+            if spec.get("tokens_verified", 0) >= tokens:
+                break
+            if time.monotonic() - last > 30:
+                _say("%d verified tokens so far" % spec.get("tokens_verified", 0))
+                last = time.monotonic()
+            time.sleep(0.5)
+        t1_board = _board_s(board)
+        u1 = dict(board.uart_bytes)
+    finally:
+        gw.terminate()
+        gw.wait(30)
+    sess = st["sessions"][0]
+    spec = sess["spec"]
+    store = LogStore(db, readonly=True)
+    try:
+        heaps = [int(r["text"].split("heap=")[1].split()[0]) for r in store.logs("node") if r["text"].startswith("NODE ")]
+        lines = sum(1 for r in store.logs("node"))
+    finally:
+        store.close()
+    link = (u1["to_board"] - u0["to_board"]) + (u1["from_board"] - u0["from_board"])
+    committed = spec["committed"] - c0
+    return {"verified_tokens": spec["tokens_verified"], "committed": spec["committed"],
+            "verified_tokens_per_board_s": round((spec["tokens_verified"] - v0) / max(t1_board - t0_board, 1e-9), 2),
+            "board_s": round(t1_board - t0_board, 1), "acceptance_drafts": sess["drafts"], "verdicts": sess["verdicts"],
+            "lockstep_bad": spec["lockstep_bad"], "desync": spec["desync"], "log_lines_stored": lines,
+            "heap_in_use_max": max(heaps) if heaps else 0, "heap_in_use_reports": heaps[-8:],
+            "link_bytes_per_committed_token": round(link / max(committed, 1), 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = Parser(prog="edgetwin bench board", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--board", default="rp2040_pico", help="board profile with an emulator (rp2040_pico)")
+    ap.add_argument("--model", default=str(ROOT / "models" / "draft" / "draft.mbf"),
+                    help="the draft MBF (default the shipped draft); 'tiny' for the tiny seeded test draft")
+    ap.add_argument("--target", default=None, help="the gateway's target (default: smollm2; tiny:3 for --model tiny)")
+    ap.add_argument("--steps", type=int, default=8, help="greedy steps of the model alone, viper (default 8)")
+    ap.add_argument("--tokens", type=int, default=50, help="verified tokens of the node run (default 50)")
+    ap.add_argument("--image", default=None, help="firmware .uf2 (default build/firmware/rp2040_pico/firmware.uf2)")
+    ap.add_argument("--json", action="store_true", help="print only the JSON object")
+    args = ap.parse_args(argv)
+    if args.steps < 2 or args.tokens < 1:
+        ap.error("--steps must be >= 2 and --tokens >= 1")
+    target = args.target
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.model == "tiny":
+            sys.path.insert(0, str(ROOT))
+            from host.gateway import TINY_SEQ_LEN
+            from tools.demo import spec_models
+
+            model = Path(tmp) / "tiny.mbf"
+            model.write_bytes(spec_models.make_pair(3, seq_len=TINY_SEQ_LEN).mbf)
+            target = target or "tiny:3"
+        else:
+            model = Path(args.model)
+            if not model.is_file():
+                ap.error("--model %s: no such file" % model)
+        try:
+            from tools.board import emuboard
+
+            res = run(args.board, model, target or "smollm2", args.steps, args.tokens,
+                      Path(args.image) if args.image else None)
+        except (BenchError, emuboard.EmuBoardError) as e:
+            print("edgetwin bench board: %s" % e, file=sys.stderr)
+            return 2
+    print(json.dumps(res, indent=None if args.json else 2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
