@@ -292,6 +292,27 @@ def test_drafting_node_deployed_as_a_user_would_commits_target_greedy_tokens(boa
     finally:
         store.close()
     assert notes and all(n["verified"] == 1 for n in notes)
+    # the board computes the host's numbers: armv6m viper (frozen) and bytecode steps give the ids and the
+    # integer logits (hashed) that shared/llama.py gives on CPython for the same model, cache and prompt
+    from tools.bench import board as bench_board
+
+    prof = board.profile
+    fig = bench_board.probe_model(board.repl_port, model, prof, cfg, 3, tmp_path)
+    assert fig["draft_ids_match_host"], fig
+    assert fig["steps"] == {"plain": bench_board.BASELINE_STEPS, "viper": 3}
+    assert fig["draft_step_viper_vs_bytecode"] > 2, fig  # viper executed, not only compiled
     print("drafting node on the emulated Pico: deploy %.0f s, %d verified tokens (all target-greedy) in %.0f s of "
-          "host time, heap in use %d B, lockstep_ok %d" % (deploy_s, replay["verified"], run_s, heaps[-1],
-                                                         spec["lockstep_ok"]))
+          "host time, heap in use %d B, lockstep_ok %d; model alone: step %d us viper, %d us bytecode (%.1fx), ids "
+          "equal the host's" % (deploy_s, replay["verified"], run_s, heaps[-1], spec["lockstep_ok"],
+                                fig["draft_step_us"], fig["plain_step_us"], fig["draft_step_viper_vs_bytecode"]))
+
+
+def test_bench_board_refuses_bad_arguments_in_one_line(tmp_path: Path) -> None:
+    for args, what in ((["--steps", "1"], "--steps"), (["--model", str(tmp_path / "none.mbf")], "no such file"),
+                       (["--board", "esp32s3_devkitc", "--model", "tiny", "--image", str(tmp_path / "x.uf2")],
+                        "emulator")):
+        proc = subprocess.run([sys.executable, "-m", "host.cli", "bench", "board", *args], cwd=str(ROOT),
+                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        err = [x for x in proc.stderr.splitlines() if "still running" not in x]
+        assert len(err) == 1 and what in err[0] and "Traceback" not in proc.stderr, (args, proc.stderr)

@@ -11,7 +11,7 @@ What it does, on a fresh emulated flash (a temporary file):
    (bytecode) kernels and `--steps` more with the viper ones, each step timed with time.ticks_us()
    (the board's clock: emulated cycles at 125 MHz), the ids and a hash of each step's integer logits
    compared with shared/llama.py on CPython for the same model, cache and prompt (draft_ids_match_host);
-4. the node itself (main.py, a 64 KB spill ring) against `edgetwin gateway --model TARGET`, until `--tokens`
+4. unless --tokens 0, the node itself (main.py, a 64 KB spill ring) against `edgetwin gateway --model TARGET`, until `--tokens`
    verified tokens: committed tokens, verified tokens per board second, the UART bytes relayed per
    committed token, and the node's heap (its NODE reports: in use after gc.collect).
 
@@ -190,23 +190,12 @@ def run(board_name: str, model: Path, target: str, steps: int, tokens: int, imag
                 raise BenchError("deploy failed: " + (dep.stdout + dep.stderr).strip()[-800:])
             deploy_s = time.monotonic() - t
             cfg = json.loads(_mpremote(board.repl_port, "exec", "print(open('node.json').read())"))
-            prompt = prompt_ids(model, "Plant log notes.\nM2 ALARM temp_c 81.5 > 80.0\nNote:")
-            _say("deployed in %.0f s (host); the model alone: %d viper steps, %d plain ones" % (deploy_s, steps,
-                                                                                                 BASELINE_STEPS))
-            script = tmpd / "probe.py"
-            script.write_text(PROBE % {"prompt": prompt, "steps": steps, "base": BASELINE_STEPS})
-            out = _mpremote(board.repl_port, "run", str(script), timeout=3600)
-            line = [x for x in out.splitlines() if x.startswith("BENCH-BOARD ")]
-            if not line:
-                raise BenchError("the board's probe printed no result: " + out[-800:])
-            probe = json.loads(line[0][len("BENCH-BOARD "):])
-            host = host_greedy(model, prof, cfg, prompt, BASELINE_STEPS + steps)
-            node = _node_run(board, tmpd, cfg, prof, target, tokens)
+            _say("deployed in %.0f s (host); the model alone: %d plain steps, %d viper ones" % (deploy_s, BASELINE_STEPS,
+                                                                                                 steps))
+            figures = probe_model(board.repl_port, model, prof, cfg, steps, tmpd)
+            node = _node_run(board, tmpd, cfg, prof, target, tokens) if tokens else None
         finally:
             board.stop()
-    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-    v_us = mean(probe["us"]["viper"])
-    p_us = mean(probe["us"]["plain"])
     total = free_boot + alloc_boot
     return {
         "board": board_name, "cpu_hz": CPU_HZ, "emulator": emuboard.emulator_version(),
@@ -215,17 +204,33 @@ def run(board_name: str, model: Path, target: str, steps: int, tokens: int, imag
         "model": {"path": str(model), "bytes": model.stat().st_size, "plan": cfg.get("stream", False),
                   "out_rows": cfg.get("out_rows")},
         "heap_bytes_total": total, "heap_free_boot_bytes": free_boot,
-        "model_heap_bytes": probe["held"], "heap_free_min_bytes_model_alone": probe["free_min"],
-        "heap_free_min_bytes": total - node["heap_in_use_max"],
-        "draft_step_us": round(v_us), "draft_tokens_per_s": round(1e6 / v_us, 2),
-        "plain_step_us": round(p_us), "draft_step_viper_vs_bytecode": round(p_us / v_us, 1),
-        "steps": {"plain": len(probe["us"]["plain"]), "viper": len(probe["us"]["viper"])},
-        "draft_ids_match_host": probe["ids"] == host,
-        "ids": [x[0] for x in probe["ids"]],
-        "node": node, "tokens": node["committed"],
-        "link_bytes_per_committed_token": node["link_bytes_per_committed_token"],
+        **figures, "heap_free_min_bytes": total - node["heap_in_use_max"] if node else None,
+        "node": node, "tokens": node["committed"] if node else 0,
+        "link_bytes_per_committed_token": node["link_bytes_per_committed_token"] if node else None,
         "deploy_host_s": round(deploy_s, 1),
     }
+
+
+def probe_model(port: str, model: Path, prof: dict, cfg: dict, steps: int, tmpd: Path) -> dict:
+    """The model alone on the board at `port` (deployed: /board.json, /node.json, the model): PROBE's plain and
+    viper steps in board time, and whether its ids and logits hashes equal shared/llama.py's on CPython."""
+    prompt = prompt_ids(model, "Plant log notes.\nM2 ALARM temp_c 81.5 > 80.0\nNote:")
+    script = tmpd / "probe.py"
+    script.write_text(PROBE % {"prompt": prompt, "steps": steps, "base": BASELINE_STEPS})
+    out = _mpremote(port, "run", str(script), timeout=3600)
+    line = [x for x in out.splitlines() if x.startswith("BENCH-BOARD ")]
+    if not line:
+        raise BenchError("the board's probe printed no result: " + out[-800:])
+    probe = json.loads(line[0][len("BENCH-BOARD "):])
+    host = host_greedy(model, prof, cfg, prompt, BASELINE_STEPS + steps)
+    v_us = sum(probe["us"]["viper"]) / len(probe["us"]["viper"])
+    p_us = sum(probe["us"]["plain"]) / len(probe["us"]["plain"])
+    return {"model_heap_bytes": probe["held"], "heap_free_min_bytes_model_alone": probe["free_min"],
+            "draft_step_us": round(v_us), "draft_tokens_per_s": round(1e6 / v_us, 2),
+            "plain_step_us": round(p_us), "draft_step_viper_vs_bytecode": round(p_us / v_us, 1),
+            "steps": {"plain": len(probe["us"]["plain"]), "viper": len(probe["us"]["viper"])},
+            "draft_ids_match_host": probe["ids"] == host, "ids": [x[0] for x in probe["ids"]],
+            "host_ids": [x[0] for x in host]}
 
 
 def _node_run(board, tmpd: Path, cfg: dict, prof: dict, target: str, tokens: int) -> dict:
@@ -298,12 +303,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="the draft MBF (default the shipped draft); 'tiny' for the tiny seeded test draft")
     ap.add_argument("--target", default=None, help="the gateway's target (default: smollm2; tiny:3 for --model tiny)")
     ap.add_argument("--steps", type=int, default=8, help="greedy steps of the model alone, viper (default 8)")
-    ap.add_argument("--tokens", type=int, default=50, help="verified tokens of the node run (default 50)")
+    ap.add_argument("--tokens", type=int, default=50,
+                    help="verified tokens of the node run (default 50; 0: the model alone, no node run: a draft no "
+                         "gateway target shares a vocabulary with, e.g. llama2.c's stories260K)")
     ap.add_argument("--image", default=None, help="firmware .uf2 (default build/firmware/rp2040_pico/firmware.uf2)")
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
     args = ap.parse_args(argv)
-    if args.steps < 2 or args.tokens < 1:
-        ap.error("--steps must be >= 2 and --tokens >= 1")
+    if args.steps < 2 or args.tokens < 0:
+        ap.error("--steps must be >= 2 and --tokens >= 0")
     target = args.target
     with tempfile.TemporaryDirectory() as tmp:
         if args.model == "tiny":
