@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # /opt/wheels; point pip there even where PIP_FIND_LINKS is not set, so it never fetches a CUDA build.
 FIND_LINKS := $(if $(wildcard /opt/wheels/torch-*),--find-links /opt/wheels,)
 
-.PHONY: demo test models venv clean firmware firmware-toolchain emulator-setup
+.PHONY: demo test models venv clean firmware firmware-stock firmware-toolchain emulator-setup
 
 venv: $(STAMP)
 
@@ -43,6 +43,11 @@ export EDGETWIN_VENDOR
 # (Standard library only: runs with $(PYTHON), no venv needed.)
 firmware:
 	$(PYTHON) -m tools.board.firmware_build
+
+# The same firmware without the node frozen (the port's default manifest: what the official download holds),
+# into build/firmware/rp2040_pico-stock: a node from .mpy files on its filesystem (docs/BOARDS.md).
+firmware-stock:
+	$(PYTHON) -m tools.board.firmware_build --stock
 
 firmware-toolchain:
 	$(PYTHON) -m tools.board.firmware_build --toolchain-only

@@ -64,8 +64,12 @@ def work_dir() -> Path:
     return ROOT / "build" / "vendor"
 
 
-def out_dir() -> Path:
-    return ROOT / "build" / "firmware" / "rp2040_pico"
+def out_dir(variant: str = "") -> Path:
+    """build/firmware/rp2040_pico (the node frozen), or rp2040_pico-VARIANT (e.g. -stock)."""
+    return ROOT / "build" / "firmware" / ("rp2040_pico" + ("-" + variant if variant else ""))
+
+
+STOCK_MANIFEST = ROOT / "boards" / "manifest_stock.py"  # the port's default manifest: what a user downloads
 
 
 def manifest_path() -> Path:
@@ -162,8 +166,8 @@ def cache_key(vendor: Path, manifest: Path) -> str:
     return h.hexdigest()
 
 
-def image_current(key: str) -> bool:
-    out = out_dir()
+def image_current(key: str, variant: str = "") -> bool:
+    out = out_dir(variant)
     stamp = out / "firmware.stamp"
     return (stamp.is_file() and stamp.read_text().split()[:1] == [key]
             and all((out / ("firmware." + ext)).is_file() for ext in ("uf2", "elf", "bin")))
@@ -286,12 +290,15 @@ def step_firmware(work: Path, manifest: Path, vendor: Path) -> Path:
         # the unpacked tree has no .git of its own: `git describe` would name the enclosing checkout
         env["MICROPY_GIT_TAG"] = "v1.28.0"
         env["MICROPY_GIT_HASH"] = "vendored"
-    build = port / ("build-" + BOARD)
+    # one build folder per manifest: the port's make runs cmake only where the folder has no Makefile yet, so
+    # a FROZEN_MANIFEST other than the one it was configured with would be ignored (silently the old image)
+    name = "build-" + BOARD + ("" if manifest == manifest_path().resolve() else "-" + manifest.stem)
+    build = port / name
     for ext in ("uf2", "elf", "bin"):
         (build / ("firmware." + ext)).unlink(missing_ok=True)
     # regenerated each build: make would keep one frozen by an earlier recipe (patch_sources changes no input)
     (build / "frozen_content.c").unlink(missing_ok=True)
-    run(["make", "-C", str(port), "-j%d" % jobs(), "BOARD=" + BOARD, "FROZEN_MANIFEST=%s" % manifest],
+    run(["make", "-C", str(port), "-j%d" % jobs(), "BOARD=" + BOARD, "BUILD=" + name, "FROZEN_MANIFEST=%s" % manifest],
         env=env, logfile=work / "firmware.log")
     if not (build / "firmware.uf2").is_file():
         raise BuildError("the rp2 build finished without %s (see %s)" % (build / "firmware.uf2",
@@ -299,8 +306,8 @@ def step_firmware(work: Path, manifest: Path, vendor: Path) -> Path:
     return build
 
 
-def step_install(build: Path, key: str) -> None:
-    out = out_dir()
+def step_install(build: Path, key: str, variant: str = "") -> None:
+    out = out_dir(variant)
     out.mkdir(parents=True, exist_ok=True)
     for ext in ("uf2", "elf", "bin"):
         tmp = out / ("firmware.%s.tmp" % ext)
@@ -309,13 +316,13 @@ def step_install(build: Path, key: str) -> None:
     (out / "firmware.stamp").write_text("%s\n%s\n" % (key, RECIPE))
 
 
-def ensure(vendor: Path | None = None, manifest: Path | None = None) -> Path:
-    """Build the image unless the cached one is current; returns the .uf2 path."""
+def ensure(vendor: Path | None = None, manifest: Path | None = None, variant: str = "") -> Path:
+    """Build the image unless the cached one is current; returns the .uf2 path (in out_dir(variant))."""
     vendor = vendor or default_vendor()
     manifest = (manifest or manifest_path()).resolve()
     key = cache_key(vendor, manifest)
-    out = out_dir()
-    if image_current(key):
+    out = out_dir(variant)
+    if image_current(key, variant):
         log("up to date: %s (key %s)" % (out / "firmware.uf2", key[:12]))
         return out / "firmware.uf2"
     (out / "firmware.stamp").unlink(missing_ok=True)  # never leave a stale image looking current
@@ -326,7 +333,7 @@ def ensure(vendor: Path | None = None, manifest: Path | None = None) -> Path:
     _timed("mpy-cross", step_mpy_cross, work)
     _timed("picotool", step_picotool, work)
     build = _timed("firmware", step_firmware, work, manifest, vendor)
-    _timed("install", step_install, build, key)
+    _timed("install", step_install, build, key, variant)
     size = (out / "firmware.uf2").stat().st_size
     log("built %s (%d bytes) in %.0f s" % (out / "firmware.uf2", size, time.monotonic() - t_all))
     return out / "firmware.uf2"
@@ -345,10 +352,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vendor", type=Path, help="folder with %s (default $EDGETWIN_VENDOR or "
                     "../shared/vendor)" % TARBALL)
     ap.add_argument("--manifest", type=Path, help="freeze manifest (default boards/manifest.py)")
+    ap.add_argument("--stock", action="store_true", help="the port's default manifest only (boards/manifest_stock.py: "
+                    "no edgetwin code frozen, as the official download) into %s" % out_dir("stock"))
     ap.add_argument("--check-only", action="store_true", help="exit 0 if the cached image is current, 1 if not")
     ap.add_argument("--toolchain-only", action="store_true", help="only install (or check) the ARM toolchain")
     args = ap.parse_args(argv)
-    manifest = args.manifest or manifest_path()
+    manifest = args.manifest or (STOCK_MANIFEST if args.stock else manifest_path())
+    variant = "stock" if args.stock else ""
     if not manifest.is_file():
         print("firmware: %s: no such freeze manifest" % manifest, file=sys.stderr)
         return 2
@@ -357,8 +367,8 @@ def main(argv: list[str] | None = None) -> int:
             _timed("toolchain", step_toolchain)
             return 0
         if args.check_only:
-            return 0 if image_current(cache_key(args.vendor or default_vendor(), manifest.resolve())) else 1
-        ensure(args.vendor, manifest)
+            return 0 if image_current(cache_key(args.vendor or default_vendor(), manifest.resolve()), variant) else 1
+        ensure(args.vendor, manifest, variant)
     except BuildError as exc:
         print("firmware: " + str(exc), file=sys.stderr)
         return 1
