@@ -29,7 +29,7 @@ from array import array
 
 from firmware.logq import put_bytes, put_hex4, put_uint
 from shared import crc32, frame
-from shared.compat import MASK30, const
+from shared.compat import MASK30, const, ticks_ms
 from shared.frame import DR_TOKENS, MAX_K, MAX_TOPK, PR_IDS, PROMPT, PROMPT_MAX, draft_token_bytes
 
 _SYS = const(0)
@@ -42,6 +42,10 @@ CUE = b"\nNote:"
 class Annotator:
     def __init__(self, drafter, node, vocab, prompt_max=48, offline_ms=4000, tok=None):
         self.d = drafter
+        self.poll = self._poll_link  # bound once: prompts poll the link between their tokens (Drafter.prompt)
+        self.prompting = False  # inside such a prompt: link callbacks that would change the stream wait
+        self.restart_due = False  # a gateway restart seen while prompting: handled once the prompt is in
+        self.stale_verdicts = 0  # verdicts that arrived while prompting (no block is pending then: stale)
         self.tok = tok  # shared.bpe.BPE or None (byte tokens)
         self.node = node  # node.send(type, buf, n) sends a data frame; node.lk is the link
         self.lk = node.lk
@@ -76,6 +80,9 @@ class Annotator:
     def gateway_restarted(self):
         # a restarted gateway lost its target cache: resend the ids ours holds (UNVERIFIED PROMPTs), which
         # its fresh stream adopts (drafter.resend_history); nothing is drafted until they are out
+        if self.prompting:
+            self.restart_due = True
+            return
         if self.state != _SYS:
             self.d.resend_history()
             self.resends += 1
@@ -83,6 +90,9 @@ class Annotator:
                 self.state = _RUN
 
     def on_verdict(self, buf, off, n):
+        if self.prompting:  # a prompt needs no block pending: this verdict is for none of ours
+            self.stale_verdicts += 1
+            return
         vb = self.vbuf
         if n > len(vb):
             return
@@ -191,7 +201,7 @@ class Annotator:
         if self.state == _SYS:
             d.reset()
             j = self._sys_ids()
-            base = d.prompt(self.ids, j)
+            base = self._prompt(j)
             if self.tok is not None:  # episode.py's stream: an episode (log line + cue) comes first, no note
                 d.stopped = True
             self.gen += 1
@@ -210,7 +220,7 @@ class Annotator:
             if d.pending or n == 0:
                 return 0
             j = self._episode_ids(line, off, n)
-            base = d.prompt(self.ids, j)
+            base = self._prompt(j)
             self.episodes += 1
             if not self._send_prompt(base, j, 0):
                 self.send_fail += 1
@@ -225,6 +235,22 @@ class Annotator:
                 self.state = _SYS
             return 1
         return 0
+
+    def _poll_link(self):
+        self.lk.poll(ticks_ms())
+
+    def _prompt(self, j):
+        # self.ids[:j] into the stream, the link polled after every token (acks, heartbeats: a prompt takes
+        # seconds on a board); a gateway restart seen meanwhile is handled once the prompt is in
+        self.prompting = True
+        try:
+            base = self.d.prompt(self.ids, j, False, self.poll)
+        finally:
+            self.prompting = False
+        if self.restart_due:
+            self.restart_due = False
+            self.gateway_restarted()
+        return base
 
     def lk_window(self):
         return len(self.hist)

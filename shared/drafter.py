@@ -178,6 +178,7 @@ class Drafter:
         self.q = specdec.Dist(top_k, specdec.Q_TOTAL)
         self.rng = specdec.Rng(seed)
         self._tid = _ints(top_k)  # token ids of the sampler's entries (logits index -> token id)
+        self._one = _ints(1)  # prompt(poll=...): one id at a time
         self._one = _ints(1)  # the greedy record's single candidate
         self.stop = array("i", stop_ids)
         for t in self.stop:
@@ -261,11 +262,13 @@ class Drafter:
             self.halt = False
             self.capped = not stop
 
-    def prompt(self, ids, n=-1, offline=False):
+    def prompt(self, ids, n=-1, offline=False, poll=None):
         """Commit ids[0:n] (all by default) as PROMPT tokens and start an episode; returns the position
         of the first one (send them as PROMPT frames from that base). Only when no block is pending.
         offline=True (no gateway): the ids are also queued for unsent_prompt(), after the offline
-        tokens before them, so the gateway gets every token in order when the link is back."""
+        tokens before them, so the gateway gets every token in order when the link is back.
+        poll: called after each token's step (the ids are then prefilled one at a time): on a board a
+        48-token prompt takes seconds, and the link must keep answering (acks, heartbeats) meanwhile."""
         if n < 0:
             n = len(ids)
         if self.pending or self.nstaged:
@@ -275,7 +278,14 @@ class Drafter:
         if self.unsent and not offline:
             raise DrafterError("prompt() with %d unsent ids: send them (unsent_prompt) first" % self.unsent)
         base = self.committed
-        self.model.prefill(ids, n)
+        if poll is None:
+            self.model.prefill(ids, n)
+        else:
+            one = self._one
+            for i in range(n):
+                one[0] = ids[i]
+                self.model.prefill(one, 1)
+                poll()
         for i in range(n):
             if offline:
                 if not self.unsent:

@@ -214,6 +214,8 @@ def test_greedy_drafting_reproduces_target_greedy_across_wraps_and_corrections()
         if k == 4:
             assert gate.dropped >= 1  # blocks drafted on top of a rejected one never reach a verdict
         assert d.draft(r.bodies[0]) == 0  # the episode is over
+        d = r = gate = None  # free this drafter's buffers before the next one's, as a board would
+        gc.collect()
 
 
 def test_verdict_bookkeeping_duplicates_stale_and_malformed():
@@ -405,3 +407,26 @@ def test_hot_paths_allocate_nothing():
         return d.unsent
 
     assert testkit.run_locked(offline, 0) == 3
+
+
+def test_prompt_with_poll_prefills_one_token_at_a_time_to_the_same_state():
+    # a board's prompt takes seconds: with poll, the drafter calls it after every token (the node polls
+    # its link there) and ends in the state a single prefill gives: same history, same next-token logits
+    m = _model()
+    calls = [0]
+
+    def poll():
+        calls[0] += 1
+
+    got = []
+    for p in (None, poll):
+        d = drafter.Drafter(m, 2, temperature=0, max_pending=2, max_len=8)
+        d.reset()
+        base = d.prompt(PROMPT, -1, False, p)
+        hist = array("i", bytearray(4 * d.hist.capacity))
+        n = d.history(hist)
+        got.append((base, list(hist[:n]), list(m.logits[:m.n_out])))
+        d = None
+        gc.collect()
+    assert calls[0] == len(PROMPT)
+    assert got[0] == got[1]
