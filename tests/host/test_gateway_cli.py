@@ -56,6 +56,11 @@ def test_user_mistakes_exit_2_with_one_line(tmp_path: Path, capsys: pytest.Captu
                                                       "--db", db])
         assert "given twice" in one_error_line(capsys, ["gateway", "--port", path, "--port", path, "--db", db])
         assert "--baud" in one_error_line(capsys, ["gateway", "--port", path, "--baud", "0", "--db", db])
+        assert "give --model too" in one_error_line(capsys, ["gateway", "--port", path, "--db", db, "--trace",
+                                                             str(tmp_path / "t.jsonl")])
+        assert "does not exist" in one_error_line(capsys, ["gateway", "--port", path, "--db", db, "--model", "tiny:3",
+                                                           "--trace", str(tmp_path / "no" / "t.jsonl")])
+        assert not (tmp_path / "t.jsonl").exists()
     finally:
         os.close(m)
         os.close(s)
