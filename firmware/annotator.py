@@ -45,7 +45,8 @@ class Annotator:
         self.poll = self._poll_link  # bound once: prompts poll the link between their tokens (Drafter.prompt)
         self.prompting = False  # inside such a prompt: link callbacks that would change the stream wait
         self.restart_due = False  # a gateway restart seen while prompting: handled once the prompt is in
-        self.stale_verdicts = 0  # verdicts that arrived while prompting (no block is pending then: stale)
+        self.verdict_due = 0  # the length of a verdict that arrived while prompting, applied after it
+        self.stale_verdicts = 0  # further verdicts within that prompt, dropped (no block is pending then)
         self.tok = tok  # shared.bpe.BPE or None (byte tokens)
         self.node = node  # node.send(type, buf, n) sends a data frame; node.lk is the link
         self.lk = node.lk
@@ -90,14 +91,21 @@ class Annotator:
                 self.state = _RUN
 
     def on_verdict(self, buf, off, n):
-        if self.prompting:  # a prompt needs no block pending: this verdict is for none of ours
-            self.stale_verdicts += 1
-            return
         vb = self.vbuf
         if n > len(vb):
             return
+        if self.prompting and self.verdict_due:  # a second one within one prompt: none of ours is pending
+            self.stale_verdicts += 1
+            return
         for i in range(n):
             vb[i] = buf[off + i]
+        if self.prompting:  # kept until the prompt is in (a STALE verdict must still restart the stream)
+            self.verdict_due = n
+            return
+        self._verdict(n)
+
+    def _verdict(self, n):
+        vb = self.vbuf
         try:
             self.d.on_verdict(vb, n)
         except ValueError:  # a verdict that contradicts our blocks: start the stream again
@@ -250,6 +258,10 @@ class Annotator:
         if self.restart_due:
             self.restart_due = False
             self.gateway_restarted()
+        if self.verdict_due:
+            n = self.verdict_due
+            self.verdict_due = 0
+            self._verdict(n)
         return base
 
     def lk_window(self):
