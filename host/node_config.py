@@ -24,11 +24,19 @@ from pathlib import Path
 from host.errors import UserError
 
 
+def tokenizer_class(config: dict):
+    """The class that reads an MBF's tokenizer region, by its kind (docs/MBF.md section 3): byte-level BPE
+    (shared/bpe.py), or llama2.c's vocabulary (shared/sptok.py)."""
+    from shared import bpe, mbf, sptok
+
+    return sptok.SPTok if config.get("tokenizer_kind", mbf.TOK_BPE) == mbf.TOK_LLAMA2C else bpe.BPE
+
+
 def stop_ids(mbf_path: Path) -> list[int]:
     """The draft's output ids whose bytes hold a newline: they end a note (shared/episode.is_stop)."""
     import numpy as np
 
-    from shared import bpe, episode, mbf, sptok
+    from shared import episode, mbf
 
     r = mbf.open(str(mbf_path))
     try:
@@ -37,9 +45,7 @@ def stop_ids(mbf_path: Path) -> list[int]:
         vmap = (np.frombuffer(bytes(r.read("vocab_map")), "<u2").tolist() if "vocab_map" in r.names()
                 else list(range(r.config["vocab_size"])))
         with open(mbf_path, "rb") as f:
-            # the tokenizer region's kind (docs/MBF.md section 3): byte-level BPE, or llama2.c's vocabulary
-            kind = sptok.SPTok if r.config.get("tokenizer_kind", mbf.TOK_BPE) == mbf.TOK_LLAMA2C else bpe.BPE
-            tok = kind(f, offset=r.tok_offset, length=r.tok_length)
+            tok = tokenizer_class(r.config)(f, offset=r.tok_offset, length=r.tok_length)
             buf = bytearray(256)
             out = [t for t in vmap if tok.has_token(t) and episode.is_stop(buf[:tok.token_bytes(t, buf, 0)])]
     finally:

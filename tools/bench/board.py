@@ -139,16 +139,16 @@ def host_greedy(model: Path, prof: dict, cfg: dict, prompt: list[int], steps: in
 
 def prompt_ids(model: Path, text: str, limit: int = 24) -> list[int]:
     """The model's own tokens of text (the tokenizer its MBF carries), else the annotator's byte tokens."""
-    from shared import bpe, mbf, sptok
+    from host.node_config import tokenizer_class
+    from shared import mbf
 
     r = mbf.open(str(model))
     try:
         vocab = r.config["vocab_size"]
         if not r.tok_length:
             return [1 + b % (vocab - 1) for b in text.encode()][:limit]
-        kind = sptok.SPTok if r.config.get("tokenizer_kind", mbf.TOK_BPE) == mbf.TOK_LLAMA2C else bpe.BPE
         with open(model, "rb") as f:
-            tok = kind(f, offset=r.tok_offset, length=r.tok_length)
+            tok = tokenizer_class(r.config)(f, offset=r.tok_offset, length=r.tok_length)
             return list(tok.encode(text))[:limit]
     finally:
         r.close()
@@ -314,7 +314,6 @@ def main(argv: list[str] | None = None) -> int:
     target = args.target
     with tempfile.TemporaryDirectory() as tmp:
         if args.model == "tiny":
-            sys.path.insert(0, str(ROOT))
             from host.gateway import TINY_SEQ_LEN
             from tools.demo import spec_models
 
