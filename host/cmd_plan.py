@@ -59,7 +59,8 @@ def describe(p) -> dict:
             "kv": {"sink": p.sink, "window": p.window, "staged": p.staged}, "layer_read_chunk": chunk,
             "peak": p.peak, "transient": p.transient, "load_peak": p.load_peak,
             "shared_saving": own - sum(a[2] for a in p.arenas), "heap": p.heap_bytes, "reserve": p.reserve,
-            "margin_pct": p.margin, "budget": p.budget, "arenas": arenas, "buffers": bufs}
+            "margin_pct": p.margin, "budget": p.budget, "largest_block": p.largest, "max_block": p.max_block,
+            "arenas": arenas, "buffers": bufs}
 
 
 def _table(d: dict) -> str:
@@ -76,6 +77,8 @@ def _table(d: dict) -> str:
                  "temporary)" % (d["peak"], d["shared_saving"], d["load_peak"]))
     lines.append("%s heap %d B - reserve %d B - %d%% margin = budget %d B: fits with %d B to spare"
                  % (d["board"], d["heap"], d["reserve"], d["margin_pct"], d["budget"], d["budget"] - d["load_peak"]))
+    lines.append("largest single allocation %d B (a plan may take at most %d B in one piece)"
+                 % (d["largest_block"], d["max_block"]))
     return "\n".join(lines)
 
 

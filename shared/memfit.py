@@ -6,10 +6,16 @@ from shared import memplan, profile
 from shared.model_load import ModelError
 
 MARGIN_PCT = 10  # of the heap, kept free besides the plan (fragmentation, the application's objects)
+# The largest single buffer or arena of a plan, at most this share of the heap: it needs one contiguous
+# block after the node's boot objects. Measured on the emulated Pico (241,840 B free at boot, code frozen):
+# the draft's `layer` arena of 73,744 B (30% of the heap) failed to allocate in the node; its `matrix`
+# plan (largest 16,400 B, 7%) loads and drafts.
+MAX_BLOCK_PCT = 20
 # What the heap holds besides the plan: the interpreter's own objects, the imported runtime (.mpy), the
 # MBF reader and the plan object itself. 64-bit: measured on the virtual board (~126 KB with a reader,
-# docs/BOARDS.md, + the plan); 32-bit: an estimate (objects are half the size, bytecode the same), not
-# measured on hardware.
+# docs/BOARDS.md, + the plan); 32-bit: 80 KB kept over the 54,400 B a drafting node holds besides its model
+# on the emulated RP2040 with the code frozen (docs/BOARDS.md); from .mpy files on stock firmware the
+# code itself takes ~174 KB of heap and no drafting plan fits.
 RESERVE = {8: 136 * 1024, 4: 80 * 1024}
 
 
@@ -18,11 +24,12 @@ def word_of(arch):
     return 8 if arch == "x64" else 4
 
 
-def fit(cfg, prof, word=None, margin=MARGIN_PCT, reserve=None, reader=None, modes=memplan.MODES):
+def fit(cfg, prof, word=None, margin=MARGIN_PCT, reserve=None, reader=None, modes=memplan.MODES,
+        max_block_pct=MAX_BLOCK_PCT):
     """The first layout, in modes order (fastest first), then from 64 classifier rows per block down
     to 1, whose load peak (the step's peak plus the largest construction temporary) fits the budget:
-    the profile's heap less the reserve and margin% of the heap. Sets p.board, p.heap_bytes,
-    p.reserve, p.margin, p.budget on it. ModelError, saying by how much, when even the smallest does
+    the profile's heap less the reserve and margin% of the heap, and whose largest buffer is at most
+    max_block_pct of the heap. Sets p.board, p.heap_bytes, p.reserve, p.margin, p.budget, p.max_block on it. ModelError, saying by how much, when even the smallest does
     not fit. cfg: a model_load.Config or MBF config dict; prof: a board profile dict (shared/profile.py)."""
     prof = profile.validate(prof)
     if word is None:
@@ -35,6 +42,8 @@ def fit(cfg, prof, word=None, margin=MARGIN_PCT, reserve=None, reader=None, mode
     if not modes:
         raise ModelError("fit needs at least one mode of %s" % (memplan.MODES,))
     budget = heap - reserve - heap * margin // 100
+    memplan.check_int("max_block_pct", max_block_pct, 1, 100)
+    max_block = heap * max_block_pct // 100
     kv = prof["kv"]
     c = memplan.config(cfg)
     best = None
@@ -44,7 +53,7 @@ def fit(cfg, prof, word=None, margin=MARGIN_PCT, reserve=None, reader=None, mode
             p = memplan.layout(c, kv["sink"], kv["window"], kv["staged"], mode, b, word, reader)
             if best is None or p.load_peak < best.load_peak:
                 best = p
-            if p.load_peak <= budget:
+            if p.load_peak <= budget and p.largest <= max_block:
                 # Build it again after a collection: the search's garbage gone, the plan the Model is
                 # built from lies low in the heap instead of pinning holes among it (MicroPython).
                 p = best = None
@@ -56,8 +65,13 @@ def fit(cfg, prof, word=None, margin=MARGIN_PCT, reserve=None, reader=None, mode
                 p.reserve = reserve
                 p.margin = margin
                 p.budget = budget
+                p.max_block = max_block
                 return p
             b >>= 1
+    if best.load_peak <= budget:
+        raise ModelError("no memory plan fits %s: the smallest (mode %s, %d classifier rows per block) needs one "
+                         "block of %d bytes, more than the %d (%d%% of heap %d) a plan may take in one piece"
+                         % (prof["name"], best.mode, best.out_rows, best.largest, max_block, max_block_pct, heap))
     raise ModelError("no memory plan fits %s: the smallest (mode %s, %d classifier rows per block) needs %d "
                      "bytes, the budget is %d (heap %d - reserve %d - %d%% margin): short by %d bytes"
                      % (prof["name"], best.mode, best.out_rows, best.load_peak, budget, heap, reserve, margin,

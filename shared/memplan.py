@@ -170,6 +170,14 @@ class Plan:
             t += a[2]
         self.peak = t
         self.load_peak = t + self.transient
+        big = 0
+        for i in range(len(self.names)):
+            if self.arena[i] < 0 and self.heap[i] > big:
+                big = self.heap[i]
+        for a in self.arenas:
+            if a[2] > big:
+                big = a[2]
+        self.largest = big  # the largest single allocation: it needs that much contiguous heap
 
     def check_kv(self, kv):
         """The RingKV must have this plan's sink / window / staging (ModelError otherwise)."""

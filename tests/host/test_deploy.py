@@ -1,7 +1,7 @@
 """tools/board/deploy.py: copying a build onto a (virtual) board with the real mpremote and ampy, and its errors.
 
 The end-to-end tests build the core for x64 (native .mpy that the unix port can load), start a virtual
-board with the rp2040_pico profile (heap 196608 bytes), deploy, and run code on the board that imports
+board with the rp2040_pico profile (heap 241664 bytes), deploy, and run code on the board that imports
 the deployed modules from /lib.
 """
 
@@ -23,7 +23,7 @@ from tools.board.deploy import (BoardExecError, BoardTimeoutError, BuildFolderEr
                           ToolNotFoundError, VerifyError)
 from tools.board.vboard import VirtualBoard
 
-HEAP = 196608
+HEAP = 241664  # boards/rp2040_pico.json
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,9 @@ line a node saw acknowledged is in SQLite, and each node's heap (gc.mem_alloc af
 every second from the board) does not grow after warm-up.
 
 Heap: MicroPython's heap is counted in words; they are 8 bytes on this 64-bit unix port and 4 on the
-boards, so each node gets its profile's heap_bytes x WORD_RATIO (rp2040_pico 393,216 B, esp32s3_devkitc
+boards, so each node gets its profile's heap_bytes x WORD_RATIO (rp2040_pico 483,328 B, esp32s3_devkitc
 409,600 B): the same number of words. In bytes the bytecode of frame + link + plant + llama + drafter
-alone takes ~250 KB here, more than the rp2040_pico's 192 KiB; the logs-only node fits that byte count
+alone takes ~250 KB here, more than the rp2040_pico's 236 KiB; the logs-only node fits that byte count
 (tests/host/test_faults_nodes.py runs one on the unscaled rp2040_pico heap).
 """
 

@@ -1,7 +1,8 @@
 """Faults between virtual nodes and the gateway, one test each, with the invariants checked after each.
 
-Two virtual boards for the whole module: a drafting node (rp2040_pico profile, heap 393,216 B: the profile's heap in
-8-byte words, as in test_e2e_nodes.py; the tiny INT4 draft) and a logs-only node on the true rp2040_pico heap (196608 B).
+Two virtual boards for the whole module, each on 393,216 B (2 x 196608, the rp2040_pico heap before it was
+measured, in 8-byte words; tighter than 2x the measured 241,664): a drafting node (rp2040_pico profile, the
+tiny INT4 draft) and a logs-only node.
 Each test starts a fresh `edgetwin gateway --model tiny:3` process on a fresh store (for the nodes, a
 gateway restart), applies one fault on the UART path through the interposer (tests/host/gwkit.py) or to
 a process, and then checks:
@@ -44,8 +45,8 @@ def nodes(tmp_path_factory: pytest.TempPathFactory):
     try:
         out.append(gwkit.VNode("rp2040_pico", tmp / "fsA", tmp / "nodeA", DRAFT_CFG, heap=393216,
                                model=gwkit.tiny_mbf()))
-        # 2x the profile's heap: the unix port's objects are twice a board's, and at 1x a logs-only node's
-        # boot sits on the edge of heap fragmentation (issue 13 point 1 sizes the virtual board's heap)
+        # 2 x 196608: the unix port's objects are twice a board's, and at 1x a logs-only node's boot sits on
+        # the edge of heap fragmentation (issue 13 point 1 sizes the virtual board's heap)
         out.append(gwkit.VNode("rp2040_pico", tmp / "fsB", tmp / "nodeB", LOGS_CFG, heap=2 * 196608))
         yield out
     finally:

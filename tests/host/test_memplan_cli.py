@@ -24,7 +24,7 @@ def test_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert lines[0].split() == ["buffer", "bytes", "live", "arena"]
     assert any(line.split()[:4] == ["hb", "272", "w1..swiglu", "A0"] for line in lines), out
     assert "mode: resident; 32-bit objects; cache 4+28+8" in out
-    assert "rp2040_pico heap 196608 B - reserve 81920 B - 10% margin = budget 95028 B" in out
+    assert "rp2040_pico heap 241664 B - reserve 81920 B - 10% margin = budget 135578 B" in out
     code, out, _ = run(capsys, "--board", "rp2040_pico", "--model", str(FIXTURE), "--json", "--mode", "matrix",
                        "--arch", "x64")
     d = json.loads(out)
@@ -37,7 +37,7 @@ def test_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_user_mistakes_are_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     big = tmp_path / "big.mbf"
-    big.write_bytes(build_model(dim=128, hidden_dim=256, n_layers=4, vocab_size=256))
+    big.write_bytes(build_model(dim=256, hidden_dim=512, n_layers=4, vocab_size=256))
     bad = tmp_path / "bad.mbf"
     bad.write_bytes(FIXTURE.read_bytes()[:1000])
     cases = (

@@ -22,7 +22,7 @@ from tools.board.vboard import VBoardError, VirtualBoard
 
 ROOT = Path(__file__).resolve().parents[2]
 MPREMOTE = str(Path(sys.executable).parent / "mpremote")
-HEAP = 196608  # rp2040_pico profile
+HEAP = 241664  # boards/rp2040_pico.json (measured on the emulated Pico)
 
 
 def mpremote(port: str, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
@@ -351,7 +351,7 @@ def test_stop_reaps_the_interpreter_and_closes_everything(tmp_path: Path) -> Non
 @pytest.mark.slow
 def test_command_line_runs_until_sigterm(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "tools.board.vboard", "--board", "rp2040_pico", "--root", str(tmp_path),
-                             "--heap", "196608"],
+                             "--heap", "241664"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stderr is not None
     try:
@@ -363,7 +363,7 @@ def test_command_line_runs_until_sigterm(tmp_path: Path) -> None:
         text = "".join(lines)
         repl_link = text.split("REPL", 1)[1].split()[0]
         assert repl_link == str(tmp_path / "repl") and "UART  %s ->" % (tmp_path / "uart") in text
-        assert "fs    %s" % (tmp_path / "fs") in text and "heap 196608 bytes (--heap; 1x" in text
+        assert "fs    %s" % (tmp_path / "fs") in text and "heap 241664 bytes (--heap; 1x" in text
         res = mpremote(repl_link, "eval", "1 + 2")  # through the stable name
         assert res.stdout.strip() == "3", res.stdout + res.stderr
         proc.send_signal(signal.SIGTERM)

@@ -129,8 +129,8 @@ def test_fit_chooses_the_fastest_plan_that_fits():
     def peak(mode, rows):
         return memplan.layout(c, 4, 28, 8, mode, rows, 4).load_peak
 
-    def fit(heap):
-        return memfit.fit(c, _profile(heap), reserve=0, margin=0)
+    def fit(heap):  # the whole heap for the plan: no reserve, no margin, any block size
+        return memfit.fit(c, _profile(heap), reserve=0, margin=0, max_block_pct=100)
 
     assert fit(64 << 20).mode == "resident"
     for mode in ("resident", "layer", "phase", "matrix"):
@@ -163,6 +163,19 @@ def test_fit_chooses_the_fastest_plan_that_fits():
     assert (p.mode, p.out_rows) == ("layer", 32) and memfit.fit(b, _profile(400000)).mode == "resident"
     e = testkit.raises(ModelError, memfit.fit, _big_conf(), _profile(196608))
     assert "short by" in str(e) and "(mode matrix, 64 classifier rows per block)" in str(e), str(e)
+
+
+def test_fit_refuses_a_plan_whose_largest_block_is_over_its_share_of_the_heap():
+    c = _mid_conf()
+    lay = memplan.layout(c, 4, 28, 8, "layer", 64, 4)
+    heap = lay.load_peak
+    pct = lay.largest * 100 // heap  # layer's arena is just over this share of the heap
+    assert memfit.fit(c, _profile(heap), reserve=0, margin=0, max_block_pct=pct + 1).mode == "layer"
+    p = memfit.fit(c, _profile(heap), reserve=0, margin=0, max_block_pct=pct)
+    assert p.mode in ("phase", "matrix") and p.largest <= heap * pct // 100 == p.max_block, (p.mode, p.largest)
+    # room for every plan, but each one's largest block over the limit: one line that says so
+    e = testkit.raises(ModelError, memfit.fit, c, _profile(heap), None, 0, 0, None, memplan.MODES, 1)
+    assert "needs one block of" in str(e) and "(1%% of heap %d)" % heap in str(e), str(e)
 
 
 def test_bad_input_is_refused_clearly():

@@ -6,7 +6,7 @@ build the portable core into a firmware.
     python -m tools.board.freeze_manifest --check  # exit 1 if either is out of date
 
 Frozen modules keep their bytecode and constants in flash; modules imported from the filesystem are
-loaded into the heap. A drafting node's code does not fit beside its model in an RP2040's 192 KiB heap
+loaded into the heap. A drafting node's code does not fit beside its model in an RP2040's 236 KiB heap
 (docs/NODE.md), so a real Pico runs a firmware with the core frozen:
 
     cd micropython/ports/rp2

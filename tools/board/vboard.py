@@ -851,7 +851,7 @@ def run(board: str | dict, root: Path | str | None = None, heap: int | None = No
     else:
         if heap < 16 * 1024 or heap > 1024 * 1024 * 1024:
             raise VBoardError("--heap %d is out of range (16384..1073741824 bytes)" % heap)
-        heap_note = "heap %d bytes (--heap; %gx the profile's %d)" % (heap, heap / prof["heap_bytes"], prof["heap_bytes"])
+        heap_note = "heap %d bytes (--heap; %.3gx the profile's %d)" % (heap, heap / prof["heap_bytes"], prof["heap_bytes"])
     if base.exists() and not base.is_dir():
         raise VBoardError("%s exists and is not a directory" % base)
     log = base / "console.log"
