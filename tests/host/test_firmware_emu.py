@@ -230,6 +230,7 @@ def test_drafting_node_deployed_as_a_user_would_commits_target_greedy_tokens(boa
     import gwkit
     from host import gateway, tiny_target
     from host.store import LogStore
+    from tools.bench import trace_replay
 
     model = tmp_path / "tiny.mbf"
     model.write_bytes(gwkit.tiny_mbf())
@@ -278,7 +279,7 @@ def test_drafting_node_deployed_as_a_user_would_commits_target_greedy_tokens(boa
     # every verified token is the target's own greedy token after the same prefix (sink 4 + window 28)
     target = tiny_target.make(gwkit.TINY_SEED, seq_len=gateway.TINY_SEQ_LEN)[0]
     kv = board.profile["kv"]
-    replay = gwkit.greedy_replay(trace, "pico", target, kv["sink"], kv["window"])
+    replay = trace_replay.greedy_replay(trace, "pico", target, kv["sink"], kv["window"])
     assert replay["verified"] >= DRAFT_TOKENS and replay["gaps"] == 0, replay
     assert replay["equal"] == replay["verified"], replay
     # the heap stays flat while drafting, and every acknowledged line is stored
@@ -308,7 +309,9 @@ def test_drafting_node_deployed_as_a_user_would_commits_target_greedy_tokens(boa
 
 
 def test_bench_board_refuses_bad_arguments_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "x.uf2").write_bytes(b"UF2\n")
     for args, what in ((["--steps", "1"], "--steps"), (["--model", str(tmp_path / "none.mbf")], "no such file"),
+                       (["--image", str(tmp_path / "none.uf2")], "--image"),
                        (["--board", "esp32s3_devkitc", "--model", "tiny", "--image", str(tmp_path / "x.uf2")],
                         "emulator")):
         proc = subprocess.run([sys.executable, "-m", "host.cli", "bench", "board", *args], cwd=str(ROOT),

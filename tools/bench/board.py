@@ -13,7 +13,11 @@ What it does, on a fresh emulated flash (a temporary file):
    compared with shared/llama.py on CPython for the same model, cache and prompt (draft_ids_match_host);
 4. unless --tokens 0, the node itself (main.py, a 64 KB spill ring) against `edgetwin gateway --model TARGET`, until `--tokens`
    verified tokens: committed tokens, verified tokens per board second, the UART bytes relayed per
-   committed token, and the node's heap (its NODE reports: in use after gc.collect).
+   committed token, and the node's heap (its NODE reports: in use after gc.collect); the gateway's
+   --trace replayed through the target alone (tools/bench/trace_replay.py): every verified token must be
+   the target's own greedy token after the same prefix (verified_equal_target_greedy). `--long-notes`
+   runs the node with 48-token notes from 12-token prompts (the drafting test's episodes: more drafted
+   tokens per board second than the default 16 from 48).
 
 Every rate is in board time (cycles / 125 MHz), never host time. The emulator does not model the XIP
 flash cache or its wait states: a real Pico runs code and reads the model from flash more slowly than this
@@ -23,7 +27,6 @@ tools/demo/spec_models' tiny draft (`--model tiny`), else SmolLM2 (`smollm2`).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -42,11 +45,15 @@ from host.usage import Parser  # noqa: E402
 CPU_HZ = 125_000_000
 BASELINE_STEPS = 5  # plain-Python steps (each one costs seconds of board time on the shipped draft)
 SPILL_BYTES = 65536  # the bench node's spill ring: preallocating the profile's 640 KB takes minutes emulated
+LONG_NOTES = {"max_len": 48, "prompt_max": 12}  # --long-notes
 
 # Runs on the board (mpremote run): the model of /node.json's plan, greedy from the prompt, per backend.
 PROBE = r"""
 import gc, json, time
 from shared import kernels, llama, mbf, ringkv
+import firmware.node, firmware.sampler, firmware.annotator, firmware.spill, shared.drafter, shared.bpe  # the node's code: in flash when frozen, in the heap from .mpy files
+gc.collect()
+FREE_CODE = gc.mem_free()
 PROMPT = %(prompt)r
 STEPS = %(steps)d
 BASE = %(base)d
@@ -72,7 +79,10 @@ def run():
     kv = prof['kv']
     ring = ringkv.RingKV(c['n_layers'], c['n_kv_heads'] * c['head_dim'], kv['sink'], kv['window'], kv['staged'],
                          'b', c['n_kv_heads'])
-    m = llama.Model(r, ring, stream=cfg.get('stream', False), out_rows=cfg.get('out_rows', 64))
+    try:
+        m = llama.Model(r, ring, stream=cfg.get('stream', False), out_rows=cfg.get('out_rows', 64))
+    except MemoryError as e:
+        return {'fits': False, 'error': 'MemoryError: ' + str(e), 'free_code': FREE_CODE}
     gc.collect()
     held = gc.mem_alloc()
     m.prefill(PROMPT)
@@ -98,7 +108,7 @@ def run():
         if f < fmin:
             fmin = f
     r.close()
-    return {'ids': out, 'us': us, 'free_min': fmin, 'held': held}
+    return {'fits': True, 'ids': out, 'us': us, 'free_min': fmin, 'held': held, 'free_code': FREE_CODE}
 
 
 res = run()
@@ -170,7 +180,8 @@ def _board_s(board) -> float:
     return float(board.stats.get("cycles", 0)) / CPU_HZ
 
 
-def run(board_name: str, model: Path, target: str, steps: int, tokens: int, image: Path | None) -> dict:
+def run(board_name: str, model: Path, target: str, steps: int, tokens: int, image: Path | None,
+        long_notes: bool = False) -> dict:
     from tools.board import build, emuboard
 
     prof = build.board_profile(board_name)
@@ -184,7 +195,7 @@ def run(board_name: str, model: Path, target: str, steps: int, tokens: int, imag
             t = time.monotonic()
             env = dict(os.environ, PYTHONPATH=str(ROOT))
             dep = subprocess.run([sys.executable, "-m", "host.cli", "deploy", "--board", board_name, "--port",
-                                  board.repl_port, "--node", "--model", str(model), "--no-reset"], cwd=str(ROOT),
+                                  board.repl_port, "--node", "--model", str(model), "--no-reset", "--timeout", "1800"], cwd=str(ROOT),
                                  env=env, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
             if dep.returncode != 0:
                 raise BenchError("deploy failed: " + (dep.stdout + dep.stderr).strip()[-800:])
@@ -193,7 +204,8 @@ def run(board_name: str, model: Path, target: str, steps: int, tokens: int, imag
             _say("deployed in %.0f s (host); the model alone: %d plain steps, %d viper ones" % (deploy_s, BASELINE_STEPS,
                                                                                                  steps))
             figures = probe_model(board.repl_port, model, prof, cfg, steps, tmpd)
-            node = _node_run(board, tmpd, cfg, prof, target, tokens) if tokens else None
+            fits = figures["model_fits"]
+            node = _node_run(board, tmpd, cfg, prof, target, tokens, long_notes) if tokens and fits else None
         finally:
             board.stop()
     total = free_boot + alloc_boot
@@ -207,6 +219,7 @@ def run(board_name: str, model: Path, target: str, steps: int, tokens: int, imag
         **figures, "heap_free_min_bytes": total - node["heap_in_use_max"] if node else None,
         "node": node, "tokens": node["committed"] if node else 0,
         "link_bytes_per_committed_token": node["link_bytes_per_committed_token"] if node else None,
+        "verified_equal_target_greedy": node["verified_equal_target_greedy"] if node else None,
         "deploy_host_s": round(deploy_s, 1),
     }
 
@@ -222,10 +235,12 @@ def probe_model(port: str, model: Path, prof: dict, cfg: dict, steps: int, tmpd:
     if not line:
         raise BenchError("the board's probe printed no result: " + out[-800:])
     probe = json.loads(line[0][len("BENCH-BOARD "):])
+    if not probe["fits"]:  # stock firmware: the node's code in the heap leaves no room for the model
+        return {"model_fits": False, "model_error": probe["error"], "heap_free_after_code_bytes": probe["free_code"]}
     host = host_greedy(model, prof, cfg, prompt, BASELINE_STEPS + steps)
     v_us = sum(probe["us"]["viper"]) / len(probe["us"]["viper"])
     p_us = sum(probe["us"]["plain"]) / len(probe["us"]["plain"])
-    return {"model_heap_bytes": probe["held"], "heap_free_min_bytes_model_alone": probe["free_min"],
+    return {"model_fits": True, "heap_free_after_code_bytes": probe["free_code"], "model_heap_bytes": probe["held"], "heap_free_min_bytes_model_alone": probe["free_min"],
             "draft_step_us": round(v_us), "draft_tokens_per_s": round(1e6 / v_us, 2),
             "plain_step_us": round(p_us), "draft_step_viper_vs_bytecode": round(p_us / v_us, 1),
             "steps": {"plain": len(probe["us"]["plain"]), "viper": len(probe["us"]["viper"])},
@@ -233,22 +248,24 @@ def probe_model(port: str, model: Path, prof: dict, cfg: dict, steps: int, tmpd:
             "host_ids": [x[0] for x in host]}
 
 
-def _node_run(board, tmpd: Path, cfg: dict, prof: dict, target: str, tokens: int) -> dict:
-    """The node itself against the real gateway until `tokens` verified tokens; figures in board time."""
+def _node_run(board, tmpd: Path, cfg: dict, prof: dict, target: str, tokens: int, long_notes: bool) -> dict:
+    """The node itself against the real gateway until `tokens` verified tokens; figures in board time, and
+    the gateway's trace replayed through the target alone."""
     from host.store import LogStore
+    from tools.bench import trace_replay
 
-    node_cfg = dict(cfg, spill_bytes=SPILL_BYTES, report_ms=1000)
+    node_cfg = dict(cfg, spill_bytes=SPILL_BYTES, report_ms=1000, **(LONG_NOTES if long_notes else {}))
     (tmpd / "node.json").write_text(json.dumps(node_cfg))
     boots = board.boots
     _mpremote(board.repl_port, "fs", "cp", str(tmpd / "node.json"), ":node.json", "+", "reset")
     t = time.monotonic()
     while board.boots == boots and time.monotonic() - t < 60:
         time.sleep(0.05)
-    db, status = tmpd / "g.db", tmpd / "st.json"
+    db, status, trace = tmpd / "g.db", tmpd / "st.json", tmpd / "trace.jsonl"
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     gw = subprocess.Popen([sys.executable, "-m", "host.cli", "gateway", "--port", "node=" + board.uart_port,
                            "--db", str(db), "--status", str(status), "--baud", str(prof["uart"]["baud"]),
-                           "--model", target, "--peer-timeout", "30", "--quiet"], cwd=str(ROOT), env=env,
+                           "--model", target, "--peer-timeout", "30", "--trace", str(trace), "--quiet"], cwd=str(ROOT), env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _say("node and gateway (%s) running until %d verified tokens" % (target, tokens))
     st = None
@@ -288,12 +305,28 @@ def _node_run(board, tmpd: Path, cfg: dict, prof: dict, target: str, tokens: int
         store.close()
     link = (u1["to_board"] - u0["to_board"]) + (u1["from_board"] - u0["from_board"])
     committed = spec["committed"] - c0
+    _say("replaying the trace through the target alone")
+    replay = trace_replay.greedy_replay(trace, sess["name"], _load_target(target), prof["kv"]["sink"],
+                                        prof["kv"]["window"])
     return {"verified_tokens": spec["tokens_verified"], "committed": spec["committed"],
             "verified_tokens_per_board_s": round((spec["tokens_verified"] - v0) / max(t1_board - t0_board, 1e-9), 2),
             "board_s": round(t1_board - t0_board, 1), "acceptance_drafts": sess["drafts"], "verdicts": sess["verdicts"],
             "lockstep_bad": spec["lockstep_bad"], "desync": spec["desync"], "log_lines_stored": lines,
             "heap_in_use_max": max(heaps) if heaps else 0, "heap_in_use_reports": heaps[-8:],
-            "link_bytes_per_committed_token": round(link / max(committed, 1), 1)}
+            "link_bytes_per_committed_token": round(link / max(committed, 1), 1), "replay": replay,
+            "verified_equal_target_greedy": replay["gaps"] == 0 and replay["equal"] == replay["verified"] > 0,
+            "notes": LONG_NOTES if long_notes else {k: cfg.get(k) for k in LONG_NOTES}}
+
+
+def _load_target(target: str):
+    """The gateway's target for --model `target`, loaded here for the replay."""
+    from host import gateway
+
+    if target == "smollm2":
+        from host import weights
+
+        target = str(weights.smollm2_gguf())
+    return gateway.load_target(target)[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -306,12 +339,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=50,
                     help="verified tokens of the node run (default 50; 0: the model alone, no node run: a draft no "
                          "gateway target shares a vocabulary with, e.g. llama2.c's stories260K)")
+    ap.add_argument("--long-notes", action="store_true",
+                    help="the node writes 48-token notes from 12-token prompts (default: node.json's 16 from 48)")
     ap.add_argument("--image", default=None, help="firmware .uf2 (default build/firmware/rp2040_pico/firmware.uf2)")
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
     args = ap.parse_args(argv)
     if args.steps < 2 or args.tokens < 0:
         ap.error("--steps must be >= 2 and --tokens >= 0")
     target = args.target
+    image = Path(args.image).resolve() if args.image else None  # the emulator runs in another directory
+    if image is not None and not image.is_file():
+        ap.error("--image %s: no such file (make firmware, or make firmware-stock)" % args.image)
     with tempfile.TemporaryDirectory() as tmp:
         if args.model == "tiny":
             from host.gateway import TINY_SEQ_LEN
@@ -328,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
             from tools.board import emuboard
 
             res = run(args.board, model, target or "smollm2", args.steps, args.tokens,
-                      Path(args.image) if args.image else None)
+                      image, args.long_notes)
         except (BenchError, emuboard.EmuBoardError) as e:
             print("edgetwin bench board: %s" % e, file=sys.stderr)
             return 2

@@ -111,12 +111,17 @@ def _deploy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arch", help="override the build arch (default: the profile's; x64 when the port is a virtual board)")
     node_arguments(p)
     p.add_argument("--no-reset", action="store_true", help="with --node: do not reset the board after the copy")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="longest wait for one copy command (default 60 s + 1 s per 2 KB; an emulated board, "
+                        "6-10x slower than a real one, needs more)")
 
 
 def run_deploy(args: argparse.Namespace) -> int:
     from tools.board import build, deploy
 
     board = board_profile.resolve(args.board)
+    if args.timeout is not None and not args.timeout > 0:
+        raise UserError("--timeout must be a positive number of seconds, got %g" % args.timeout)
     try:
         arch = args.arch
         platform, frozen = board_facts(args.port, args.tool)
@@ -131,7 +136,7 @@ def run_deploy(args: argparse.Namespace) -> int:
         manifest = json.loads((out / "MANIFEST.json").read_text())
         if "node" in manifest:
             print_node(manifest["node"])
-        report = deploy.deploy(out, args.port, tool=args.tool, progress=_progress, frozen=frozen)
+        report = deploy.deploy(out, args.port, tool=args.tool, progress=_progress, frozen=frozen, timeout=args.timeout)
         reset = args.node and not args.no_reset
         if reset:
             _progress("resetting the board: it boots into the node")
