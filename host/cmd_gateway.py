@@ -133,10 +133,10 @@ def run(args: argparse.Namespace) -> int:
         trace_hook = _trace_writer(trace)
     domain = False
     if args.model == "smollm2":
-        from host import weights
+        from host import target_delta, weights
 
         try:
-            path, domain, label = weights.text_target(args.target)
+            path, domain, label = target_delta.choose(args.target)
         except weights.ModelNotInstalled as e:
             raise UserError(str(e)) from None
         args.model = str(path)

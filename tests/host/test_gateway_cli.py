@@ -61,6 +61,8 @@ def test_user_mistakes_exit_2_with_one_line(tmp_path: Path, capsys: pytest.Captu
         assert "does not exist" in one_error_line(capsys, ["gateway", "--port", path, "--db", db, "--model", "tiny:3",
                                                            "--trace", str(tmp_path / "no" / "t.jsonl")])
         assert not (tmp_path / "t.jsonl").exists()
+        assert "invalid choice: 'plant'" in one_error_line(capsys, ["gateway", "--port", path, "--db", db, "--model",
+                                                                    "smollm2", "--target", "plant"])
     finally:
         os.close(m)
         os.close(s)
