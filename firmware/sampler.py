@@ -6,7 +6,11 @@
   core or in an IRQ handler gets a consistent record without a lock;
 - writes the tick's log lines (samples every `sample_every` ticks, alarms and state changes as they
   happen) into the LineQueue with the level the plant gives each (Plant.line_into: 1 info, 2 warning
-  for an alarm raised or acknowledged and LOST, 3 error for a state change an interlock tripped).
+  for an alarm raised or acknowledged and LOST, 3 error for a state change an interlock tripped);
+- with an annotator, hands the same lines to its firmware/episodes.py EpisodeQueue, which keeps a copy
+  of the ticks that are episodes (event lines; now and then a summary of the samples);
+- applies the faults /node.json's `faults` asks for at their plant second (Plant.inject: a demo plant
+  that develops an event at once).
 
 Where it runs: on MicroPython with machine.Timer (RP2040, ESP32) a timer IRQ only counts due ticks
 (`due` is an int attribute: allocation-free, IRQ-safe), and the main loop runs them; on the unix port
@@ -22,8 +26,10 @@ NOTE_S = const(300)  # plant seconds between notes of the plant clock in the spi
 
 
 class Sampler:
-    def __init__(self, queue, seed=1, n_machines=4, sample_every=5, tick_ms=1000, now=0, spill=None):
+    def __init__(self, queue, seed=1, n_machines=4, sample_every=5, tick_ms=1000, now=0, spill=None,
+                 episodes=None, faults=()):
         self.q = queue
+        self.eq = episodes  # firmware.episodes.EpisodeQueue or None (no annotator)
         # The plant's clock resumes after the last run's (kept in the flash spill ring every NOTE_S plant
         # seconds; the last run logged less than NOTE_S seconds past its last note), so a reboot never
         # logs the same plant times twice. Without a ring every boot starts at plant.START_EPOCH.
@@ -42,6 +48,13 @@ class Sampler:
         self.due = 0  # ticks counted by a timer IRQ (where there is one)
         self.ticks = 0
         self.timer = None
+        # faults to inject: (tick, machine, fault, severity, signal), by tick (boot-time tuples, parsed and
+        # checked by node.parse_fault); each is applied before the plant steps to that tick
+        self.faults = sorted(faults, key=lambda f: f[0])
+        self.fault_i = 0
+        self.fault_errors = 0
+        for f in self.faults:  # a name or severity the plant refuses fails at boot, not hours later
+            plant.Plant(seed, n_machines=n_machines).inject(f[1], f[2], f[3], f[4])
 
     def start_timer(self):
         # MicroPython boards: a periodic timer counts due ticks; False where there is none (unix port)
@@ -78,6 +91,14 @@ class Sampler:
 
     def tick(self, now):
         p = self.plant
+        fs = self.faults
+        while self.fault_i < len(fs) and fs[self.fault_i][0] <= p.tick + 1:  # boot-time faults: rare, may allocate
+            f = fs[self.fault_i]
+            self.fault_i += 1
+            try:
+                p.inject(f[1], f[2], f[3], f[4])
+            except ValueError:  # PlantError: the slot already holds a fault (a spontaneous one)
+                self.fault_errors += 1
         n = p.step()
         self.ticks += 1
         if self.spill is not None and self.ticks % NOTE_S == 0:
@@ -90,9 +111,15 @@ class Sampler:
             rec[nch] = p.tick & MASK30
             self.store.write_from(m, rec)
         q = self.q
+        eq = self.eq
         for i in range(n):
             off = q.slot()
-            q.put(self._line(i, off), p.level, now)  # the level of the line the plant just wrote
+            k = self._line(i, off)
+            q.put(k, p.level, now)  # the level of the line the plant just wrote
+            if eq is not None:
+                eq.add(self.scratch, 0, k)
+        if eq is not None:
+            eq.end_tick(p.tick)
 
     def _line(self, i, off):
         # plant.line_into writes at offset 0 of its buffer: write into the scratch line, copy into the slot
