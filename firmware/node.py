@@ -13,7 +13,9 @@ It reads /board.json (the profile) and /node.json (optional; keys below), opens 
     logs           spilled lines first, then queued ones -> LOG frames while the link window has room;
                    logging comes first: drafts get the link only when no line is waiting
     annotator      system prompt / episode PROMPT / DRAFT blocks (firmware/annotator.py), when a model is
-                   there and no line waits for the link (offline drafting goes on while the link is down)
+                   there and no line waits for the link (offline drafting goes on while the link is down);
+                   episodes are the ticks with event lines (and now and then a summary of the samples)
+                   the sampler copied into the episode queue (firmware/episodes.py)
     report         every report_ms a level-0 LOG line "NODE heap=... loops=... ..." (heap after gc.collect),
                    sent directly (not queued, lseq 0) so it describes the stream as the frames around it;
                    it takes the first free slot when due, so a lasting backlog of lines never holds it back
@@ -35,7 +37,10 @@ rows per streamed block, from the same plan), tokenizer false (true: prompts are
 shared/episode.py text encoded with the tokenizer the model file carries, read lazily from flash),
 stop_ids [] (token ids that end a note, e.g. the ids holding a newline), spill_bytes -1 (the flash spill
 ring's size: -1 the profile's spill_bytes, 0 none), spill_path "/spill.bin", uid_path "/node.uid" (where
-a board without machine.unique_id() keeps its generated id). Wall time: the gateway's HELLO and TIME
+a board without machine.unique_id() keeps its generated id), episodes 4 (episodes waiting for the
+annotator: firmware/episodes.py; a full queue drops its oldest, ep_dropped in the NODE report), summary_s
+600 (plant seconds between summary episodes, 0: none), faults [] ("MACHINE:FAULT[:SEVERITY[:SIGNAL]][@SECOND]"
+strings: faults injected into the node's plant, the demo's early events). Wall time: the gateway's HELLO and TIME
 frames (docs/NODE.md "Time and identity"); each LOG line carries the wall time it was logged at.
 Every value is checked (RULES
 below; docs/NODE.md): a bad /node.json, or a model that cannot be loaded, makes the node run logs-only and
