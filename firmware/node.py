@@ -374,7 +374,8 @@ RULES = {"seed": ("int", 0, 0xFFFFFFFF), "machines": ("int", 1, 16), "sample_eve
          "max_len": ("int", 1, 4096), "prompt_max": ("int", 1, 4096), "offline_ms": ("int", 0, 86400000),
          "run_s": ("int", 0, 500000), "window": ("pow2", 1, 64), "window_bytes": ("int", 64, 0xFFFF),
          "stream": ("stream", 0, 0), "out_rows": ("int", 1, 4096), "spill_bytes": ("int", -1, 0x3FFFFFFF),
-         "spill_path": ("path", 0, 0), "uid_path": ("path", 0, 0), "tokenizer": ("bool", 0, 0), "stop_ids": ("ids", 0, 16),
+         "spill_path": ("path", 0, 0), "uid_path": ("path", 0, 0), "tokenizer": ("bool", 0, 0),
+         "stop_ids": ("ids", 0, 16),
          "episodes": ("int", 1, 64), "summary_s": ("int", 0, 86400), "faults": ("faults", 0, 8)}
 STREAM_MODES = ("resident", "layer", "phase", "matrix")  # shared/memplan.MODES, without importing the planner
 CONFIG_MAX = const(4096)  # bytes: a longer /node.json is refused before it is parsed
@@ -430,7 +431,7 @@ def check_value(path, key, v):
                     break
             else:
                 return v
-        want = "a list of at most %d faults like \"P-101:bearing_wear:3@600\" (a known machine id, fault and signal)" % hi
+        want = "a list of at most %d faults like \"P-101:bearing_wear:3@600\"" % hi
     else:  # ids
         if type(v) is list and len(v) <= hi:
             for t in v:

@@ -164,7 +164,8 @@ def _bad_cases(tmp_path: Path) -> list[tuple[list[str], str]]:
     trunc = tmp_path / "trunc.log"
     trunc.write_bytes(b"".join(lines[:20]) + lines[20][:30])
     other = tmp_path / "other.log"
-    other.write_bytes(b"".join(lines[:40]) + b"Dec  1 21:29:10 host kernel: usb 1-1: new device\n" + b"".join(lines[40:]))
+    junk_line = b"Dec  1 21:29:10 host kernel: usb 1-1: new device\n"
+    other.write_bytes(b"".join(lines[:40]) + junk_line + b"".join(lines[40:]))
     binf = tmp_path / "blob.bin"
     binf.write_bytes(bytes(range(256)) * 8)
     latin = tmp_path / "latin.log"
