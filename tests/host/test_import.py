@@ -192,6 +192,7 @@ def _bad_cases(tmp_path: Path) -> list[tuple[list[str], str]]:
             ([g, "--db", db, "--node", ""], "--node ''"),
             ([g, "--db", str(a_file / "s.db"), "--node", "n"], "does not exist"),
             ([g, "--db", str(tmp_path), "--node", "n"], "is a directory"),
+            ([g, "--db", "/proc/edgetwin-import-test.db", "--node", "n"], "cannot create log store"),  # unwritable
             ([g, "--db", str(junk_db), "--node", "n"], "not a usable SQLite database")]
 
 
