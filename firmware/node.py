@@ -107,9 +107,14 @@ class Node:
             from firmware.episodes import EpisodeQueue
 
             self.eq = EpisodeQueue(c["episodes"], c["summary_s"])
-        faults = [parse_fault(f) for f in c["faults"]]
+        faults = sorted((parse_fault(f) for f in c["faults"]), key=lambda f: f[0])
         self.sampler = Sampler(self.q, c["seed"], c["machines"], c["sample_every"], c["tick_ms"], now, self.spill,
                                self.eq, faults)
+        if faults:  # names the plant does not know fail now (ValueError: logs-only, saying why), not hours later
+            from shared import plant
+
+            for f in faults:
+                plant.Plant(c["seed"], n_machines=c["machines"]).inject(f[1], f[2], f[3], f[4])
         self.ann = None
         if drafter is not None:
             from firmware.annotator import Annotator

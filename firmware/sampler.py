@@ -7,10 +7,8 @@
 - writes the tick's log lines (samples every `sample_every` ticks, alarms and state changes as they
   happen) into the LineQueue with the level the plant gives each (Plant.line_into: 1 info, 2 warning
   for an alarm raised or acknowledged and LOST, 3 error for a state change an interlock tripped);
-- with an annotator, hands the same lines to its firmware/episodes.py EpisodeQueue, which keeps a copy
-  of the ticks that are episodes (event lines; now and then a summary of the samples);
-- applies the faults /node.json's `faults` asks for at their plant second (Plant.inject: a demo plant
-  that develops an event at once).
+- with an annotator, hands them to its EpisodeQueue too (firmware/episodes.py: the ticks that are episodes);
+- injects /node.json's `faults` at their plant second (the demo's early events).
 
 Where it runs: on MicroPython with machine.Timer (RP2040, ESP32) a timer IRQ only counts due ticks
 (`due` is an int attribute: allocation-free, IRQ-safe), and the main loop runs them; on the unix port
@@ -29,7 +27,7 @@ class Sampler:
     def __init__(self, queue, seed=1, n_machines=4, sample_every=5, tick_ms=1000, now=0, spill=None,
                  episodes=None, faults=()):
         self.q = queue
-        self.eq = episodes  # firmware.episodes.EpisodeQueue or None (no annotator)
+        self.eq = episodes  # an EpisodeQueue or None
         # The plant's clock resumes after the last run's (kept in the flash spill ring every NOTE_S plant
         # seconds; the last run logged less than NOTE_S seconds past its last note), so a reboot never
         # logs the same plant times twice. Without a ring every boot starts at plant.START_EPOCH.
@@ -48,13 +46,8 @@ class Sampler:
         self.due = 0  # ticks counted by a timer IRQ (where there is one)
         self.ticks = 0
         self.timer = None
-        # faults to inject: (tick, machine, fault, severity, signal), by tick (boot-time tuples, parsed and
-        # checked by node.parse_fault); each is applied before the plant steps to that tick
-        self.faults = sorted(faults, key=lambda f: f[0])
-        self.fault_i = 0
+        self.faults = list(faults)  # (tick, machine, fault, severity, signal) by tick: node.parse_fault, checked
         self.fault_errors = 0
-        for f in self.faults:  # a name or severity the plant refuses fails at boot, not hours later
-            plant.Plant(seed, n_machines=n_machines).inject(f[1], f[2], f[3], f[4])
 
     def start_timer(self):
         # MicroPython boards: a periodic timer counts due ticks; False where there is none (unix port)
@@ -92,12 +85,11 @@ class Sampler:
     def tick(self, now):
         p = self.plant
         fs = self.faults
-        while self.fault_i < len(fs) and fs[self.fault_i][0] <= p.tick + 1:  # boot-time faults: rare, may allocate
-            f = fs[self.fault_i]
-            self.fault_i += 1
+        while fs and fs[0][0] <= p.tick + 1:  # a fault due at the next tick (rare: may allocate)
+            f = fs.pop(0)
             try:
                 p.inject(f[1], f[2], f[3], f[4])
-            except ValueError:  # PlantError: the slot already holds a fault (a spontaneous one)
+            except ValueError:  # PlantError: the slot holds a spontaneous fault already
                 self.fault_errors += 1
         n = p.step()
         self.ticks += 1

@@ -78,3 +78,27 @@ def test_events_wait_in_a_bounded_queue_and_drops_are_reported(tmp_path: Path) -
     store.close()
     os.close(m)
     os.close(s)
+
+
+def test_faults_and_episode_keys_are_checked() -> None:
+    import pytest
+
+    assert node.parse_config('{"faults": ["P-101:clogged_filter:5@1", "CV-401:sensor_dropout:4:V"], '
+                             '"episodes": 2, "summary_s": 0}')["episodes"] == 2
+    assert node.parse_fault("CV-401:sensor_dropout:4:V@5") == (5, "CV-401", "sensor_dropout", 4, "V")
+    assert node.parse_fault("P-101:overheating") == (0, "P-101", "overheating", 3, None)
+    for text, key in (('{"faults": ["P-101"]}', "faults"), ('{"faults": ["P-101:overheating:9"]}', "faults"),
+                      ('{"faults": ["P-101:overheating@soon"]}', "faults"), ('{"faults": "P-101:overheating"}', "faults"),
+                      ('{"episodes": 0}', "episodes"), ('{"summary_s": -1}', "summary_s")):
+        with pytest.raises(node.ConfigError) as e:
+            node.parse_config(text)
+        assert "key '%s'" % key in str(e.value), e.value
+    # names the plant does not know: the node refuses them at construction (main then runs logs-only, saying why)
+    m, s = os.openpty()
+    try:
+        for bad in ("P-999:overheating", "P-101:no_such_fault", "CV-401:cavitation"):
+            with pytest.raises(ValueError):
+                node.Node(uart.PtyUART(os.ttyname(s)), PROF, {"faults": [bad]}, now=0)
+    finally:
+        os.close(m)
+        os.close(s)
