@@ -88,7 +88,8 @@ def test_faults_and_episode_keys_are_checked() -> None:
     assert node.parse_fault("CV-401:sensor_dropout:4:V@5") == (5, "CV-401", "sensor_dropout", 4, "V")
     assert node.parse_fault("P-101:overheating") == (0, "P-101", "overheating", 3, None)
     for text, key in (('{"faults": ["P-101"]}', "faults"), ('{"faults": ["P-101:overheating:9"]}', "faults"),
-                      ('{"faults": ["P-101:overheating@soon"]}', "faults"), ('{"faults": "P-101:overheating"}', "faults"),
+                      ('{"faults": ["P-101:overheating@soon"]}', "faults"),
+                      ('{"faults": "P-101:overheating"}', "faults"),
                       ('{"episodes": 0}', "episodes"), ('{"summary_s": -1}', "summary_s")):
         with pytest.raises(node.ConfigError) as e:
             node.parse_config(text)
