@@ -28,5 +28,6 @@ package("shared", files=(
 ), base_path="..")
 package("firmware", files=(
     "annotator.py",
+    "episodes.py",
     "selftest.py",
 ), base_path="..")

@@ -1,14 +1,15 @@
 # annotator.py: drives the drafter over the link: system prompt, episodes, DRAFT/PROMPT out, verdicts in.
 """The node's side of the token stream (docs/NODE.md, The token stream):
 
-    stream = system prompt, then episodes: PROMPT (the latest log line + a cue) + drafted annotation
+    stream = system prompt, then episodes: PROMPT (an event tick's lines + a cue) + drafted annotation
 
 - SYS: a fresh stream (boot, a gateway restart, a STALE verdict): drafter.reset(), prompt(system ids),
   sent as PROMPT at base 0. The gateway resets its stream on a PROMPT at base 0, so both caches restart
   together (`gen` counts these restarts).
 - RUN: while the episode is not over, draft blocks (at most max_pending in flight) and send them as
   DRAFT; verdicts commit tokens. When the episode is over (stop id or max_len) and nothing is pending,
-  a new episode starts from the newest log line (PROMPT).
+  the oldest episode waiting in the node's EpisodeQueue (firmware/episodes.py: a tick's event lines, or
+  now and then a summary of its sample lines) starts as a PROMPT; with none waiting the stream idles.
 - Offline (the link not established for `offline_ms`): pending blocks are dropped and the drafter
   commits its own tokens unverified (commit_offline), one per loop pass; at the end of an episode the
   next starts alone (prompt(..., offline=True)). At most sink + window ids wait for the gateway; if
@@ -27,9 +28,10 @@ the draft sees the stream format it was trained on (that encoding allocates, onc
 """
 from array import array
 
-from firmware.logq import put_bytes, put_hex4, put_uint
+from firmware.logq import LINE_MAX, put_bytes, put_hex4, put_uint
 from shared import crc32, frame
 from shared.compat import MASK30, const, ticks_ms
+from shared.episode import MAX_LINES
 from shared.frame import DR_TOKENS, MAX_K, MAX_TOPK, PR_IDS, PROMPT, PROMPT_MAX, draft_token_bytes
 
 _SYS = const(0)
@@ -37,6 +39,7 @@ _RUN = const(1)
 _OFFLINE = const(2)
 SYSTEM = b"Plant log notes.\n"
 CUE = b"\nNote:"
+_TS = const(21)  # "2026-11-30T06:50:28Z ": a plant line's timestamp and its space
 
 
 class Annotator:
@@ -55,6 +58,7 @@ class Annotator:
         self.offline_ms = offline_ms
         self.body = bytearray(getattr(drafter, "body_max", DR_TOKENS + MAX_K * draft_token_bytes(MAX_TOPK)))
         self.pbuf = bytearray(PR_IDS + 2 * PROMPT_MAX)
+        self.ptext = bytearray(MAX_LINES * (LINE_MAX + 1) + len(CUE))  # a byte-token prompt's text
         self.vbuf = bytearray(32)
         self.ids = array("i", bytearray(4 * PROMPT_MAX))
         cap = drafter.hist.capacity  # sink + window: the ids the cache holds
@@ -135,17 +139,36 @@ class Annotator:
 
         return self._encode(episode.system_prompt(), True)
 
-    def _episode_ids(self, line, off, n):
-        # an episode's prompt (the newest log line, then the cue) into self.ids; returns the count
-        if self.tok is None:
-            j = self._tokens(line, off, n, 0)
-            return self._tokens(CUE, 0, len(CUE), j)
+    def _episode_ids(self, eq):
+        # the oldest queued episode's prompt (its lines, then the cue) into self.ids; returns the count.
+        # At most prompt_max ids: the end (the cue) is kept, the start of the first line dropped.
+        buf = eq.buf
+        nl = eq.head_lines()
+        if self.tok is None:  # byte tokens: each line without its timestamp, "\n" between, then the cue
+            pt = self.ptext
+            k = 0
+            for i in range(nl):
+                off = eq.line_off(i)
+                n = eq.line_len(i)
+                s = _TS if n > _TS and buf[off + _TS - 1] == 32 and buf[off + 10] == 84 else 0
+                if i:
+                    pt[k] = 10
+                    k += 1
+                for b in range(off + s, off + n):
+                    pt[k] = buf[b]
+                    k += 1
+            for b in range(len(CUE)):
+                pt[k] = CUE[b]
+                k += 1
+            s = k - self.prompt_max if k > self.prompt_max else 0
+            return self._tokens(pt, s, k - s, 0)
         from shared import episode
 
         d = self.d
         cap = d.capped  # the last note hit max_len without a newline: episode.py puts one first
         try:
-            text = episode.prompt_text(str(bytes(line[off:off + n]), "utf-8"), cap)
+            lines = [str(bytes(buf[eq.line_off(i):eq.line_off(i) + eq.line_len(i)]), "utf-8") for i in range(nl)]
+            text = episode.prompt_text(lines, cap)
         except ValueError:  # EpisodeError, UnicodeError: a line the format cannot hold
             text = episode.CUE
         j = self._encode(text, False)
@@ -176,8 +199,9 @@ class Annotator:
 
     # ---- the loop ----
 
-    def step(self, now, line, off, n):
-        """One pass: line[off:off+n] is the newest log line (n = 0: none yet). Returns work done (0/1)."""
+    def step(self, now, eq):
+        """One pass: eq (a firmware.episodes.EpisodeQueue) holds the episodes waiting for a note, oldest
+        first; one is taken (and popped) when the last note is over. Returns work done (0/1)."""
         d = self.d
         lk = self.lk
         if not lk.established:
@@ -189,9 +213,10 @@ class Annotator:
             if self.state != _OFFLINE:
                 return 0
             if d.stopped:  # next episode, alone: its prompt is queued for the gateway too
-                if n == 0 or d.unsent_lost:
+                if not eq.count or d.unsent_lost:
                     return 0
-                j = self._episode_ids(line, off, n)
+                j = self._episode_ids(eq)
+                eq.pop()
                 d.prompt(self.ids, j, True)
                 self.episodes += 1
                 return 1
@@ -225,9 +250,10 @@ class Annotator:
                 self.state = _SYS
             return 1
         if d.stopped:
-            if d.pending or n == 0:
+            if d.pending or not eq.count:
                 return 0
-            j = self._episode_ids(line, off, n)
+            j = self._episode_ids(eq)
+            eq.pop()
             base = self._prompt(j)
             self.episodes += 1
             if not self._send_prompt(base, j, 0):

@@ -13,7 +13,9 @@ It reads /board.json (the profile) and /node.json (optional; keys below), opens 
     logs           spilled lines first, then queued ones -> LOG frames while the link window has room;
                    logging comes first: drafts get the link only when no line is waiting
     annotator      system prompt / episode PROMPT / DRAFT blocks (firmware/annotator.py), when a model is
-                   there and no line waits for the link (offline drafting goes on while the link is down)
+                   there and no line waits for the link (offline drafting goes on while the link is down);
+                   episodes are the ticks with event lines (and now and then a summary of the samples)
+                   the sampler copied into the episode queue (firmware/episodes.py)
     report         every report_ms a level-0 LOG line "NODE heap=... loops=... ..." (heap after gc.collect),
                    sent directly (not queued, lseq 0) so it describes the stream as the frames around it;
                    it takes the first free slot when due, so a lasting backlog of lines never holds it back
@@ -35,7 +37,10 @@ rows per streamed block, from the same plan), tokenizer false (true: prompts are
 shared/episode.py text encoded with the tokenizer the model file carries, read lazily from flash),
 stop_ids [] (token ids that end a note, e.g. the ids holding a newline), spill_bytes -1 (the flash spill
 ring's size: -1 the profile's spill_bytes, 0 none), spill_path "/spill.bin", uid_path "/node.uid" (where
-a board without machine.unique_id() keeps its generated id). Wall time: the gateway's HELLO and TIME
+a board without machine.unique_id() keeps its generated id), episodes 4 (episodes waiting for the
+annotator: firmware/episodes.py; a full queue drops its oldest, ep_dropped in the NODE report), summary_s
+600 (plant seconds between summary episodes, 0: none), faults [] ("MACHINE:FAULT[:SEVERITY[:SIGNAL]][@SECOND]"
+strings: faults injected into the node's plant, the demo's early events). Wall time: the gateway's HELLO and TIME
 frames (docs/NODE.md "Time and identity"); each LOG line carries the wall time it was logged at.
 Every value is checked (RULES
 below; docs/NODE.md): a bad /node.json, or a model that cannot be loaded, makes the node run logs-only and
@@ -60,7 +65,7 @@ NOTE_MAX = const(192)  # bytes of a boot-time error line sent to the gateway (No
 DEFAULTS = {"seed": 1, "machines": 4, "sample_every": 5, "tick_ms": 1000, "queue": 16, "report_ms": 2000,
             "model": "", "k": 0, "temperature": 0, "top_k": 4, "max_len": 16, "prompt_max": 48,
             "offline_ms": 4000, "run_s": 0, "window": 8, "window_bytes": 2048, "stream": False, "out_rows": 64,
-            "tokenizer": False, "stop_ids": []}
+            "tokenizer": False, "stop_ids": [], "episodes": 4, "summary_s": 600, "faults": []}
 DEFAULTS.update({"spill_bytes": -1, "spill_path": "/spill.bin", "uid_path": "/node.uid"})  # logging, identity
 
 def _mem():
@@ -82,7 +87,6 @@ class Node:
                             draft_k=k if drafter is not None else 0, topk=c["top_k"] if drafter is not None else 0,
                             window=c["window"], window_bytes=c["window_bytes"], reorder=8, reorder_bytes=128, now=now)
         self.body = bytearray(frame.LG_TEXT + LINE_MAX)
-        self.last = bytearray(LINE_MAX)  # the newest line sent: the next episode's prompt
         self.rep = bytearray(frame.LG_TEXT + 256)  # the NODE report's LOG body
         # boot-only code after the big buffers, so the room it frees is where the plant's modules go next:
         # the node's unique id (into our HELLO) and the spill ring
@@ -98,13 +102,24 @@ class Node:
         self.boot = self.spill.boot if self.spill is not None else 0
         from firmware.sampler import Sampler  # after the big buffers: its modules fragment the heap
 
-        self.sampler = Sampler(self.q, c["seed"], c["machines"], c["sample_every"], c["tick_ms"], now, self.spill)
+        self.eq = None  # the episodes waiting for the annotator (firmware/episodes.py), with a model only
+        if drafter is not None:
+            from firmware.episodes import EpisodeQueue
+
+            self.eq = EpisodeQueue(c["episodes"], c["summary_s"])
+        faults = sorted((parse_fault(f) for f in c["faults"]), key=lambda f: f[0])
+        self.sampler = Sampler(self.q, c["seed"], c["machines"], c["sample_every"], c["tick_ms"], now, self.spill,
+                               self.eq, faults)
+        if faults:  # names the plant does not know fail now (ValueError: logs-only, saying why), not hours later
+            from shared import plant
+
+            for f in faults:
+                plant.Plant(c["seed"], n_machines=c["machines"]).inject(f[1], f[2], f[3], f[4])
         self.ann = None
         if drafter is not None:
             from firmware.annotator import Annotator
 
             self.ann = Annotator(drafter, self, vocab, c["prompt_max"], c["offline_ms"], tok)
-        self.last_n = 0
         # types of the data frames in flight, by send order: acks release them in the same order, so
         # the node knows how many of its LOG lines the gateway has (logs_acked; it stored them first)
         self._types = bytearray(64)
@@ -229,10 +244,6 @@ class Node:
             body[j + i] = src[off + i]
         if not self.send(frame.LOG, body, j + n):
             return False
-        last = self.last
-        for i in range(n):
-            last[i] = src[off + i]
-        self.last_n = n
         self.sent += 1
         return True
 
@@ -296,6 +307,10 @@ class Node:
             j = put_uint(r, j, a.gen)
             j = put_bytes(r, j, b" offline=")
             j = put_uint(r, j, a.offline_tokens & MASK30)
+            j = put_bytes(r, j, b" episodes=")
+            j = put_uint(r, j, a.episodes & MASK30)
+            j = put_bytes(r, j, b" ep_dropped=")
+            j = put_uint(r, j, self.eq.dropped & MASK30)
             r[j] = 32
             j = a.live_crc(r, j + 1)
         return self.send(frame.LOG, r, j)
@@ -335,7 +350,7 @@ class Node:
                 self.next_report = (now + self.report_ms) & MASK30
         self._send_logs(now)
         if self.ann is not None and (not self.lk.established or not self.backlog()):
-            self.ann.step(now, self.last, 0, self.last_n)  # drafting yields the link to waiting lines
+            self.ann.step(now, self.eq)  # drafting yields the link to waiting lines
         self.loops += 1
 
     def run(self, seconds=0):
@@ -364,7 +379,9 @@ RULES = {"seed": ("int", 0, 0xFFFFFFFF), "machines": ("int", 1, 16), "sample_eve
          "max_len": ("int", 1, 4096), "prompt_max": ("int", 1, 4096), "offline_ms": ("int", 0, 86400000),
          "run_s": ("int", 0, 500000), "window": ("pow2", 1, 64), "window_bytes": ("int", 64, 0xFFFF),
          "stream": ("stream", 0, 0), "out_rows": ("int", 1, 4096), "spill_bytes": ("int", -1, 0x3FFFFFFF),
-         "spill_path": ("path", 0, 0), "uid_path": ("path", 0, 0), "tokenizer": ("bool", 0, 0), "stop_ids": ("ids", 0, 16)}
+         "spill_path": ("path", 0, 0), "uid_path": ("path", 0, 0), "tokenizer": ("bool", 0, 0),
+         "stop_ids": ("ids", 0, 16),
+         "episodes": ("int", 1, 64), "summary_s": ("int", 0, 86400), "faults": ("faults", 0, 8)}
 STREAM_MODES = ("resident", "layer", "phase", "matrix")  # shared/memplan.MODES, without importing the planner
 CONFIG_MAX = const(4096)  # bytes: a longer /node.json is refused before it is parsed
 
@@ -410,6 +427,16 @@ def check_value(path, key, v):
         if v is None or (type(v) is str and len(v) <= 128):
             return v
         want = "a file path (at most 128 characters) or null"
+    elif kind == "faults":  # a list of "MACHINE:FAULT[:SEVERITY[:SIGNAL]][@SECOND]" (gen_logs --inject's form)
+        if type(v) is list and len(v) <= hi:
+            for t in v:
+                try:
+                    parse_fault(t)
+                except ValueError:
+                    break
+            else:
+                return v
+        want = "a list of at most %d faults like \"P-101:bearing_wear:3@600\"" % hi
     else:  # ids
         if type(v) is list and len(v) <= hi:
             for t in v:
@@ -419,6 +446,31 @@ def check_value(path, key, v):
                 return v
         want = "a list of at most %d token ids (ints in 0..16777215)" % hi
     raise ConfigError("%s: key '%s' must be %s, got %s" % (path, key, want, _show(v)))
+
+
+def parse_fault(text):
+    """"MACHINE:FAULT[:SEVERITY[:SIGNAL]][@SECOND]" -> (second, machine, fault, severity, signal), or
+    ValueError. Names are checked by the plant when the sampler starts (shared/plant.py inject)."""
+    if type(text) is not str or not 0 < len(text) <= 64:
+        raise ValueError("a fault must be a string of 1..64 characters")
+    at = 0
+    spec = text
+    k = text.find("@")
+    if k >= 0:
+        spec = text[:k]
+        when = text[k + 1:]
+        if not when.isdigit() or len(when) > 6:
+            raise ValueError("fault %s: the second after @ must be a whole number" % text)
+        at = int(when)
+    parts = spec.split(":")
+    if not 2 <= len(parts) <= 4 or not all(parts):
+        raise ValueError("fault %s: expected MACHINE:FAULT[:SEVERITY[:SIGNAL]][@SECOND]" % text)
+    sev = 3
+    if len(parts) >= 3:
+        if not parts[2].isdigit() or not 1 <= int(parts[2]) <= 5:
+            raise ValueError("fault %s: severity must be 1..5" % text)
+        sev = int(parts[2])
+    return at, parts[0], parts[1], sev, parts[3] if len(parts) == 4 else None
 
 
 def parse_config(text, path=CONFIG):

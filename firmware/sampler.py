@@ -6,7 +6,9 @@
   core or in an IRQ handler gets a consistent record without a lock;
 - writes the tick's log lines (samples every `sample_every` ticks, alarms and state changes as they
   happen) into the LineQueue with the level the plant gives each (Plant.line_into: 1 info, 2 warning
-  for an alarm raised or acknowledged and LOST, 3 error for a state change an interlock tripped).
+  for an alarm raised or acknowledged and LOST, 3 error for a state change an interlock tripped);
+- with an annotator, hands them to its EpisodeQueue too (firmware/episodes.py: the ticks that are episodes);
+- injects /node.json's `faults` at their plant second (the demo's early events).
 
 Where it runs: on MicroPython with machine.Timer (RP2040, ESP32) a timer IRQ only counts due ticks
 (`due` is an int attribute: allocation-free, IRQ-safe), and the main loop runs them; on the unix port
@@ -22,8 +24,10 @@ NOTE_S = const(300)  # plant seconds between notes of the plant clock in the spi
 
 
 class Sampler:
-    def __init__(self, queue, seed=1, n_machines=4, sample_every=5, tick_ms=1000, now=0, spill=None):
+    def __init__(self, queue, seed=1, n_machines=4, sample_every=5, tick_ms=1000, now=0, spill=None,
+                 episodes=None, faults=()):
         self.q = queue
+        self.eq = episodes  # an EpisodeQueue or None
         # The plant's clock resumes after the last run's (kept in the flash spill ring every NOTE_S plant
         # seconds; the last run logged less than NOTE_S seconds past its last note), so a reboot never
         # logs the same plant times twice. Without a ring every boot starts at plant.START_EPOCH.
@@ -42,6 +46,8 @@ class Sampler:
         self.due = 0  # ticks counted by a timer IRQ (where there is one)
         self.ticks = 0
         self.timer = None
+        self.faults = list(faults)  # (tick, machine, fault, severity, signal) by tick: node.parse_fault, checked
+        self.fault_errors = 0
 
     def start_timer(self):
         # MicroPython boards: a periodic timer counts due ticks; False where there is none (unix port)
@@ -78,6 +84,13 @@ class Sampler:
 
     def tick(self, now):
         p = self.plant
+        fs = self.faults
+        while fs and fs[0][0] <= p.tick + 1:  # a fault due at the next tick (rare: may allocate)
+            f = fs.pop(0)
+            try:
+                p.inject(f[1], f[2], f[3], f[4])
+            except ValueError:  # PlantError: the slot holds a spontaneous fault already
+                self.fault_errors += 1
         n = p.step()
         self.ticks += 1
         if self.spill is not None and self.ticks % NOTE_S == 0:
@@ -90,9 +103,15 @@ class Sampler:
             rec[nch] = p.tick & MASK30
             self.store.write_from(m, rec)
         q = self.q
+        eq = self.eq
         for i in range(n):
             off = q.slot()
-            q.put(self._line(i, off), p.level, now)  # the level of the line the plant just wrote
+            k = self._line(i, off)
+            q.put(k, p.level, now)  # the level of the line the plant just wrote
+            if eq is not None:
+                eq.add(self.scratch, 0, k)
+        if eq is not None:
+            eq.end_tick(p.tick)
 
     def _line(self, i, off):
         # plant.line_into writes at offset 0 of its buffer: write into the scratch line, copy into the slot

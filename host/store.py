@@ -338,6 +338,13 @@ class LogStore:
             self._db.execute("BEGIN IMMEDIATE")
             self._in_tx = True
 
+    def begin(self) -> None:
+        """Open the write transaction now, so that what follows (a new node row too) is kept or rolled
+        back as one (edgetwin import)."""
+        self._writable()
+        with self._lock:
+            self._begin()
+
     def commit(self) -> None:
         """Make every write so far durable (fsync of the WAL)."""
         with self._lock:

@@ -10,7 +10,12 @@ SYSTEM = ("<|im_start|>system\nYou watch a plant's machine log. After each log e
 CUE = "\nNote:"
 MAX_LINES = 4  # log lines per episode, at most (the node's window is small: rp2040 keeps 28 tokens)
 MAX_NOTE = 16  # annotation tokens per episode, at most (the stop token included)
+SUMMARY_S = 600  # plant seconds between periodic summary episodes (the node's default summary_s)
 _TS = 21  # "2026-11-30T06:50:28Z " : a plant log line's timestamp and its space
+# Which lines start an episode (docs/NODE.md, What the node annotates): the plant's event lines, by their
+# first word after the timestamp. A tick holding any of them is an event episode (its event lines, the
+# last MAX_LINES); a tick with none may be a periodic summary episode (its sample lines).
+EVENT_HEADS = ("ALARM", "ACK", "CLEAR", "SHELVE", "UNSHELVE", "STATE", "LOST")
 
 
 class EpisodeError(ValueError):
@@ -61,6 +66,24 @@ def episode_text(lines, note, after_cap=False):
     if not isinstance(note, str):
         raise EpisodeError("a note must be a str, got %s" % type(note).__name__)
     return prompt_text(lines, after_cap) + note
+
+
+def is_event(line):
+    """True for a plant event line (str, with its timestamp): an alarm raised, acknowledged, cleared,
+    (un)shelved, a state change (a trip among them) or LOST; False for a sample line."""
+    return line[_TS:].split(" ", 1)[0] in EVENT_HEADS
+
+
+def is_event_at(buf, off, n):
+    """is_event for the bytes buf[off:off+n] of a plant line, allocation-free (the node's hot path).
+    After the timestamp a sample line starts with a machine id (P-, M-, C-, CV-); an event line with
+    ALARM, ACK, LOST, SHELVE, STATE, UNSHELVE or CLEAR (C then L: no id has an L there)."""
+    if n < _TS + 4:
+        return False
+    c = buf[off + _TS]
+    if c == 65 or c == 76 or c == 83 or c == 85:  # A L S U
+        return True
+    return c == 67 and buf[off + _TS + 1] == 76  # CL(EAR)
 
 
 def is_stop(token_bytes):

@@ -18,7 +18,8 @@ import gwkit
 from firmware import node
 from host.store import LogStore
 
-NODE_CFG = {"tick_ms": 100, "sample_every": 2, "report_ms": 1000, "max_len": 16, "prompt_max": 12}
+# summary_s 1: an episode at every sample tick, events or not (the node drafts as soon as its model loads)
+NODE_CFG = {"tick_ms": 100, "sample_every": 2, "report_ms": 1000, "max_len": 16, "prompt_max": 12, "summary_s": 1}
 HEAP = 393216  # the rp2040_pico heap in words of this 64-bit port (see test_e2e_nodes.py)
 
 

@@ -37,7 +37,9 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 TOKENS = int(os.environ.get("EDGETWIN_E2E_TOKENS", "10000"))
-NODE_CFG = {"tick_ms": 200, "sample_every": 5, "report_ms": 1000, "max_len": 48, "prompt_max": 12}
+# summary_s 1: a summary episode at every sample tick without events, so the draft never waits for an
+# event (this test is about the stream and the heaps, not about which lines start an episode)
+NODE_CFG = {"tick_ms": 200, "sample_every": 5, "report_ms": 1000, "max_len": 48, "prompt_max": 12, "summary_s": 1}
 WORD_RATIO = 2  # bytes per heap word here (8) over the boards' (4)
 
 

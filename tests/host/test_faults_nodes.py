@@ -34,7 +34,7 @@ import gwkit
 pytestmark = pytest.mark.slow
 
 DRAFT_CFG = {"tick_ms": 200, "sample_every": 5, "report_ms": 700, "max_len": 48, "prompt_max": 12,
-             "offline_ms": 1000}
+             "offline_ms": 1000, "summary_s": 1}  # summary_s 1: an episode at every sample tick, events or not
 LOGS_CFG = {"tick_ms": 200, "sample_every": 3, "report_ms": 700}
 
 

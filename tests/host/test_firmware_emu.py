@@ -218,7 +218,8 @@ t.run('/selftest.json')
 """
 # the node in board time: long notes from short prompts (more drafted tokens per
 # prefilled one), a 64 KB spill ring (its preallocation at first boot is slow on the emulator)
-DRAFT_CFG = {"report_ms": 1000, "max_len": 48, "prompt_max": 12, "spill_bytes": 65536}
+# summary_s 1: an episode at every sample tick, events or not (the node drafts without waiting for an alarm)
+DRAFT_CFG = {"report_ms": 1000, "max_len": 48, "prompt_max": 12, "spill_bytes": 65536, "summary_s": 1}
 DRAFT_TOKENS = 200
 
 

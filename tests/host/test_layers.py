@@ -273,7 +273,7 @@ def test_the_cli_from_the_checkout_offers_every_command():
     assert res.returncode == 0, res.stderr
     listed = res.stdout.split("{", 1)[-1]
     for name in ("build", "deploy", "vboard", "convert", "bench", "demo", "selftest", "gateway", "ask", "plan",
-                 "doctor"):
+                 "doctor", "import"):
         assert "\n    %s " % name in res.stdout, (name, res.stdout)
     assert "unavailable" not in listed
 

@@ -3,12 +3,12 @@
 For N = 1, 2, 4 nodes, greedy and T = 0.7, on the same target in the same run, every node streams as the
 node's annotator does (firmware/annotator.py with its tokenizer: shared/episode.py's format, a PROMPT per
 episode, then the drafted note), the text being tools/train/corpus.py's, which the shipped draft was trained on
-(the annotator itself sends only the newest log line per episode and cuts a PROMPT at 48 ids):
+(the node's annotator drafts the same episodes, firmware/episodes.py, and cuts a PROMPT at prompt_max ids):
 
 - its stream is the plant of a HELD-OUT seed (2000 + node index: tools/train/corpus.py's held-out split, the
   streams tools/train/eval_draft.py measures the draft's card on): the system prompt as the first PROMPT, then
-  per episode (corpus.plant_episodes: the first `--episodes` event ticks) the log lines and the cue as a
-  PROMPT, then the note, decoded until a token that ends it (episode.is_stop: its bytes hold a newline;
+  per episode (corpus.plant_episodes: the first `--episodes` event ticks and periodic summaries) the log lines
+  and the cue as a PROMPT, then the note, decoded until a token that ends it (episode.is_stop: its bytes hold a newline;
   or EOS) or episode.MAX_NOTE tokens, then the next episode (after a note cut without a stop token its
   PROMPT starts with a newline, as in the corpus);
 - KV geometry: the board profile's (--board, default rp2040_pico: sink 4 + window 28, what the shipped

@@ -92,7 +92,7 @@ DRAFTING = {"shared/llama.py", "shared/bpe.py", "shared/sptok.py", "shared/unica
             "shared/fixedmath.py", "shared/drafter.py", "shared/mbf.py", "shared/memplan.py", "shared/memfit.py",
             "shared/model_load.py", "shared/ringkv.py", "shared/ringkv_viper.py", "shared/kvsnap.py",
             "shared/specdec.py", "shared/episode.py", "shared/lruk.py", "firmware/annotator.py",
-            "firmware/selftest.py"}
+            "firmware/episodes.py", "firmware/selftest.py"}
 
 
 def sources(flavour: str | None = None, root: Path = ROOT, drafting: bool = True) -> list[Path]:

@@ -39,8 +39,13 @@ QUESTIONS = ("Which machine stopped or tripped, and why?",
              "Is pump P-101 running normally, or is an alarm raised on it?")
 # The demo's accelerated plant on top of the node.json deploy writes (host/node_config.derive: stream,
 # tokenizer, stop_ids, k from the profile and the draft's memory plan).
+# Every demo plant develops events at once (/node.json "faults", firmware/sampler.py): a sensor of CV-401
+# drops out (its BAD alarm at ~10 plant s: 1 s of the demo) and P-101's strainer clogs fast (HI dP alarm at
+# ~1-2 plant minutes, HIHI and the trip it causes a minute later), so a 60-second demo (600 plant s) shows
+# notes on alarms and a trip, not on sample lines (the node annotates events: docs/NODE.md).
+DEMO_FAULTS = ["CV-401:sensor_dropout:4:V@5", "P-101:clogged_filter:5@1"]
 NODE_CFG = {"tick_ms": 100, "sample_every": 10, "report_ms": 1000, "max_len": 16, "prompt_max": 64,
-            "temperature": 0}
+            "temperature": 0, "faults": DEMO_FAULTS}
 HEAP_FACTOR = 3  # see heap_note in the result: 8-byte objects on the x64 unix port + the whole firmware
 
 
@@ -92,6 +97,9 @@ class NodeState:
         self.logs: collections.deque = collections.deque(maxlen=6)
         self.notes: collections.deque = collections.deque(maxlen=3)
         self.current: list[tuple[str, str]] = []  # (text, kind): prompt / accepted / corrected
+        self.episodes: list[dict] = []  # {"prompt": the episode's PROMPT text, "note": its committed note}
+        self.cur_prompt = ""
+        self.note_prompt: str | None = None
         self.heap: int | None = None
         self.heap_peak = 0
         self.heaps: list[int] = []
@@ -251,7 +259,12 @@ class Demo:
             else:
                 st.logs.append(data)
         elif kind == "prompt":
-            st.current = [(self.decode(data), "prompt")]
+            text = self.decode(data)
+            st.current = [(text, "prompt")]
+            # the gateway flushes the previous episode's note right after this hook (or, when the stream
+            # restarts, just before it): the note that comes next belongs to the prompt before this one
+            st.note_prompt = st.cur_prompt
+            st.cur_prompt = text
         elif kind == "verdict":
             ids = data["ids"]
             st.verdicts += 1
@@ -266,6 +279,10 @@ class Demo:
                 st.current = st.current[-80:]
         elif kind == "note":
             st.notes.append(data.strip())
+            prompt = st.note_prompt if st.note_prompt is not None else st.cur_prompt
+            st.note_prompt = None
+            if len(st.episodes) < 50:
+                st.episodes.append({"prompt": prompt, "note": data})
 
     # ------------------------------------------------------------------ run
 
@@ -340,7 +357,7 @@ class Demo:
                 "heap_bytes": st.heap, "peak_heap_bytes": st.heap_peak or None, "heap_reports": len(st.heaps),
                 "lockstep_ok": sp.counts["lockstep_ok"] if sp is not None else 0,
                 "lockstep_bad": sp.counts["lockstep_bad"] if sp is not None else 0,
-                "notes": list(st.notes)})
+                "notes": list(st.notes), "episodes": list(st.episodes)})
         return out
 
     # ------------------------------------------------------------------ stop

@@ -4,7 +4,10 @@
 
 A stream is one plant seed (shared/plant.py, the same simulator as tools/train/gen_logs.py): a seeded process
 fault is injected so every stream holds alarms and usually a trip; every tick with event lines (alarm,
-state, lost) becomes an episode. The stream's text is shared/episode.py's: the system prompt, then per
+state, lost: shared/episode.is_event) becomes an episode of those lines (the last MAX_LINES), and a tick
+with none, once episode.SUMMARY_S plant seconds have passed since the last summary, a summary episode of
+its sample lines ("kind": "event" / "summary"): exactly the episodes the node drafts (firmware/episodes.py,
+docs/NODE.md "What the node annotates"). The stream's text is shared/episode.py's: the system prompt, then per
 episode the lines, the cue "\\nNote:", and a note ended by a newline token (or cut at MAX_NOTE tokens).
 
 Two notes per episode:
@@ -51,7 +54,7 @@ TOPK = 32
 EPISODES = 8  # per stream
 SAMPLE_EVERY = 60
 MAX_TICKS = 3 * 3600
-VERSION = 1  # bump when the text or the selection changes (part of the cache key)
+VERSION = 2  # bump when the text or the selection changes (part of the cache key)
 
 SPLITS = {"train": (0, 1000), "validation": (1000, 2000), "heldout": (2000, 1 << 31)}
 DEFAULT_STREAMS = {"train": 506, "validation": 2, "heldout": 6}
@@ -137,6 +140,7 @@ def plant_episodes(seed: int, n_episodes: int = EPISODES) -> list[dict]:
     truth: list[dict] = []
     version = -1
     out: list[dict] = []
+    next_summary = episode.SUMMARY_S
     for t in range(MAX_TICKS):
         if t == inject_at:
             try:
@@ -145,13 +149,14 @@ def plant_episodes(seed: int, n_episodes: int = EPISODES) -> list[dict]:
                 pass
         n = p.step()
         events = []
+        samples = []
         for i in range(n):
             ln = p.line(i)
             rest = ln[21:]
-            head = rest.split(" ", 1)[0]
-            if head in ("ALARM", "ACK", "CLEAR", "SHELVE", "UNSHELVE", "STATE", "LOST"):
+            if episode.is_event(ln):
                 events.append(ln)
             else:
+                samples.append(ln)
                 m, vals = _parse_sample(rest)
                 for k, v in vals.items():
                     h = hist.setdefault((m, k), [])
@@ -164,8 +169,12 @@ def plant_episodes(seed: int, n_episodes: int = EPISODES) -> list[dict]:
             for f in p.truth():
                 known[(f["machine"], f["fault"], f["since_tick"])] = f
             truth = sorted(known.values(), key=lambda f: f["since_tick"])
-        if events:
-            ep = {"tick": t, "lines": events[-episode.MAX_LINES:],
+        kind = "event" if events else None
+        if not events and samples and episode.SUMMARY_S and t >= next_summary:
+            kind = "summary"
+            next_summary = t + episode.SUMMARY_S
+        if kind:
+            ep = {"tick": t, "kind": kind, "lines": (events or samples)[-episode.MAX_LINES:],
                   "faults": [dict(machine=f["machine"], fault=f["fault"], since=f["since_tick"])
                              for f in truth if f["since_tick"] <= t and (f.get("until_tick") is None or f["until_tick"] >= t)],
                   "trend": {}}
@@ -186,9 +195,22 @@ def _fault_on(ep: dict, machine: str) -> dict | None:
     return fs[-1] if fs else None
 
 
+def summary_note(ep: dict) -> str:
+    """A summary episode's note: the first machine with a fault developing (by the truth), else the
+    sampled machines and their states."""
+    states = [ln[21:].split()[:2] for ln in ep["lines"]]
+    for m, st in states:
+        f = _fault_on(ep, m)
+        if f:
+            return " %s %s with %s developing; %s.\n" % (m, st.lower(), *FAULT_WORDS[f["fault"]])
+    return " Routine readings: %s; no alarm.\n" % ", ".join("%s %s" % (m, st.lower()) for m, st in states[:2])
+
+
 def template_note(ep: dict) -> str:
     """A note from the ground truth: the most important line's machine and event, the fault developing
     on that machine, and the trend of an alarmed signal. Starts with a space, ends with a newline."""
+    if ep.get("kind") == "summary":
+        return summary_note(ep)
     rank = {"STATE": 1, "ALARM": 2, "CLEAR": 0, "ACK": 0, "SHELVE": 0, "UNSHELVE": 0, "LOST": 0}
     best = None
     for ln in ep["lines"]:
@@ -315,7 +337,8 @@ def stop_ids(tok) -> np.ndarray:
 
 def config_key() -> str:
     h = hashlib.sha256(json.dumps([VERSION, SINK, WINDOW, STAGED, TOPK, EPISODES, SAMPLE_EVERY, MAX_TICKS,
-                                   episode.SYSTEM, episode.CUE, episode.MAX_NOTE, episode.MAX_LINES]).encode())
+                                   episode.SYSTEM, episode.CUE, episode.MAX_NOTE, episode.MAX_LINES,
+                                   episode.SUMMARY_S]).encode())
     return h.hexdigest()[:10]
 
 
@@ -458,7 +481,7 @@ def _generate_batch(seeds: list[int], log=None) -> None:
             good = note_is_good(text, ep)
             s.ep_meta[-1].update(note_len=len(ids), target_note=text, template_note=tmpl,
                                  note=text if good else tmpl, source="target" if good else "template",
-                                 lines=ep["lines"], faults=ep["faults"], tick=ep["tick"])
+                                 kind=ep["kind"], lines=ep["lines"], faults=ep["faults"], tick=ep["tick"])
     for s in streams:  # the last stop token, so every row exists
         s.add(s.unfed, True)
     _feed(model, streams, [s.unfed for s in streams])
