@@ -254,13 +254,9 @@ def _node_run(board, tmpd: Path, cfg: dict, prof: dict, target: str, tokens: int
     from host.store import LogStore
     from tools.bench import trace_replay
 
-<<<<<<< HEAD
-    node_cfg = dict(cfg, spill_bytes=SPILL_BYTES, report_ms=1000, **(LONG_NOTES if long_notes else {}))
-=======
     # summary_s 1: an episode at every sample tick, events or not, so the node drafts without waiting for an
     # alarm (the figures are the node's drafting rate, not the plant's event rate)
-    node_cfg = dict(cfg, spill_bytes=SPILL_BYTES, report_ms=1000, summary_s=1)
->>>>>>> wt-events
+    node_cfg = dict(cfg, spill_bytes=SPILL_BYTES, report_ms=1000, summary_s=1, **(LONG_NOTES if long_notes else {}))
     (tmpd / "node.json").write_text(json.dumps(node_cfg))
     boots = board.boots
     _mpremote(board.repl_port, "fs", "cp", str(tmpd / "node.json"), ":node.json", "+", "reset")
