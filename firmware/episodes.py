@@ -5,7 +5,7 @@ sampler hands every line of a plant tick to an EpisodeQueue (add), then closes t
 - a tick holding event lines (shared/episode.is_event_at: ALARM, ACK, CLEAR, SHELVE, UNSHELVE, STATE,
   LOST) is an event episode; its prompt holds that tick's event lines, the last episode.MAX_LINES;
 - a tick with no event line but sample lines, once `summary_s` plant seconds (ticks) have passed since
-  the last summary (the first at tick summary_s), is a summary episode of its sample lines (the last
+  the last summary (the first at the first sample tick: a node shows it drafts at boot), is a summary episode of its sample lines (the last
   MAX_LINES); summary_s 0: none.
 
 That is exactly how tools/train/corpus.py cuts a plant stream into episodes, so the draft is trained on
@@ -29,7 +29,7 @@ class EpisodeQueue:
             raise ValueError("an episode queue needs at least one slot")
         self.slots = slots
         self.summary_s = summary_s
-        self.next_summary = summary_s
+        self.next_summary = 0  # the first sample tick is a summary: the node drafts at once
         self.buf = bytearray(slots * _ML * LINE_MAX)
         self.lens = bytearray(slots * _ML)
         self.nlines = bytearray(slots)

@@ -54,7 +54,7 @@ TOPK = 32
 EPISODES = 8  # per stream
 SAMPLE_EVERY = 60
 MAX_TICKS = 3 * 3600
-VERSION = 2  # bump when the text or the selection changes (part of the cache key)
+VERSION = 3  # bump when the text or the selection changes (part of the cache key)
 
 SPLITS = {"train": (0, 1000), "validation": (1000, 2000), "heldout": (2000, 1 << 31)}
 DEFAULT_STREAMS = {"train": 506, "validation": 2, "heldout": 6}
@@ -140,7 +140,7 @@ def plant_episodes(seed: int, n_episodes: int = EPISODES) -> list[dict]:
     truth: list[dict] = []
     version = -1
     out: list[dict] = []
-    next_summary = episode.SUMMARY_S
+    next_summary = 0  # the first sample tick is a summary episode, as on the node (firmware/episodes.py)
     for t in range(MAX_TICKS):
         if t == inject_at:
             try:
