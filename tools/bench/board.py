@@ -51,7 +51,11 @@ LONG_NOTES = {"max_len": 48, "prompt_max": 12}  # --long-notes
 PROBE = r"""
 import gc, json, time
 from shared import kernels, llama, mbf, ringkv
-import firmware.node, firmware.sampler, firmware.annotator, firmware.spill, shared.drafter, shared.bpe  # the node's code: in flash when frozen, in the heap from .mpy files
+ERR = None
+try:  # the node's code: in flash when frozen, in the heap from .mpy files (stock firmware)
+    import firmware.node, firmware.sampler, firmware.annotator, firmware.spill, shared.drafter, shared.bpe
+except MemoryError as e:
+    ERR = 'importing the node code: MemoryError: ' + str(e)
 gc.collect()
 FREE_CODE = gc.mem_free()
 PROMPT = %(prompt)r
@@ -72,6 +76,8 @@ def h(lg, n):
 def run():
     # one model: the prompt prefilled with viper, then BASE steps with the plain kernels, then STEPS with
     # viper (the same integers either way, so the ids continue one greedy sequence)
+    if ERR:
+        return {'fits': False, 'error': ERR, 'free_code': FREE_CODE}
     kernels.use('viper')
     gc.collect()
     r = mbf.open(PATH)
