@@ -489,44 +489,54 @@ def ask_windows(db: Path, question: str, prism, count: Callable[[str], int]) -> 
                          "prob": round(s.prob, 6)} for s in fitted]}
 
 
-def qa_seed(seed: int, tmp_dir: Path | None = None) -> list[dict[str, Any]]:
-    """Every question of one node (qa_corpus's, then "none" ones, at most NONE_SHARE of them), with its prompt,
-    sources and reference answer."""
-    def make() -> list[dict[str, Any]]:
-        import tempfile
+def question_specs(seed: int) -> list[tuple[str, str, dict[str, Any]]]:
+    """(question, kind, truth) of one node: qa_corpus's questions, then "none" ones (at most NONE_SHARE)."""
+    node = qa_corpus.node_log(seed)
+    rng = random.Random(seed * 7717 + 5)
+    specs = [(q["question"], q["type"], _truth(node, q))
+             for q in qa_corpus._questions_of(node)]  # noqa: SLF001 (the corpus's own question specs)
+    n_none = int(len(specs) * NONE_SHARE / (1 - NONE_SHARE))
+    for q in _none_questions(node, rng, n_none):
+        specs.append((q["question"], "none", {"machine": q["machine"], "event": "none", "asked": q["event"],
+                                              "fault": q.get("fault"), "time": None, "evidence": [],
+                                              "since": node["lines"][0][:16], "asks_when": False}))
+    return specs
 
-        node = qa_corpus.node_log(seed)
-        rng = random.Random(seed * 7717 + 5)
-        tok = note_tokenizer()
 
-        def count(text: str) -> int:
-            return len(tok.encode(text, add_special_tokens=False).ids)
-
-        specs = []
-        for q in qa_corpus._questions_of(node):  # noqa: SLF001 (the corpus's own question specs)
-            specs.append((q["question"], q["type"], _truth(node, q)))
-        n_none = int(len(specs) * NONE_SHARE / (1 - NONE_SHARE))
-        for q in _none_questions(node, rng, n_none):
-            specs.append((q["question"], "none", {"machine": q["machine"], "event": "none", "asked": q["event"],
-                                                  "fault": q.get("fault"), "time": None, "evidence": [],
-                                                  "since": node["lines"][0][:16], "asks_when": False}))
-        out = []
-        with tempfile.TemporaryDirectory(prefix="plant-text-", dir=tmp_dir) as tmp:
-            db = Path(tmp) / "node.db"
-            build_store(db, node)
-            for text, kind, truth in specs:
-                got = ask_windows(db, text, _prism(), count)
-                out.append({"seed": seed, "question": text, "kind": kind, "truth": truth, "prompt": got["prompt"],
-                            "note": got["note"], "matched": got["matched"], "sources": got["sources"]})
-                say("qa: seed %d, %d of %d questions retrieved" % (seed, len(out), len(specs)))
-        return out
-
-    # the windows are cached (retrieval + PRISM take seconds a question); the reference answers are cheap
-    qs = _cached(CACHE / ("qa-%s" % _key("qa", K, CANDIDATES, LINES, qa_corpus.VERSION)) / ("%d.json" % seed), make)
+def with_answers(seed: int, qs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rng = random.Random(seed * 7723 + 9)
     for q in qs:
         q["answer"] = reference_answer(q["truth"], q["sources"], rng)
     return qs
+
+
+def examples_of(seed: int, specs: list[tuple[str, str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The specs' questions asked of a store of the node's log: prompt, sources, note (no answers yet)."""
+    import tempfile
+
+    tok = note_tokenizer()
+
+    def count(text: str) -> int:
+        return len(tok.encode(text, add_special_tokens=False).ids)
+
+    out = []
+    with tempfile.TemporaryDirectory(prefix="plant-text-") as tmp:
+        db = Path(tmp) / "node.db"
+        build_store(db, qa_corpus.node_log(seed))
+        for text, kind, truth in specs:
+            got = ask_windows(db, text, _prism(), count)
+            out.append({"seed": seed, "question": text, "kind": kind, "truth": truth, "prompt": got["prompt"],
+                        "note": got["note"], "matched": got["matched"], "sources": got["sources"]})
+            say("qa: seed %d, %d of %d questions retrieved" % (seed, len(out), len(specs)))
+    return out
+
+
+def qa_seed(seed: int) -> list[dict[str, Any]]:
+    """Every question of one node (question_specs) with its prompt, sources and reference answer. The windows
+    are cached (retrieval + PRISM take seconds a question); the reference answers are cheap and made anew."""
+    qs = _cached(CACHE / ("qa-%s" % _key("qa", K, CANDIDATES, LINES, qa_corpus.VERSION)) / ("%d.json" % seed),
+                 lambda: examples_of(seed, question_specs(seed)))
+    return with_answers(seed, qs)
 
 
 def qa_seeds(split: str) -> range:
