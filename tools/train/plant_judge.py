@@ -167,11 +167,13 @@ def note_verdict(note: str, facts: dict[str, Any]) -> dict[str, Any]:
     covered: names the event's machine, its signal (when the event has one) and its value or its trend
       (state changes: the new state; a LOST line: the count);
     hallucinated: a machine id or a number that is not in the window;
-    vacuous: names no machine, signal, number, direction or fault (counted as not factual: see docs/QUALITY.md)."""
+    vacuous: names no machine id (a LOST line's note: no number), so none of its claims has a subject to check
+      (counted as not factual: see docs/QUALITY.md)."""
     c = parse(note)
     w = facts["window"]
     why: list[str] = []
-    vac = not (c["machines"] or c["signals"] or c["numbers"] or c["directions"] or c["faults"])
+    # checkable: a note is about a machine (the system prompt asks "which machine"); a LOST line has none
+    vac = not (c["numbers"] if facts["kind"] == "lost" else c["machines"])
     bad_m = [m for m in c["machines"] if m not in w["machines"]]
     bad_n = [n for n in c["numbers"] if not _number_ok(n, [tuple(x) for x in w["values"]])]
     if bad_m:
@@ -241,7 +243,9 @@ def answer_verdict(answer: str, truth: dict[str, Any], sources: list[dict[str, A
     accurate: for an event, the first machine id named is the truth's and none of the "nothing of the kind"
       phrases is used; the event is named (a trip word for a trip, with its interlock's signal or the fault;
       an acknowledgement or clear word; for onset / which / sensor questions an alarm word, the signal or
-      the fault); where the question asks when, the first time named is the truth's minute. For a "none"
+      the fault; for a sensor question its signal and a faulty-sensor word); no reading (a number with a unit)
+      that the windows do not show; where the question asks when (and always for onset, acknowledgement and
+      clear questions: their answer is a time), the first time named is the truth's minute. For a "none"
       truth: a none phrase and no time but the log's start;
     cited: the evidence is in some window and every [n] is one of those windows, at least one [n]
       (not counted for "none" questions: there is no evidence line for an absence)."""
@@ -279,7 +283,14 @@ def answer_verdict(answer: str, truth: dict[str, Any], sources: list[dict[str, A
             why.append("no alarm, signal or fault named")
         if ev == "sensor" and not sig_ok:
             why.append("not the sensor's signal")
-    if truth.get("asks_when"):
+        if ev == "sensor" and not (fault_ok or re.search(r"\b(bad|missing|lost|dropping|drifting|stuck|faulty)\b",
+                                                          answer.lower())):
+            why.append("does not say the sensor is faulty")
+    allowed = window_values(ln for src in sources for ln in src["text"].splitlines())
+    bad_n = [n for n in c["numbers"] if n[1] is not None and not _number_ok(n, allowed)]
+    if bad_n:
+        why.append("a reading not in the windows: %s" % ", ".join("%g%s" % n for n in bad_n))
+    if truth.get("asks_when") or ev in ("onset", "ack", "clear"):  # these questions are about a time
         if not c["times"]:
             why.append("names no time")
         elif c["times"][0] != truth["time"][11:16]:

@@ -40,7 +40,7 @@ from tools.train import corpus, qa_corpus  # noqa: E402
 from tools.train.corpus import INTERLOCKS, TAG_KEY, TAG_WORDS, UNITS  # noqa: E402
 from tools.train.plant_judge import interlock_tag  # noqa: E402
 
-VERSION = 1  # bump when a text, a fact or the selection changes (it names the cache directory)
+VERSION = 2  # bump when a text, a fact or the selection changes (it names the cache directory)
 CACHE = ROOT / "build" / "plant_text" / ("v%d" % VERSION)
 K, CANDIDATES, LINES, MAX_TOKENS = 3, 20, 6, 64  # host/cmd_ask.py's defaults
 NONE_SHARE = 0.2  # at most this share of the questions have "nothing of the kind" as the right answer
@@ -398,9 +398,10 @@ def _truth(node: dict[str, Any], q: dict[str, Any]) -> dict[str, Any]:
     truth["fault"] = fs[-1]["fault"] if fs else None
     if kind == "trip":
         truth["interlock"] = e.get("interlock")
-        hit = next((lines[j] for j in range(max(0, q["answer"][0] - 8), q["answer"][0])
-                    if " ALARM " in lines[j] and e.get("signal") and " %s %s " % (q["machine"], e["signal"]) in lines[j]),
-                   None)
+        hit = next((lines[j] for j in range(q["answer"][0] - 1, max(-1, q["answer"][0] - 9), -1)  # the trip point
+                    if " ALARM %s %s %s " % ("LOLO" if (e.get("interlock") or "").startswith("LOLO") else "HIHI",
+                                             q["machine"], e.get("signal")) in lines[j]
+                    and lines[j][:20] == first[:20]), None)
         truth["value"] = _event(hit)["value"] if hit else None
         if hit:
             truth["evidence"] = ev + [hit]
@@ -441,7 +442,8 @@ def reference_answer(truth: dict[str, Any], sources: list[dict[str, Any]], rng: 
     lvl = LEVEL.get(truth.get("level") or "", "")
     if ev == "trip":
         why = INTERLOCKS.get(truth.get("interlock") or "", "an interlock")
-        val = " at %s" % truth["value"] if truth.get("value") else ""
+        shown = truth.get("value") and any(truth["value"] in s["text"] for s in sources if s["n"] in holding)
+        val = " at %s" % truth["value"] if shown else ""
         tail = ", likely %s" % fault if fault else ""
         if rng.random() < 0.5:
             return "%s tripped at %s on %s (%s%s)%s %s." % (m, t, why, sig, val, tail, cite)
