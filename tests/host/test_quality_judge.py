@@ -4,13 +4,16 @@ notes and answers are each caught. No model generation: the judges read fixed st
 
 from __future__ import annotations
 
+import os
 import re
 
-import pytest
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # PRISM on shared cores (as test_spec_exact.py)
 
-from shared import episode
-from tools.train import plant_judge as pj
-from tools.train import plant_text as pt
+import pytest  # noqa: E402
+
+from shared import episode  # noqa: E402
+from tools.train import plant_judge as pj  # noqa: E402
+from tools.train import plant_text as pt  # noqa: E402
 
 SEEDS = 3  # held-out note streams (8 episodes each)
 
@@ -22,12 +25,12 @@ def streams():
 
 @pytest.fixture(scope="module")
 def questions():
-    """One question of each kind of the first held-out node, and two "none" ones, asked as ask asks them
-    (a store of the node's log, FTS5, PRISM, fit_sources): ~8 s a question of PRISM on 20 windows."""
+    """One question of each of the first three kinds of the first held-out node, and two "none" ones, asked as ask asks them
+    (a store of the node's log, FTS5, PRISM, fit_sources): 5-30 s a question of PRISM on 20 windows."""
     specs = pt.question_specs(2000)
     pick, kinds = [], set()
     for sp in specs:
-        if sp[1] != "none" and sp[1] not in kinds and len(kinds) < 4:
+        if sp[1] != "none" and sp[1] not in kinds and len(kinds) < 3:
             kinds.add(sp[1])
             pick.append(sp)
     pick += [sp for sp in specs if sp[1] == "none"][:2]
@@ -108,7 +111,7 @@ def test_wrong_notes_are_caught(streams):
 
 
 def test_reference_answers_score_perfectly_and_none_is_bounded(questions):
-    assert len(questions) == 6
+    assert len(questions) == 5
     for q in questions:
         assert q["prompt"].startswith("<|im_start|>system\n") and q["question"] in q["prompt"]
         for s in q["sources"]:
