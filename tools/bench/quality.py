@@ -202,7 +202,6 @@ def with_windows(qs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Questions read from a file get ask's own windows for them (a store per seed, retrieve + rerank + fit)."""
     import tempfile
 
-    from host import qa  # noqa: F401
     from tools.train import plant_text, qa_corpus
 
     tok = plant_text.note_tokenizer()

@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:
 
 from shared import episode, plant  # noqa: E402
 from tools.train import corpus, qa_corpus  # noqa: E402
-from tools.train.corpus import INTERLOCKS, TAG_KEY, TAG_WORDS, UNITS  # noqa: E402
+from tools.train.corpus import INTERLOCKS, TAG_WORDS  # noqa: E402
 from tools.train.plant_judge import interlock_tag  # noqa: E402
 
 VERSION = 2  # bump when a text, a fact or the selection changes (it names the cache directory)
