@@ -1,0 +1,388 @@
+"""Are the target's words right? Notes and answers on held-out plant seeds, judged against the simulator's truth.
+
+    python -m host.cli bench quality --json [--target stock|PATH.gguf|domain] [--notes 104] [--questions-n 60]
+                                     [--dump FILE] [--questions FILE]
+
+Notes: the held-out plant streams of tools/train/corpus.py (seeds >= 2000, never trained on nor used to choose
+checkpoints), each episode's note written greedily by the target over the node's stream with the rp2040_pico
+cache geometry (sink 4 + window 28: what speculative decoding commits at the gateway). Answers: the held-out
+questions of tools/train/plant_text.qa_examples, each asked through `ask`'s own retrieval (FTS5 + the PRISM
+reranker + fit_sources, host/qa.py; not the gold windows), answered greedily (64 tokens at most, as ask).
+The stock SmolLM2-135M-Instruct is measured in the same run on the same notes' streams and the same
+retrieved windows (base_*); with --target stock it is the target too, so its figures are computed once.
+Judges: tools/train/plant_judge.py (docs/QUALITY.md). Progress on stderr; one JSON object on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repo importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from host.usage import Parser  # noqa: E402
+
+GOALS = {"note_factuality": 0.9, "note_coverage": 0.9, "note_hallucination_rate": 0.05, "answer_accuracy": 0.8,
+         "answer_citation_rate": 0.9, "margin_over_stock": 0.3}
+MIN_NOTES, MIN_QUESTIONS = 100, 50
+
+
+class BenchTargetError(ValueError):
+    """A --target that cannot be loaded (the message is the one line the user sees)."""
+
+
+def say(msg: str) -> None:
+    sys.stderr.write("bench quality: %s\n" % msg)
+    sys.stderr.flush()
+
+
+class BenchTarget:
+    """A target for the bench: its name, the llama_np Target, its tokenizer (host/qa's) and its stop ids."""
+
+    def __init__(self, name: str, path: str, target, tokenizer, stop_ids):
+        self.name, self.path, self.target, self.tokenizer, self.stop_ids = name, path, target, tokenizer, stop_ids
+
+
+def load_bench_target(name: str) -> BenchTarget:
+    """stock: the shipped SmolLM2-135M-Instruct GGUF; PATH.gguf: that file; domain: the plant-adapted target
+    (not installed until `make models` builds it)."""
+    from host import qa, weights
+
+    if name == "stock":
+        try:
+            path = str(weights.smollm2_gguf())
+        except OSError as e:
+            raise BenchTargetError("stock target: %s" % e) from None
+    elif name == "domain":
+        raise BenchTargetError("domain target not installed: run make models")
+    else:
+        if not name.endswith(".gguf"):
+            raise BenchTargetError("--target %s: one of stock, domain or a PATH.gguf" % name)
+        if not Path(name).is_file():
+            raise BenchTargetError("--target %s: no such file" % name)
+        path = name
+    try:
+        target, tok, stops = qa.load_text_model(path)
+    except qa.QAError as e:
+        raise BenchTargetError("--target %s: %s" % (name, e)) from None
+    return BenchTarget(name, path, target, tok, stops)
+
+
+# ---------------------------------------------------------------------------------------------- notes
+
+
+def target_notes(bt: BenchTarget, seeds: list[int]) -> dict[int, list[str]]:
+    """Greedy notes of every episode of the seeds' streams, the target over the node's stream (system prompt,
+    then each episode's prompt and note, the previous tokens as context) with corpus's sink + window cache:
+    what the gateway commits. Lockstep over the seeds (one batched forward per token)."""
+    import numpy as np
+
+    from shared import episode
+    from tools.train import corpus
+
+    tok = corpus.tokenizer()
+    stops = corpus.stop_ids(tok)
+    model = bt.target
+    streams = [corpus._Stream(s, model, tok) for s in seeds]  # noqa: SLF001 (corpus's own stream state)
+    for s in streams:
+        s.add(s.unfed, False)
+    corpus._feed(model, streams, [s.unfed for s in streams])  # noqa: SLF001
+    for s in streams:
+        s.unfed = []
+    out: dict[int, list[str]] = {s.seed: [] for s in streams}
+    n_ep = max(len(s.eps) for s in streams)
+    for e in range(n_ep):
+        say("notes (%s): episode %d of %d over %d streams" % (bt.name, e + 1, n_ep, len(streams)))
+        act = [s for s in streams if e < len(s.eps)]
+        parts = []
+        for s in act:
+            pr = tok.encode(episode.prompt_text(s.eps[e]["lines"], s.after_cap))
+            s.add(s.unfed, True)
+            s.add(pr, False)
+            parts.append(s.unfed + pr)
+            s.unfed = []
+        last = corpus._feed(model, act, parts)  # noqa: SLF001
+        notes: list[list[int]] = [[] for _ in act]
+        live = list(range(len(act)))
+        while live:
+            nxt = []
+            for i in live:
+                t = int(np.argmax(last[i]))
+                notes[i].append(t)
+                if stops[t] or len(notes[i]) >= episode.MAX_NOTE:
+                    act[i].unfed = [t]
+                    act[i].after_cap = not stops[t]
+                else:
+                    nxt.append(i)
+            if nxt:
+                for i in nxt:
+                    act[i].add([notes[i][-1]], True)
+                outs = corpus._feed(model, [act[i] for i in nxt], [[notes[i][-1]] for i in nxt])  # noqa: SLF001
+                for i, o in zip(nxt, outs):
+                    last[i] = o
+            live = nxt
+        for s, ids in zip(act, notes):
+            out[s.seed].append(tok.decode(ids))
+    return out
+
+
+def note_rows(notes_n: int) -> list[dict[str, Any]]:
+    """The first notes_n held-out episodes (seed by seed) with their facts and reference notes."""
+    from tools.train import corpus, plant_text
+
+    rows: list[dict[str, Any]] = []
+    seed = corpus.SPLITS["heldout"][0]
+    while len(rows) < notes_n:
+        st = plant_text.note_stream(seed)
+        for i, ep in enumerate(st["episodes"]):
+            rows.append({"seed": seed, "episode": i, "lines": ep["lines"], "facts": ep["facts"],
+                         "reference": ep["note"]})
+        seed += 1
+    return rows[:notes_n]
+
+
+# ---------------------------------------------------------------------------------------------- questions
+
+
+class QuestionsError(ValueError):
+    pass
+
+
+def read_questions(path: str) -> list[dict[str, Any]]:
+    """Questions in the dump's format (JSON lines; rows with "question", "seed", "truth"; rows of other kinds,
+    such as the dump's notes, are skipped). One QuestionsError line names the file, the line and the field."""
+    from tools.train import corpus
+
+    p = Path(path)
+    if not p.is_file():
+        raise QuestionsError("--questions %s: no such file" % path)
+    out = []
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise QuestionsError("--questions %s: cannot read it: %s" % (path, e)) from None
+    for no, ln in enumerate(text.splitlines(), 1):
+        if not ln.strip():
+            continue
+        try:
+            row = json.loads(ln)
+        except ValueError:
+            raise QuestionsError("--questions %s line %d: not a JSON object" % (path, no)) from None
+        if not isinstance(row, dict):
+            raise QuestionsError("--questions %s line %d: not a JSON object" % (path, no))
+        if row.get("type", "answer") != "answer":
+            continue
+        q, seed, truth = row.get("question"), row.get("seed"), row.get("truth")
+        if not isinstance(q, str) or not q.strip():
+            raise QuestionsError("--questions %s line %d: field question: a non-empty string is needed" % (path, no))
+        if not isinstance(seed, int) or isinstance(seed, bool) or not seed >= 0:
+            raise QuestionsError("--questions %s line %d: field seed: a plant seed (int >= 0) is needed" % (path, no))
+        if corpus.split_of(seed) != "heldout":
+            raise QuestionsError("--questions %s line %d: field seed: %d is not a held-out seed (>= %d)"
+                                 % (path, no, seed, corpus.SPLITS["heldout"][0]))
+        if not isinstance(truth, dict) or not isinstance(truth.get("event"), str) or \
+                not isinstance(truth.get("machine"), str) or not isinstance(truth.get("evidence", []), list):
+            raise QuestionsError("--questions %s line %d: field truth: an object with event, machine and evidence "
+                                 "is needed" % (path, no))
+        out.append({"seed": seed, "question": q, "kind": row.get("kind", truth["event"]), "truth": truth})
+    if not out:
+        raise QuestionsError("--questions %s: no questions in it" % path)
+    return out
+
+
+def with_windows(qs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Questions read from a file get ask's own windows for them (a store per seed, retrieve + rerank + fit)."""
+    import tempfile
+
+    from tools.train import plant_text, qa_corpus
+
+    tok = plant_text.note_tokenizer()
+
+    def count(text: str) -> int:
+        return len(tok.encode(text, add_special_tokens=False).ids)
+
+    out = []
+    with tempfile.TemporaryDirectory(prefix="bench-quality-") as tmp:
+        dbs: dict[int, Path] = {}
+        for q in qs:
+            if q["seed"] not in dbs:
+                dbs[q["seed"]] = Path(tmp) / ("%d.db" % q["seed"])
+                plant_text.build_store(dbs[q["seed"]], qa_corpus.node_log(q["seed"]))
+            got = plant_text.ask_windows(dbs[q["seed"]], q["question"], plant_text._prism(), count)  # noqa: SLF001
+            out.append(dict(q, **got))
+    import random
+
+    rng = random.Random(0)
+    for q in out:  # the reference answer for these windows (the judges' own check, "reference" in the JSON)
+        q["answer"] = plant_text.reference_answer(q["truth"], q["sources"], rng)
+    return out
+
+
+def answers(bt: BenchTarget, qs: list[dict[str, Any]], max_tokens: int) -> list[str]:
+    from host import qa
+
+    ans = qa.Answerer(bt.target, bt.tokenizer, bt.stop_ids)
+    out = []
+    for i, q in enumerate(qs):
+        src = [qa.Source(s["n"], s["node"], s["t0_ms"], s["t1_ms"], s["text"], s["prob"]) for s in q["sources"]]
+        t = time.perf_counter()
+        out.append(ans.answer(q["question"], src, max_tokens=max_tokens, note=q.get("note", ""), budget=None))
+        say("answers (%s): %d of %d in %.1f s" % (bt.name, i + 1, len(qs), time.perf_counter() - t))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+
+def _rate(xs: list[bool]) -> float | None:
+    return round(sum(1 for x in xs if x) / len(xs), 4) if xs else None
+
+
+def note_figures(notes: list[str], rows: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict]]:
+    from tools.train import plant_judge
+
+    vs = [plant_judge.note_verdict(n, r["facts"]) for n, r in zip(notes, rows)]
+    by_kind: dict[str, list] = {}
+    for v, r in zip(vs, rows):
+        by_kind.setdefault(r["facts"]["kind"], []).append(v)
+    fig = {"note_factuality": _rate([v["factual"] for v in vs]), "note_coverage": _rate([v["covered"] for v in vs]),
+           "note_hallucination_rate": _rate([v["hallucinated"] for v in vs]),
+           "note_vacuous_rate": _rate([v["vacuous"] for v in vs]),
+           "note_ends_in_newline": _rate([n.endswith("\n") for n in notes]),
+           "notes_by_kind": {k: {"n": len(x), "factuality": _rate([v["factual"] for v in x]),
+                                 "coverage": _rate([v["covered"] for v in x])} for k, x in sorted(by_kind.items())}}
+    return fig, vs
+
+
+def answer_figures(texts: list[str], qs: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict]]:
+    from tools.train import plant_judge
+
+    vs = [plant_judge.answer_verdict(a, q["truth"], q["sources"]) for a, q in zip(texts, qs)]
+    cited = [v["cited"] for v in vs if v["cited"] is not None]
+    by_kind: dict[str, list] = {}
+    for v, q in zip(vs, qs):
+        by_kind.setdefault(q["truth"]["event"], []).append(v["accurate"])
+    fig = {"answer_accuracy": _rate([v["accurate"] for v in vs]), "answer_citation_rate": _rate(cited),
+           "answers_citing": _rate([bool(plant_judge.parse(a)["cites"]) for a in texts]),
+           "answers_by_kind": {k: {"n": len(x), "accuracy": _rate(x)} for k, x in sorted(by_kind.items())}}
+    return fig, vs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = Parser(prog="edgetwin bench quality", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", action="store_true", help="(the output is always one JSON object)")
+    ap.add_argument("--target", default="domain", help="stock, domain (default) or PATH.gguf; the baseline is "
+                    "always stock")
+    ap.add_argument("--notes", type=int, default=104, help="held-out episodes to annotate (default 104)")
+    ap.add_argument("--questions-n", type=int, default=60, help="held-out questions (default 60)")
+    ap.add_argument("--questions", help="read the questions from this file (the dump's format) instead")
+    ap.add_argument("--dump", help="write every note and answer with its window and ground truth (JSON lines)")
+    ap.add_argument("--max-tokens", type=int, default=64, help="longest answer (default 64, as ask)")
+    a = ap.parse_args(argv)
+    if a.notes < 1 or a.questions_n < 1 or a.max_tokens < 1:
+        ap.error("--notes, --questions-n and --max-tokens must be at least 1")
+    t_start = time.perf_counter()
+    try:
+        qs_file = read_questions(a.questions) if a.questions else None
+        if a.dump:
+            Path(a.dump).open("w").close()  # a bad path fails now, not after minutes
+        target = load_bench_target(a.target)
+        stock = target if a.target == "stock" else load_bench_target("stock")
+    except (QuestionsError, BenchTargetError, OSError) as e:
+        print("edgetwin bench quality: error: %s" % e, file=sys.stderr)
+        return 2
+    from tools.train import plant_text
+
+    same = target is stock
+    rows = note_rows(a.notes)
+    seeds = sorted({r["seed"] for r in rows})
+    say("notes: %d held-out episodes from seeds %d..%d" % (len(rows), seeds[0], seeds[-1]))
+    figures: dict[str, Any] = {"target": {}, "stock": {}}
+    verdicts: dict[str, list] = {"target": [None, None], "stock": [None, None]}
+    texts: dict[str, list] = {"target": [None, None], "stock": [None, None]}
+    times: dict[str, dict] = {"target": {}, "stock": {}}
+    roles = (("target", target),) if same else (("target", target), ("stock", stock))
+    for role, bt in roles:  # notes first: they need no retrieval
+        t = time.perf_counter()
+        by_seed = target_notes(bt, seeds)
+        notes = [by_seed[r["seed"]][r["episode"]] for r in rows]
+        nf, nv = note_figures(notes, rows)
+        figures[role].update(nf)
+        texts[role][0], verdicts[role][0] = notes, nv
+        times[role]["notes_s"] = round(time.perf_counter() - t, 1)
+        say("notes (%s): factuality %s, coverage %s" % (bt.name, nf["note_factuality"], nf["note_coverage"]))
+    t = time.perf_counter()
+    if qs_file is not None:
+        qs = with_windows(qs_file)
+    else:
+        qs = plant_text.qa_examples("heldout", a.questions_n)
+    times["retrieval_s"] = round(time.perf_counter() - t, 1)
+    say("questions: %d (%d none), windows in %.0f s" % (len(qs), sum(1 for q in qs if q["truth"]["event"] == "none"),
+                                                       times["retrieval_s"]))
+    for role, bt in roles:  # one retrieval for both targets
+        t = time.perf_counter()
+        ans = answers(bt, qs, a.max_tokens)
+        af, av = answer_figures(ans, qs)
+        figures[role].update(af)
+        texts[role][1], verdicts[role][1] = ans, av
+        times[role]["answers_s"] = round(time.perf_counter() - t, 1)
+    if same:
+        figures["stock"], texts["stock"], verdicts["stock"] = figures["target"], texts["target"], verdicts["target"]
+        del times["stock"]
+    out: dict[str, Any] = {"bench": "quality", "target": a.target, "baseline": "stock",
+                           "baseline_same_run": True, "baseline_is_target": same,
+                           "notes": len(rows), "questions": len(qs),
+                           "questions_none": sum(1 for q in qs if q["truth"]["event"] == "none"),
+                           "note_seeds": [seeds[0], seeds[-1]], "question_seeds": sorted({q["seed"] for q in qs}),
+                           "evidence_retrieved": _rate([bool(v.get("evidence_in")) for v in verdicts["target"][1]
+                                                        if v["cited"] is not None])}
+    keys = ("note_factuality", "note_coverage", "note_hallucination_rate", "answer_accuracy", "answer_citation_rate")
+    for k, v in figures["target"].items():
+        out[k] = v
+    for k, v in figures["stock"].items():
+        out["base_" + k] = v
+    met = {}
+    for k in keys:
+        v, b = out[k], out["base_" + k]
+        if v is None:
+            met[k] = None
+            continue
+        ok = v <= GOALS[k] if k == "note_hallucination_rate" else v >= GOALS[k]
+        margin = (b - v) if k == "note_hallucination_rate" else (v - b)
+        met[k] = bool(ok and b is not None and margin >= GOALS["margin_over_stock"] - 1e-9)
+    ref_n, _ = note_figures([r["reference"] for r in rows], rows)  # the judges on the reference texts:
+    ref_a, _ = answer_figures([q["answer"] for q in qs], qs) if all("answer" in q for q in qs) else ({}, None)
+    out["reference"] = {k: v for k, v in dict(ref_n, **ref_a).items() if k in keys}  # what a perfect target scores
+    out["goals"] = GOALS
+    out["goals_met"] = met
+    out["sizes_ok"] = len(rows) >= MIN_NOTES and len(qs) >= MIN_QUESTIONS and \
+        out["questions_none"] <= 0.2 * len(qs)
+    out["times_s"] = dict(times, total_s=round(time.perf_counter() - t_start, 1))
+    if a.dump:
+        with open(a.dump, "w") as fh:
+            for i, r in enumerate(rows):
+                fh.write(json.dumps({"type": "note", "seed": r["seed"], "episode": r["episode"], "window": r["lines"],
+                                     "facts": r["facts"], "reference": r["reference"],
+                                     "target": texts["target"][0][i], "target_verdict": verdicts["target"][0][i],
+                                     "stock": texts["stock"][0][i], "stock_verdict": verdicts["stock"][0][i]}) + "\n")
+            for i, q in enumerate(qs):
+                fh.write(json.dumps({"type": "answer", "seed": q["seed"], "question": q["question"], "kind": q["kind"],
+                                     "truth": q["truth"], "sources": q["sources"], "note": q.get("note", ""),
+                                     "reference": q.get("answer"),
+                                     "target": texts["target"][1][i], "target_verdict": verdicts["target"][1][i],
+                                     "stock": texts["stock"][1][i], "stock_verdict": verdicts["stock"][1][i]}) + "\n")
+        say("dump: %s" % a.dump)
+    print(json.dumps(out))
+    return 0 if math.isfinite(out["times_s"]["total_s"]) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
