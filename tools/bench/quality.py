@@ -135,7 +135,8 @@ def target_notes(bt: BenchTarget, seeds: list[int]) -> dict[int, list[str]]:
 
 
 def note_rows(notes_n: int) -> list[dict[str, Any]]:
-    """The first notes_n held-out episodes (seed by seed) with their facts and reference notes."""
+    """The first notes_n held-out event episodes (seed by seed) with their facts and reference notes (the
+    streams' summary episodes stay in the target's context, as on the node, and are not judged)."""
     from tools.train import corpus, plant_text
 
     rows: list[dict[str, Any]] = []
@@ -143,6 +144,8 @@ def note_rows(notes_n: int) -> list[dict[str, Any]]:
     while len(rows) < notes_n:
         st = plant_text.note_stream(seed)
         for i, ep in enumerate(st["episodes"]):
+            if ep["facts"]["kind"] == "summary":  # in the stream as on the node, but no event to judge
+                continue
             rows.append({"seed": seed, "episode": i, "lines": ep["lines"], "facts": ep["facts"],
                          "reference": ep["note"]})
         seed += 1

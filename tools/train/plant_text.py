@@ -304,6 +304,10 @@ def note_stream(seed: int) -> dict[str, Any]:
         eps = []
         seen: set = set()
         for ep in corpus.plant_episodes(seed):
+            if ep.get("kind") == "summary":  # the node's periodic summary of samples: no event to judge
+                facts = summary_facts(ep)
+                eps.append({"lines": ep["lines"], "note": summary_reference(facts, rng), "facts": facts})
+                continue
             machines = {ln[21:].split()[1 if ln[21:].startswith("STATE") else 2] for ln in ep["lines"]
                         if not ln[21:].startswith("LOST")}
             onset = any(f["machine"] in machines and (f["machine"], f["fault"], f["since"]) not in seen
@@ -315,7 +319,34 @@ def note_stream(seed: int) -> dict[str, Any]:
             eps.append({"lines": ep["lines"], "note": reference_note(facts, rng), "facts": facts})
         return {"seed": seed, "episodes": eps}
 
-    return _cached(CACHE / ("notes-%s" % _key("notes", episode.MAX_NOTE)) / ("%d.json" % seed), make)
+    return _cached(CACHE / ("notes-%s" % _key("notes", episode.MAX_NOTE, corpus.config_key())) / ("%d.json" % seed), make)
+
+
+def summary_facts(ep: dict[str, Any]) -> dict[str, Any]:
+    """A summary episode's facts: its sampled machines and their states, and a fault the truth says is
+    developing on one of them (kind "summary": the note judges leave these episodes out)."""
+    states = [tuple(ln[21:].split()[:2]) for ln in ep["lines"]]
+    dev = next(((m, st, f["fault"]) for m, st in states for f in ep["faults"] if f["machine"] == m), None)
+    return {"kind": "summary", "machines": [m for m, _ in states], "states": [st for _, st in states],
+            "developing": list(dev) if dev else None,
+            "time": plant.iso(plant.START_EPOCH + ep["tick"])[:16], "tick": ep["tick"]}
+
+
+def summary_reference(f: dict[str, Any], rng: random.Random, count: Callable[[str], int] = note_tokens) -> str:
+    """A summary episode's reference note: the machine with a fault developing, else the first machines'
+    states; the longest phrasing that fits episode.MAX_NOTE tokens."""
+    if f["developing"]:
+        m, st, fault = f["developing"]
+        forms = [" %s %s; %s developing.\n" % (m, st.lower(), FAULT[fault][0]), " %s: %s developing.\n" % (m, FAULT[fault][0])]
+    else:
+        pairs = ["%s %s" % (m, st.lower()) for m, st in zip(f["machines"], f["states"])]
+        forms = [" Routine: %s; no alarm.\n" % ", ".join(pairs[:2]), " Routine: %s.\n" % pairs[0], " Routine readings.\n"]
+        if rng.random() < 0.5:
+            forms[0] = " All normal: %s.\n" % ", ".join(pairs[:2])
+    for form in forms:
+        if count(form) <= episode.MAX_NOTE:
+            return form
+    return forms[-1]
 
 
 def note_streams(split: str, n: int) -> list[dict[str, Any]]:
