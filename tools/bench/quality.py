@@ -53,16 +53,22 @@ class BenchTarget:
 
 def load_bench_target(name: str) -> BenchTarget:
     """stock: the shipped SmolLM2-135M-Instruct GGUF; PATH.gguf: that file; domain: the plant-adapted target
-    (not installed until `make models` builds it)."""
-    from host import qa, weights
+    (the GGUF with models/target's adapters merged, host/target_delta.py; absent until `make models`)."""
+    from host import qa, target_delta, weights
 
+    domain = False
     if name == "stock":
         try:
             path = str(weights.smollm2_gguf())
         except OSError as e:
             raise BenchTargetError("stock target: %s" % e) from None
     elif name == "domain":
-        raise BenchTargetError("domain target not installed: run make models")
+        if not target_delta.installed():
+            raise BenchTargetError("domain target not installed: run make models")
+        try:
+            path, domain = str(weights.smollm2_gguf()), True
+        except OSError as e:
+            raise BenchTargetError("domain target: %s" % e) from None
     else:
         if not name.endswith(".gguf"):
             raise BenchTargetError("--target %s: one of stock, domain or a PATH.gguf" % name)
@@ -70,7 +76,7 @@ def load_bench_target(name: str) -> BenchTarget:
             raise BenchTargetError("--target %s: no such file" % name)
         path = name
     try:
-        target, tok, stops = qa.load_text_model(path)
+        target, tok, stops = qa.load_text_model(path, domain)
     except qa.QAError as e:
         raise BenchTargetError("--target %s: %s" % (name, e)) from None
     return BenchTarget(name, path, target, tok, stops)
