@@ -29,8 +29,8 @@ def fit(cfg, prof, word=None, margin=MARGIN_PCT, reserve=None, reader=None, mode
     """The first layout, in modes order (fastest first), then from 64 classifier rows per block down
     to 1, whose load peak (the step's peak plus the largest construction temporary) fits the budget:
     the profile's heap less the reserve and margin% of the heap, and whose largest buffer is at most
-    max_block_pct of the heap. Sets p.board, p.heap_bytes, p.reserve, p.margin, p.budget, p.max_block on it. ModelError, saying by how much, when even the smallest does
-    not fit. cfg: a model_load.Config or MBF config dict; prof: a board profile dict (shared/profile.py)."""
+    max_block_pct of the heap. Sets p.board, p.heap_bytes, p.reserve, p.margin, p.budget, p.max_block on
+    it. ModelError, saying by how much, when even the smallest does not fit. cfg: a model_load.Config or MBF config dict; prof: a board profile dict (shared/profile.py)."""
     prof = profile.validate(prof)
     if word is None:
         word = word_of(prof["mpy_arch"])
