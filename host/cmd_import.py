@@ -102,18 +102,18 @@ def read_lines(path: Path):
     cache: dict = {}
     with f:
         lineno = 0
-        for raw in f:
+        for line_bytes in f:
             lineno += 1
-            if not raw.endswith(b"\n"):
+            if not line_bytes.endswith(b"\n"):
                 raise LogFileError("%s:%d: the last line has no newline (truncated? a log still being written): "
-                                   "%r" % (path, lineno, raw[:60]))
-            body = raw[:-1]
-            if body.endswith(b"\r"):
-                body = body[:-1]
-            if b"\0" in body:
+                                   "%r" % (path, lineno, line_bytes[:60]))
+            content = line_bytes[:-1]
+            if content.endswith(b"\r"):
+                content = content[:-1]
+            if b"\0" in content:
                 raise LogFileError("%s:%d: binary data, not a text log" % (path, lineno))
             try:
-                text = body.decode("ascii")
+                text = content.decode("ascii")
             except UnicodeDecodeError:
                 raise LogFileError("%s:%d: not ASCII text (a binary file?); node log lines are ASCII"
                                    % (path, lineno)) from None

@@ -253,6 +253,7 @@ class Drafts:
 
     gen = 0
     offline_tokens = 0
+    episodes = 0  # the NODE report's fields an annotator carries
 
     def __init__(self, nd) -> None:
         self.nd = nd
@@ -261,7 +262,7 @@ class Drafts:
         self.sent = 0
         self.body = bytearray(200)
 
-    def step(self, now, line, off, n) -> int:
+    def step(self, now, eq) -> int:
         self.turns += 1
         if self.nd.lk.established and self.nd.backlog():
             self.turns_with_backlog += 1
@@ -278,6 +279,9 @@ def test_drafting_yields_the_link_to_waiting_lines(tmp_path: Path) -> None:
     # drafts would take most of the link; lines still all arrive, and drafts get turns only when no line waits
     rig = Rig(tmp_path, {})
     ann = rig.node.ann = Drafts(rig.node)  # type: ignore[assignment]
+    from firmware.episodes import EpisodeQueue
+
+    rig.node.eq = EpisodeQueue()  # a drafting node has one (its NODE report reads ep_dropped)
     rig.run(20000, gateway=lambda t: t % 10000 < 8000)
     rig.node.sampler.poll = lambda now: 0
     rig.drain()
