@@ -312,6 +312,10 @@ class NodeStream:
             self.ann_t0 = self.session.wall()
         self.ann_verified = True
         self.ann += list(ids)
+        if ids and "\n" in self.decode([int(ids[-1])]):
+            # the note's stop token (shared/episode.is_stop): store it now, not at the next episode's PROMPT,
+            # which on a quiet plant comes a summary_s later
+            self._flush()
 
     def on_reboot(self) -> None:  # the node rebooted: its new stream starts at base 0
         self._restart(0)

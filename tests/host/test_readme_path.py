@@ -150,11 +150,13 @@ def test_readme_real_node_steps_2_and_4_on_a_virtual_board(tmp_path):
         notes: list[str] = []
         while time.monotonic() < deadline and gw.poll() is None:
             notes = [n for n in _annotations(db) if n.strip()]
-            if len(notes) >= 2 and _log_count(db) > 10:  # the default plant logs 0.8 lines/s
+            # the node annotates events and, at boot and every summary_s (600 plant s), a summary: on the default
+            # plant, with no event in its first minutes, that first summary's note is what a user sees
+            if len(notes) >= 1 and _log_count(db) > 10:  # the default plant logs 0.8 lines/s
                 break
             time.sleep(2)
         assert gw.poll() is None, "the gateway exited: " + _stop(gw)[-3000:]
-        assert len(notes) >= 2, "fewer than 2 annotations stored within 240 s"
+        assert len(notes) >= 1, "no annotation stored within 240 s"
         # annotations are text, not token ids
         assert not any(re.fullmatch(r"[\d\s]+", n) for n in notes), notes
         assert _log_count(db) > 10
