@@ -98,6 +98,7 @@ class NodeState:
         self.notes: collections.deque = collections.deque(maxlen=3)
         self.current: list[tuple[str, str]] = []  # (text, kind): prompt / accepted / corrected
         self.episodes: list[dict] = []  # {"prompt": the episode's PROMPT text, "note": its committed note}
+        self.note_open = False  # verdicts since the last stored note
         self.cur_prompt = ""
         self.note_prompt: str | None = None
         self.heap: int | None = None
@@ -261,12 +262,14 @@ class Demo:
         elif kind == "prompt":
             text = self.decode(data)
             st.current = [(text, "prompt")]
-            # the gateway flushes the previous episode's note right after this hook (or, when the stream
-            # restarts, just before it): the note that comes next belongs to the prompt before this one
-            st.note_prompt = st.cur_prompt
+            # a note still open (cut at max_len: no stop token) is flushed right after this hook (or, when the
+            # stream restarts, just before it): it belongs to the prompt before this one. A note that ended on
+            # its stop token was stored at its verdict, before this prompt.
+            st.note_prompt = st.cur_prompt if st.note_open else None
             st.cur_prompt = text
         elif kind == "verdict":
             ids = data["ids"]
+            st.note_open = True
             st.verdicts += 1
             n_acc = min(data["accepted"], len(ids))
             st.accepted += n_acc
@@ -278,6 +281,7 @@ class Demo:
             if len(st.current) > 80:
                 st.current = st.current[-80:]
         elif kind == "note":
+            st.note_open = False
             st.notes.append(data.strip())
             prompt = st.note_prompt if st.note_prompt is not None else st.cur_prompt
             st.note_prompt = None
