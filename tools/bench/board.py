@@ -201,8 +201,8 @@ def run(board_name: str, model: Path, target: str, steps: int, tokens: int, imag
             t = time.monotonic()
             env = dict(os.environ, PYTHONPATH=str(ROOT))
             dep = subprocess.run([sys.executable, "-m", "host.cli", "deploy", "--board", board_name, "--port",
-                                  board.repl_port, "--node", "--model", str(model), "--no-reset", "--timeout", "1800"], cwd=str(ROOT),
-                                 env=env, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
+                                  board.repl_port, "--node", "--model", str(model), "--no-reset", "--timeout",
+                                  "1800"], cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
             if dep.returncode != 0:
                 raise BenchError("deploy failed: " + (dep.stdout + dep.stderr).strip()[-800:])
             deploy_s = time.monotonic() - t
@@ -246,7 +246,8 @@ def probe_model(port: str, model: Path, prof: dict, cfg: dict, steps: int, tmpd:
     host = host_greedy(model, prof, cfg, prompt, BASELINE_STEPS + steps)
     v_us = sum(probe["us"]["viper"]) / len(probe["us"]["viper"])
     p_us = sum(probe["us"]["plain"]) / len(probe["us"]["plain"])
-    return {"model_fits": True, "heap_free_after_code_bytes": probe["free_code"], "model_heap_bytes": probe["held"], "heap_free_min_bytes_model_alone": probe["free_min"],
+    return {"model_fits": True, "heap_free_after_code_bytes": probe["free_code"], "model_heap_bytes": probe["held"],
+            "heap_free_min_bytes_model_alone": probe["free_min"],
             "draft_step_us": round(v_us), "draft_tokens_per_s": round(1e6 / v_us, 2),
             "plain_step_us": round(p_us), "draft_step_viper_vs_bytecode": round(p_us / v_us, 1),
             "steps": {"plain": len(probe["us"]["plain"]), "viper": len(probe["us"]["viper"])},
@@ -262,7 +263,8 @@ def _node_run(board, tmpd: Path, cfg: dict, prof: dict, target: str, tokens: int
 
     # summary_s 1: an episode at every sample tick, events or not, so the node drafts without waiting for an
     # alarm (the figures are the node's drafting rate, not the plant's event rate)
-    node_cfg = dict(cfg, spill_bytes=SPILL_BYTES, report_ms=1000, summary_s=1, **(LONG_NOTES if long_notes else {}))
+    node_cfg = dict(cfg, spill_bytes=SPILL_BYTES, report_ms=1000, summary_s=1,
+                    **(LONG_NOTES if long_notes else {}))
     (tmpd / "node.json").write_text(json.dumps(node_cfg))
     boots = board.boots
     _mpremote(board.repl_port, "fs", "cp", str(tmpd / "node.json"), ":node.json", "+", "reset")
