@@ -70,9 +70,9 @@ def read_delta(path: Path) -> dict[str, np.ndarray]:
         raise DeltaError("cannot read %s: %s" % (path, e)) from None
 
 
-def merge(weights, delta: dict[str, np.ndarray], rank: int, alpha: float, where: str = "delta") -> hashlib._Hash:
+def merge(weights, delta: dict[str, np.ndarray], rank: int, alpha: float, where: str = "delta") -> str:
     """W += (alpha / rank) (B @ A) for every adapter in `delta`, in place on host.llama_config.LlamaWeights;
-    returns the SHA-256 of the merged matrices (layer order, PROJ order, float32 bytes)."""
+    returns the hex SHA-256 of the merged matrices (layer order, PROJ order, float32 bytes)."""
     scale = np.float32(alpha / rank)
     h = hashlib.sha256()
     layers = sorted({int(k.split(".")[1]) for k in delta})
@@ -91,7 +91,7 @@ def merge(weights, delta: dict[str, np.ndarray], rank: int, alpha: float, where:
             merged = (w + scale * (b @ a)).astype(np.float32)
             setattr(lw, p, merged)
             h.update(np.ascontiguousarray(merged).tobytes())
-    return h
+    return h.hexdigest()
 
 
 def verify_files(shipped: Path = SHIPPED, base: Path | None = None) -> tuple[dict, Path]:
@@ -117,7 +117,7 @@ def load_domain(shipped: Path = SHIPPED, base: Path | None = None):
     dpath = shipped / DELTA_FILE
     m = load_gguf(base)
     h = merge(m.weights, read_delta(dpath), int(man["rank"]), float(man["alpha"]), str(dpath))
-    if h.hexdigest() != man["merged_sha256"]:
+    if h != man["merged_sha256"]:
         raise DeltaError("the merged domain target does not match %s (merged_sha256): numpy merged differently"
                          % (shipped / MANIFEST))
     return m
@@ -137,7 +137,7 @@ def write_manifest(shipped: Path, base: Path, rank: int, alpha: float, extra: di
     m = load_gguf(base)
     h = merge(m.weights, read_delta(dpath), rank, alpha, str(dpath))
     man = {"base": Path(base).name, "base_sha256": sha256(base), "delta_sha256": sha256(dpath),
-           "merged_sha256": h.hexdigest(), "rank": rank, "alpha": alpha, **(extra or {})}
+           "merged_sha256": h, "rank": rank, "alpha": alpha, **(extra or {})}
     (shipped / MANIFEST).write_text(json.dumps(man, indent=1) + "\n")
     return man
 
