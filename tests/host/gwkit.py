@@ -345,3 +345,38 @@ def check_logs_acked(db: Path, name: str) -> dict:
             name, ep, need, stored.get(ep, 0))
         out[ep] = (stored.get(ep, 0), need)
     return out
+
+
+class PtyLink:
+    """A gateway Session on the master side of a pty whose slave is a CPython node's UART (what a virtual
+    board's relay would be): `uart` is the node's end, `sess` polls the other. close() closes both fds."""
+
+    def __init__(self, store, name: str = "n") -> None:
+        from firmware import uart
+        from host.session import Session
+
+        self.m, self.s = os.openpty()
+        set_raw(self.s)
+        set_raw(self.m)
+        os.set_blocking(self.m, False)
+        self.sess = Session("/dev/null", store, name=name)
+        self.sess.transport = self  # type: ignore[assignment]
+        self.uart = uart.PtyUART(os.ttyname(self.s))
+
+    def readinto(self, buf) -> int:
+        try:
+            got = os.read(self.m, len(buf))
+        except BlockingIOError:
+            return 0
+        buf[:len(got)] = got
+        return len(got)
+
+    def write(self, buf, n=None) -> int:
+        return os.write(self.m, bytes(buf[:len(buf) if n is None else n]))
+
+    def fileno(self) -> int:
+        return self.m
+
+    def close(self) -> None:
+        os.close(self.m)
+        os.close(self.s)

@@ -4,18 +4,17 @@ sampler's versioned records, /node.json checking, and a node talking to a gatewa
 from __future__ import annotations
 
 import json
-import os
 import time
 from array import array
 from pathlib import Path
 
 import pytest
 
-from firmware import uart, logq, node
+from firmware import logq, node
 from firmware.sampler import Sampler
-from host.session import Session
 from host.store import LogStore
-from tools.board.vboard import set_raw
+
+import gwkit
 
 PROF = json.loads((Path(__file__).resolve().parents[2] / "boards" / "rp2040_pico.json").read_text())
 
@@ -82,30 +81,10 @@ def test_node_json_is_checked(tmp_path: Path) -> None:
 
 
 def test_node_logs_reach_the_store_over_a_pty(tmp_path: Path) -> None:
-    m, s = os.openpty()
-    set_raw(s)
-    set_raw(m)
     store = LogStore(tmp_path / "g.db")
-    sess = Session("/dev/null", store, name="n")
-
-    class Master:  # the gateway side of the pty (what a virtual board's relay would be)
-        def readinto(self, buf):
-            try:
-                d = os.read(m, len(buf))
-            except BlockingIOError:
-                return 0
-            buf[:len(d)] = d
-            return len(d)
-
-        def write(self, buf, n=None):
-            return os.write(m, bytes(buf[:len(buf) if n is None else n]))
-
-        def fileno(self):
-            return m
-
-    os.set_blocking(m, False)
-    sess.transport = Master()  # type: ignore[assignment]
-    nd = node.Node(uart.PtyUART(os.ttyname(s)), PROF, {"tick_ms": 20, "sample_every": 1, "report_ms": 200},
+    link = gwkit.PtyLink(store)
+    sess = link.sess
+    nd = node.Node(link.uart, PROF, {"tick_ms": 20, "sample_every": 1, "report_ms": 200},
                    now=node.ticks_ms())
     t0 = time.monotonic()
     while (nd.logs_acked < 150 or time.monotonic() - t0 < 1.0) and time.monotonic() - t0 < 10:
@@ -121,5 +100,4 @@ def test_node_logs_reach_the_store_over_a_pty(tmp_path: Path) -> None:
     in_flight = nd.q.queued - nd.q.dropped - nd.q.count - len(plant)
     assert 0 <= in_flight <= 8, in_flight
     store.close()
-    os.close(m)
-    os.close(s)
+    link.close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import sqlite3
 import time
 from pathlib import Path
@@ -105,34 +104,13 @@ def test_progress_lines_on_a_long_file(tmp_path: Path, capsys, monkeypatch) -> N
 def test_the_same_lines_a_gateway_stores(tmp_path: Path) -> None:
     # a CPython node (logs only) over a pty to a gateway session: the plant lines it stored, written to a
     # file and imported under the same name, are the same rows (text, level, order) in the same FTS index
-    from firmware import node, uart
-    from host.session import Session
-    from tools.board.vboard import set_raw
+    import gwkit
+    from firmware import node
 
-    m, s = os.openpty()
-    set_raw(s)
-    set_raw(m)
     gw = LogStore(tmp_path / "g.db")
-    sess = Session("/dev/null", gw, name="n")
-
-    class Master:
-        def readinto(self, buf):
-            try:
-                d = os.read(m, len(buf))
-            except BlockingIOError:
-                return 0
-            buf[:len(d)] = d
-            return len(d)
-
-        def write(self, buf, n=None):
-            return os.write(m, bytes(buf[:len(buf) if n is None else n]))
-
-        def fileno(self):
-            return m
-
-    os.set_blocking(m, False)
-    sess.transport = Master()  # type: ignore[assignment]
-    nd = node.Node(uart.PtyUART(os.ttyname(s)), PROF, {"tick_ms": 5, "sample_every": 5, "report_ms": 500,
+    link = gwkit.PtyLink(gw)
+    sess = link.sess
+    nd = node.Node(link.uart, PROF, {"tick_ms": 5, "sample_every": 5, "report_ms": 500,
                                                        "faults": ["P-101:sensor_dropout:5@2"]}, now=node.ticks_ms())
     t0 = time.monotonic()
     while nd.logs_acked < 120 and time.monotonic() - t0 < 10:
@@ -140,8 +118,7 @@ def test_the_same_lines_a_gateway_stores(tmp_path: Path) -> None:
         sess.poll()
     got = [r for r in gw.logs("n") if r["level"]]  # the node's NODE reports (level 0) are not plant lines
     gw.close()
-    os.close(m)
-    os.close(s)
+    link.close()
     assert len(got) >= 100 and any(r["level"] == 2 for r in got)
     log = tmp_path / "n.log"
     log.write_text("".join(r["text"] + "\n" for r in got))

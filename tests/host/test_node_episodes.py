@@ -11,9 +11,7 @@ import time
 from pathlib import Path
 
 from firmware import node, uart
-from host.session import Session
 from host.store import LogStore
-from tools.board.vboard import set_raw
 
 import gwkit
 
@@ -26,30 +24,10 @@ def test_events_wait_in_a_bounded_queue_and_drops_are_reported(tmp_path: Path) -
     cfg = {"tick_ms": 20, "sample_every": 5, "report_ms": 300, "model": str(mbf), "prompt_max": 12, "max_len": 48,
            "episodes": 3, "summary_s": 1, "faults": ["CV-401:sensor_dropout:4:V@5", "P-101:clogged_filter:5@1"]}
     d, vocab = node.make_drafter(PROF, cfg)
-    m, s = os.openpty()
-    set_raw(s)
-    set_raw(m)
     store = LogStore(tmp_path / "g.db")
-    sess = Session("/dev/null", store, name="n")  # no spec: PROMPT and DRAFT frames are counted, never verified
-
-    class Master:
-        def readinto(self, buf):
-            try:
-                got = os.read(m, len(buf))
-            except BlockingIOError:
-                return 0
-            buf[:len(got)] = got
-            return len(got)
-
-        def write(self, buf, n=None):
-            return os.write(m, bytes(buf[:len(buf) if n is None else n]))
-
-        def fileno(self):
-            return m
-
-    os.set_blocking(m, False)
-    sess.transport = Master()  # type: ignore[assignment]
-    nd = node.Node(uart.PtyUART(os.ttyname(s)), PROF, cfg, d, vocab, now=node.ticks_ms())
+    link = gwkit.PtyLink(store)  # no spec: PROMPT and DRAFT frames are counted, never verified
+    sess = link.sess
+    nd = node.Node(link.uart, PROF, cfg, d, vocab, now=node.ticks_ms())
     t0 = time.monotonic()
     while (nd.eq.dropped < 5 or nd.logs_acked < 150) and time.monotonic() - t0 < 20:
         nd.step(node.ticks_ms())
@@ -76,8 +54,7 @@ def test_events_wait_in_a_bounded_queue_and_drops_are_reported(tmp_path: Path) -
     assert 0 <= in_flight <= 8, in_flight
     assert plant == sorted(plant, key=lambda t: t[:20])
     store.close()
-    os.close(m)
-    os.close(s)
+    link.close()
 
 
 def test_faults_and_episode_keys_are_checked() -> None:
