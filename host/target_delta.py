@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from host.reranker_delta import sha256  # the file hash both shipped deltas are checked by
+
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "models" / "target"
 DELTA_FILE = "delta.safetensors"
@@ -31,14 +33,6 @@ PROJ = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 
 class DeltaError(ValueError):
     """The shipped adapters, the base GGUF or the merged result do not match the manifest."""
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def installed(shipped: Path = SHIPPED) -> bool:

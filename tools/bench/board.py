@@ -329,13 +329,13 @@ def _node_run(board, tmpd: Path, cfg: dict, prof: dict, target: str, tokens: int
 
 
 def _load_target(target: str):
-    """The gateway's target for --model `target`, loaded here for the replay."""
-    from host import gateway
+    """The gateway's target for --model `target`, loaded here for the replay: for smollm2 the one the gateway
+    chose by default (host/target_delta.choose: the domain target where models/target exists)."""
+    from host import gateway, target_delta
 
     if target == "smollm2":
-        from host import weights
-
-        target = str(weights.smollm2_gguf())
+        path, domain, _label = target_delta.choose(None)
+        return gateway.load_target(str(path), domain)[0]
     return gateway.load_target(target)[0]
 
 
