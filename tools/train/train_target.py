@@ -78,8 +78,9 @@ def note_sequences(streams: list[dict], encode, system_ids: list[int]) -> list[t
             cap = False
             for ep in eps[a:a + EPISODES_PER_SEQ]:
                 p = encode(episode.prompt_text(ep["lines"], cap))
-                n = encode(ep["note"])[:episode.MAX_NOTE]
-                cap = not ep["note"].endswith("\n") or len(encode(ep["note"])) > episode.MAX_NOTE
+                full = encode(ep["note"])
+                n = full[:episode.MAX_NOTE]
+                cap = not ep["note"].endswith("\n") or len(full) > episode.MAX_NOTE
                 ids += p + n
                 mask += [0] * len(p) + [1] * len(n)
             out.append((np.array(ids, np.int64), np.array(mask, np.float32)))
