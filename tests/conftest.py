@@ -40,6 +40,10 @@ from tools.board.vboard import micropython_exe  # noqa: E402  (one place that fi
 # took the heap measured on the emulated Pico (241,664 B free after boot, docs/BOARDS.md): the tests stay
 # 45 KB stricter than the board (and the unix port's objects are twice the size), not looser than before.
 TEST_HEAP = {"rp2040_pico": 196608}
+# What a test holds besides the code under test (its reference arrays, scripted peers, the traceback a
+# failing check formats): not the product's. Without it test_drafter ran within ~1 KB of the heap, and
+# a CI checkout's longer paths (interned into every module's qstrs) tipped it into MemoryError.
+TEST_DATA_BYTES = 4096
 
 
 def mp_heap_bytes(board: str = MP_BOARD) -> int:
@@ -140,7 +144,7 @@ class MicroPythonRun:
 
     def run(self, name: str) -> None:
         own = own_code_bytes(self.path.stem)
-        heap = mp_heap_bytes() + own
+        heap = mp_heap_bytes() + own + TEST_DATA_BYTES
         cmd = [micropython_exe(), "-X", "heapsize=%d" % heap, str(SHARED_TESTS / "mprun.py"), self.path.stem, name]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MP_TIMEOUT_S, env=_mp_env(),
@@ -250,8 +254,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return ", ".join("%d %s" % (c.get(k, 0), k) for k in ("passed", "failed", "skipped") if c.get(k, 0) or k == "passed")
 
     # Printed in pytest_unconfigure, so it is the line right after pytest's own summary line.
-    config._edgetwin_shared_line = "shared tests: CPython %s: %s | MicroPython (unix port, test heap for %s: %d B + the test module's code): %s" % (
-        sys.version.split()[0], fmt(counts["cpython"]), MP_BOARD, mp_heap_bytes(), fmt(counts["micropython"]))
+    config._edgetwin_shared_line = "shared tests: CPython %s: %s | MicroPython (unix port, test heap for %s: %d B + the test module's code + %d B of test data): %s" % (
+        sys.version.split()[0], fmt(counts["cpython"]), MP_BOARD, mp_heap_bytes(), TEST_DATA_BYTES, fmt(counts["micropython"]))
 
 
 def pytest_unconfigure(config):
