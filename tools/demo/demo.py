@@ -18,8 +18,9 @@ Steps:
    gateway's streams (NodeStream.hook) feeds the view: log lines, PROMPTs, verdicts (accepted draft
    tokens vs the target's correction) and finished notes decoded with the target's tokenizer.
 4. stop the nodes and the gateway (every interpreter killed, every pty closed), then ask the operator
-   questions (host/qa.py: store windows -> PRISM top K -> the target streams an answer) and print a
-   summary (or the JSON object).
+   questions (host/qa.py: store windows -> PRISM top K -> the target streams an answer), each printed
+   beside that run's ground truth (tools/demo/truth.py: the faults the plants were given and the event
+   lines they logged), and print a summary (or the JSON object, which carries both).
 """
 
 from __future__ import annotations
@@ -389,12 +390,19 @@ class Demo:
         from host.prism import PrismInputError, PrismModelError
         from host.prism.engine import Prism
 
+        from host.store import LogStore
+        from tools.demo import truth
+
         t0 = time.monotonic()
+        with LogStore(self.db, readonly=True) as store:
+            evs = truth.events(store.logs())
         prism = Prism.from_pretrained(str(self.models.reranker))
         try:
             for q in self.questions:
                 self.note("asking: %s" % q)
-                entry: dict = {"question": q, "answer": "", "cited": [], "given": []}
+                # what the plant simulators know happened, printed beside the answer (and in the JSON)
+                entry: dict = {"question": q, "answer": "", "cited": [], "given": [],
+                               "ground_truth": truth.truth_for(q, evs, DEMO_FAULTS)}
                 try:
                     windows = qa.candidates(self.db, q, limit=12, lines=4)
                     if not windows:
@@ -403,6 +411,8 @@ class Demo:
                 except (qa.QAError, PrismModelError, PrismInputError) as e:
                     entry["error"] = str(e)
                     self.answers.append(entry)
+                    if self.live:
+                        self._print_truth(entry)
                     continue
                 entry["given"] = [_src(s) for s in chosen]
                 if self.live:
@@ -424,6 +434,7 @@ class Demo:
                 if self.live:
                     sys.stdout.write("\n")
                     self._print_cited(entry)
+                    self._print_truth(entry)
                 self.answers.append(entry)
         finally:
             prism.close()
@@ -447,6 +458,18 @@ class Demo:
         what = "cited" if entry.get("cited_by_answer") else "no \\[n] citation in the answer; it was given"
         c.print("[green]%s:[/green] %s" % (what, "; ".join("%s %s..%s" % (x["node"], x["t0"][11:], x["t1"][11:])
                                                           for x in entry["cited"])))
+
+    def _print_truth(self, entry: dict) -> None:
+        from rich.console import Console
+
+        c = Console()
+        t = entry["ground_truth"]
+        if "error" in entry:
+            c.print("[red]no answer: %s[/red]" % _esc(entry["error"]))
+        c.print("[bold yellow]Ground truth[/bold yellow] (the plant simulators' own log and faults): %s"
+                % _esc(t["text"]))
+        if t["faults"]:
+            c.print("[yellow]faults the demo injected:[/yellow] %s" % _esc("; ".join(t["faults"])))
 
     # ------------------------------------------------------------------ view
 
