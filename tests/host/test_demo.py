@@ -87,14 +87,14 @@ def test_demo_json_two_nodes_commit_text_and_answer() -> None:
     for a in res["answers"]:
         assert a["question"] and a["answer"].strip(), a
         assert a["ground_truth"]["text"], a  # each answer beside what the simulators know happened
+        assert a["cited"], a
+        for c in a["cited"]:
+            assert c["node"] in names and c["t0_ms"] <= c["t1_ms"], c
     # the pump question's truth: the clogged strainer the demo gave P-101, and what its plants logged on P-101
     pump = res["answers"][1]["ground_truth"]
     assert pump["machines"] == ["P-101"] and pump["faults"] == ["P-101 clogged filter (severity 5) from plant second 1"]
     assert all(" P-101 " in ln for ln in pump["events"]), pump
     assert ("P-101" in pump["text"]) == bool(pump["events"]) and (pump["events"] or "nothing of the kind" in pump["text"])
-        assert a["cited"], a
-        for c in a["cited"]:
-            assert c["node"] in names and c["t0_ms"] <= c["t1_ms"], c
     # the notes are text (decoded with the target's tokenizer), not token ids ("123 456 ..." in the tiny
     # path). (The stock SmolLM2-135M target writes "1.1.1.1.1.1.1.1" on the event episodes: issue 16's
     # domain target is what makes them words; then this can ask for letters again.)
