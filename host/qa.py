@@ -17,6 +17,9 @@ name the question's words, event lines and the lines nearest the hit, within PRO
 answer ends at its first blank line, an end-of-turn token or max_tokens, and decoding is KV-cached (one
 token per forward after the prefill).
 
+Words (host/logwords.py): the question is searched in the log's own words as well ("acknowledged" is ACK,
+"pump 1" is P-101, "overheating" is temp), and the lines of the machines and the minutes it names rank first.
+
 Fallback: when no log line holds the question's words (nothing has tripped yet, a word the logs never use),
 retrieve() returns the most recent alarm/state windows instead (or the most recent lines, if there are no
 events at all), says so (Retrieval.matched False, .how), and the prompt tells the target.
@@ -90,13 +93,21 @@ def _open_store(store_path: str | Path, question: str):
         raise QAError(str(e)) from None
 
 
+def _windows(store, question: str, limit: int, lines: int) -> list:
+    """The store's windows for the question in the log's words, its machines and minutes first (host/logwords)."""
+    from host import logwords
+
+    return store.windows(logwords.expand(question), limit=limit, lines=lines, minutes=logwords.minutes(question),
+                         machines=logwords.named_ids(question))
+
+
 def candidates(store_path: str | Path, question: str, limit: int = 20, lines: int = 8) -> list:
-    """FTS5 log windows for the question from the gateway's store (read-only), best bm25 first."""
+    """FTS5 log windows for the question from the gateway's store (read-only), best (boosted) bm25 first."""
     from host.store import StoreError
 
     store = _open_store(store_path, question)
     try:
-        return store.windows(question, limit=limit, lines=lines)
+        return _windows(store, question, limit, lines)
     except StoreError as e:
         raise QAError(str(e)) from None
     finally:
@@ -163,7 +174,7 @@ def retrieve(store_path: str | Path, question: str, limit: int = 20, lines: int 
     store = _open_store(store_path, question)
     try:
         labels = node_labels(store)
-        found = store.windows(question, limit=limit, lines=lines)
+        found = _windows(store, question, limit, lines)
         if found:
             return Retrieval(found, True, "%d windows hold the question's words" % len(found), labels)
         found = store.windows(FALLBACK_QUERY, limit=limit, lines=lines)
@@ -231,8 +242,10 @@ def fit_sources(question: str, sources: Sequence[Source], count: Callable[[str],
     keeps, in its own order, first the lines that hold a word of the question, then event and note lines,
     then the lines nearest its middle (where the FTS hit is), as many as its share of the budget allows
     (what one window leaves over goes to the next); every window keeps at least one line. Lines lose their
-    ISO date (short_line)."""
-    want = _words(question)
+    ISO date (short_line). The question's words include the log's words for them (host/logwords.expand)."""
+    from host import logwords
+
+    want = _words(logwords.expand(question))
     out: list[Source] = []
     left = budget
     for i, s in enumerate(sources):

@@ -110,6 +110,10 @@ _DROPPED = re.compile(r"\bdropped=(\d+)")
 _STOP = frozenset("a an and are at be by did do does for from had has have how i in is it its me of on or so "
                   "that the then this to was were what when where which who why will with".split())
 _WORD = re.compile(r"[A-Za-z0-9_]+(?:[-.][A-Za-z0-9_]+)*")  # P-101, 81.2, bearing_temp stay whole
+_MINUTE = re.compile(r"([01]\d|2[0-3]):[0-5]\d")
+_MACHINE = re.compile(r"(CV|P|M|C)-\d{3}")
+MINUTE_BOOST = 3.0  # a hit at a minute the question names outranks the same words at any other time
+MACHINE_BOOST = 3.0  # and one on a machine it names, the same words on another machine
 
 
 class StoreError(ValueError):
@@ -511,7 +515,8 @@ class LogStore:
         with self._lock:
             return int(self._db.execute("SELECT count(*) FROM logs").fetchone()[0])
 
-    def windows(self, query: str, limit: int = 20, lines: int = 8) -> list[Window]:
+    def windows(self, query: str, limit: int = 20, lines: int = 8, minutes: tuple | list = (),
+                machines: tuple | list = ()) -> list[Window]:
         """Log windows for a free-text query, best first.
 
         Each FTS5 hit (bm25 rank) becomes the `lines` consecutive lines of its node around it (half
@@ -519,20 +524,47 @@ class LogStore:
         the window's wall time appended as "NOTE: ..." lines. Hits inside a window already returned
         add to its score instead of making another. score = -bm25 (higher is better). Level-0 lines
         (the node's own "NODE heap=..." reports) are diagnostics of the node, not of the plant: they
-        are never a hit nor part of a window."""
+        are never a hit nor part of a window.
+
+        What a question pins down counts more (host/logwords.py finds it): a hit whose line names one of
+        `machines` (ids such as "P-101") scores MACHINE_BOOST times, one whose own timestamp is of one of
+        `minutes` ("HH:MM") MINUTE_BOOST times, and those hits are searched first, so the line limit
+        never crowds them out."""
         if not isinstance(query, str):
             raise StoreError("query must be a str, got %s" % type(query).__name__)
         _check_int("limit", limit, 1, 10000)
         _check_int("lines", lines, 1, 1000)
+        for name, vals, pat in (("minutes", minutes, _MINUTE), ("machines", machines, _MACHINE)):
+            if not isinstance(vals, (tuple, list)) or len(vals) > 16 or not all(
+                    isinstance(v, str) and pat.fullmatch(v) for v in vals):
+                raise StoreError("%s must be at most 16 strings like %s, got %r"
+                                 % (name, "'HH:MM'" if name == "minutes" else "'P-101'", vals))
         match = fts_query(query)
         if not match:
             return []
         out: list[Window] = []
+        sql = ("SELECT logs.id, logs.node, bm25(logs_fts) FROM logs_fts JOIN logs ON logs.id=logs_fts.rowid "
+               "WHERE logs_fts MATCH ? AND logs.level>0%s ORDER BY bm25(logs_fts) LIMIT ?")
+        # substr: the line's "HH:MM" (docs/PLANT.md: every plant line starts with its UTC time)
+        at = (" AND substr(logs.text, 12, 5) IN (%s)" % ",".join("?" * len(minutes)), tuple(minutes))
+        anytime = ("", ())
+        tiers = []  # (MATCH, time condition, boost), most pinned down first
+        if machines:
+            of = "(%s) AND (%s)" % (" OR ".join('"%s"' % m.lower() for m in machines), match)
+            tiers += [(of, at, MACHINE_BOOST * MINUTE_BOOST)] if minutes else []
+            tiers += [(of, anytime, MACHINE_BOOST)]
+        tiers += [(match, at, MINUTE_BOOST)] if minutes else []
+        tiers += [(match, anytime, 1.0)]
         with self._lock:
             try:
-                hits = self._db.execute(
-                    "SELECT logs.id, logs.node, bm25(logs_fts) FROM logs_fts JOIN logs ON logs.id=logs_fts.rowid "
-                    "WHERE logs_fts MATCH ? AND logs.level>0 ORDER BY bm25(logs_fts) LIMIT ?", (match, limit * lines * 4)).fetchall()
+                hits: list[tuple[int, int, float]] = []
+                seen: set = set()
+                for m, (cond, args), boost in tiers:
+                    n = limit * lines * (4 if boost == 1.0 else 1)
+                    for lid, nid, rank in self._db.execute(sql % cond, (m, *args, n)).fetchall():
+                        if lid not in seen:
+                            seen.add(lid)
+                            hits.append((lid, nid, rank * boost))
             except sqlite3.OperationalError as e:
                 raise StoreError("query %r could not be searched: %s" % (query, e)) from None
             names = dict(self._db.execute("SELECT id, name FROM nodes").fetchall())

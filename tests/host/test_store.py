@@ -108,6 +108,36 @@ def test_windows_around_hits_with_annotations(tmp_path: Path) -> None:
     s.close()
 
 
+def test_named_machines_and_minutes_rank_first(tmp_path: Path) -> None:
+    # three vibration alarms of the same words: on P-101 at 06:10, on M-201 at 06:20, on M-201 at 06:30,
+    # each among sample lines; plain bm25 cannot tell them apart, the question's machine and minute can
+    s = LogStore(tmp_path / "g.db")
+    seq = 0
+    for mm, m in ((10, "P-101"), (20, "M-201"), (30, "M-201")):
+        for k in range(8):
+            seq += 1
+            text = ("2026-11-30T06:%02d:%02dZ ALARM HI %s vibration 7.4mm/s prio=3 RAISED" % (mm, k, m) if k == 4
+                    else "2026-11-30T06:%02d:%02dZ C-301 RUNNING T=40.1C V=1.1mm/s" % (mm, k))
+            s.add_log("n1", 1, seq, seq, 1000 * (mm * 60 + k), 1, text)
+    q = "vibration alarm raised"
+    assert len(s.windows(q, limit=3, lines=4)) == 3
+    top = s.windows(q, limit=3, lines=4, machines=["M-201"])
+    assert "M-201" in top[0].text and "M-201" in top[1].text and "P-101" in top[2].text
+    assert top[0].score > 2 * top[2].score
+    at = s.windows(q, limit=3, lines=4, minutes=["06:30"])
+    assert "06:30:04Z ALARM HI M-201" in at[0].text and at[0].score > 2 * at[1].score
+    both = s.windows(q, limit=1, lines=4, machines=["P-101"], minutes=["06:20", "06:10"])
+    assert "P-101" in both[0].text
+    # no line of those machines or minutes: the plain ranking, nothing lost
+    assert len(s.windows(q, limit=3, lines=4, machines=["CV-409"], minutes=["23:59"])) == 3
+    for bad in ({"minutes": ["6:30"]}, {"minutes": "06:30"}, {"minutes": ["24:00"]}, {"machines": ["P101"]},
+                {"machines": ["P-101'; DROP TABLE logs"]}, {"minutes": ["06:30"] * 17}):
+        with pytest.raises(StoreError, match="at most 16 strings like"):
+            s.windows(q, **bad)
+    assert s.count_logs() == 24
+    s.close()
+
+
 def test_bad_values(tmp_path: Path) -> None:
     s = LogStore(tmp_path / "g.db")
     for args in [("", 1, 0, 0, 0, 1, "x"), ("n", b"abc", 0, 0, 0, 1, "x"), ("n", 1, -1, 0, 0, 1, "x"),

@@ -564,10 +564,20 @@ def examples_of(seed: int, specs: list[tuple[str, str, dict[str, Any]]]) -> list
     return out
 
 
+def retrieval_key() -> str:
+    """What decides the windows a question gets: ask's retrieval code and the reranker's weights (a change to
+    either makes the cached windows stale)."""
+    h = hashlib.sha256()
+    for rel in ("host/logwords.py", "host/store.py", "host/qa.py", "models/reranker/manifest.json"):
+        h.update((ROOT / rel).read_bytes())
+    return h.hexdigest()[:12]
+
+
 def qa_seed(seed: int) -> list[dict[str, Any]]:
     """Every question of one node (question_specs) with its prompt, sources and reference answer. The windows
     are cached (retrieval + PRISM take seconds a question); the reference answers are cheap and made anew."""
-    qs = _cached(CACHE / ("qa-%s" % _key("qa", K, CANDIDATES, LINES, qa_corpus.VERSION)) / ("%d.json" % seed),
+    qs = _cached(CACHE / ("qa-%s" % _key("qa", K, CANDIDATES, LINES, qa_corpus.VERSION, retrieval_key()))
+                 / ("%d.json" % seed),
                  lambda: examples_of(seed, question_specs(seed)))
     return with_answers(seed, qs)
 

@@ -1,0 +1,87 @@
+"""An operator's words -> the log's words: what `ask` searches the log store for (host/qa.retrieve).
+
+Log lines name things the plant's way (docs/PLANT.md): machines by id, signals by tag, events by verb:
+
+    2026-11-30T08:12:39Z ACK HI CV-401 vibration 9.9mm/s prio=3 ACKED
+    2026-11-30T06:34:18Z STATE M-201 RUNNING->TRIPPED interlock=HIHI_TEMP
+
+Operators ask "when was the vibration alarm on conveyor 1 acknowledged?". FTS5 matches words, and none of
+"conveyor", "1" or "acknowledged" is in that line, so `expand` adds the log's words for the question's:
+"ack", "CV-401" (the n-th machine of a kind is id 100 * kind + n: pump 1 is P-101, conveyor 2 CV-402),
+"temp" for temperature and overheating, "tripped interlock" for a trip, and so on (WORDS). The question's
+own words stay; these are added, so a store of other logs loses nothing.
+
+The times a question names ("at 08:11", "(06:34)") are `minutes`: FTS5 splits a line's timestamp into
+tokens no question holds ("30t08", "11"), so LogStore.windows ranks the lines of those minutes that hold the
+question's words first (docs/GATEWAY.md, section 6).
+"""
+
+from __future__ import annotations
+
+import re
+
+# the id prefix and number base of each machine kind (shared/plant.py: P-1xx, M-2xx, C-3xx, CV-4xx)
+KINDS = {"pump": ("P", 100), "motor": ("M", 200), "compressor": ("C", 300), "conveyor": ("CV", 400)}
+_KIND_N = re.compile(r"\b(pump|motor|compressor|conveyor)s?\s*(?:no\.?\s*|number\s*|#\s*)?([1-9])\b")
+
+# (what the operator says, the words of the log lines that mean it), on the lowered question
+WORDS = [(re.compile(p), w) for p, w in (
+    (r"acknowledg\w*|\back(?:s|ed|ked)?\b", "ack"),
+    (r"\bclear\w*|(?:back|return\w*) to normal|normal again", "clear"),
+    (r"\btrip\w*|interlock\w*|what stopped", "tripped interlock"),
+    (r"\bstopp?\w*|shut ?down", "stopped"),
+    (r"\bstart(?:s|ed|ing)? up\b|\bstarted\b", "starting"),
+    (r"temperature|overheat\w*|\bhot\b|\bheat\b", "temp"),
+    (r"pressure", "press"),
+    (r"vibrat\w*|bearing|cavitat\w*", "vibration"),
+    (r"clog\w*|blocked|filter|strainer", "dp"),
+    (r"\bsensor\b|\bbad (?:values?|readings?|data)\b|drop ?out|\blost\b", "bad"),
+    (r"first sign|first show\w*|start(?:s|ed)? (?:showing|to show)|\bonset\b|begin\w*", "hi raised"),
+    (r"\bamps?\b|\bcurrent\b|\bload\b", "current"),
+    (r"\brpm\b|\bspeed\b", "speed"),
+)]
+
+_ID = re.compile(r"\b(?:CV|P|M|C)-\d{3}\b", re.I)
+SPAN = 10  # minutes from a named time: measured on validation questions (docs/GATEWAY.md, section 6)
+_TIME = re.compile(r"(?<![\d:])([01]\d|2[0-3]):([0-5]\d)(?![\d])")
+
+
+def machine_ids(question: str) -> list[str]:
+    """The machine ids the question means by kind and number ("pump 1" -> P-101, "conveyor 2" -> CV-402)."""
+    out = []
+    for kind, n in _KIND_N.findall(question.lower()):
+        prefix, base = KINDS[kind]
+        mid = "%s-%d" % (prefix, base + int(n))
+        if mid not in out:
+            out.append(mid)
+    return out
+
+
+def expand(question: str) -> str:
+    """The question with the log's words for what it asks added (the search text for LogStore.windows)."""
+    low = question.lower()
+    extra = machine_ids(question)
+    for pat, words in WORDS:
+        if pat.search(low):
+            extra += [w for w in words.split() if w not in extra]
+    return question if not extra else "%s %s" % (question, " ".join(extra))
+
+
+def named_ids(question: str) -> list[str]:
+    """Every machine id the question means: those it writes (P-101) and those it names by kind and number."""
+    out = [m.group(0).upper() for m in _ID.finditer(question)]
+    return list(dict.fromkeys(out + machine_ids(question)))[:16]
+
+
+def minutes(question: str, span: int = SPAN) -> list[str]:
+    """The minutes the question is about: each "HH:MM" it names and the span - 1 after it (an alarm "raised
+    at 08:11" is acknowledged or cleared minutes later), in order, each once, at most 16."""
+    out: list[str] = []
+    for h, m in _TIME.findall(question):
+        t0 = int(h) * 60 + int(m)
+        for d in range(span):
+            t = (t0 + d) % 1440
+            hm = "%02d:%02d" % (t // 60, t % 60)
+            if hm not in out:
+                out.append(hm)
+    return out[:16]

@@ -1,0 +1,35 @@
+"""host/logwords.py: an operator's words mapped to the log's (what `ask` searches the store for)."""
+
+from __future__ import annotations
+
+from host import logwords
+from host.store import fts_query
+
+
+def test_machines_by_kind_and_number_and_by_id() -> None:
+    assert logwords.machine_ids("did conveyor 1 or pump no. 2 trip?") == ["CV-401", "P-102"]
+    assert logwords.machine_ids("Motors 3 and compressor #1") == ["M-203", "C-301"]
+    assert logwords.machine_ids("pump P-101") == []  # an id is not a kind and a number
+    assert logwords.named_ids("why did p-101 and pump 1 and CV-402 trip?") == ["P-101", "CV-402"]
+    assert logwords.named_ids("what tripped?") == []
+
+
+def test_expand_adds_the_logs_words_and_keeps_the_question() -> None:
+    q = "when was the high vibration alarm on conveyor 1 acknowledged?"
+    e = logwords.expand(q)
+    assert e.startswith(q) and e.split()[-3:] == ["CV-401", "ack", "vibration"], e
+    assert fts_query(e).endswith('"cv-401" OR "ack"')  # vibration is in the question already
+    assert logwords.expand("when did the discharge temperature of C-301 return to normal?").endswith("normal? clear temp")
+    assert logwords.expand("why did M-201 trip?").endswith("tripped interlock")
+    assert logwords.expand("at what time did M-202 first show a worn bearing?").endswith("vibration hi raised")
+    assert logwords.expand("why does conveyor 2 report bad values?").endswith("CV-402 bad")
+    assert logwords.expand("hello there") == "hello there"
+
+
+def test_minutes_named_and_the_span_after() -> None:
+    assert logwords.minutes("raised at 08:11, acked?", span=3) == ["08:11", "08:12", "08:13"]
+    assert logwords.minutes("between 23:59 and 00:00?", span=2) == ["23:59", "00:00", "00:01"]
+    assert logwords.minutes("at 06:34:18 (06:34)", span=1) == ["06:34"]
+    assert logwords.minutes("what tripped?") == []
+    assert logwords.minutes("at 25:61 or 7:05 or 123:45") == []
+    assert len(logwords.minutes("at 01:00, 02:00, 03:00")) == 16 and logwords.SPAN == 10
