@@ -3,9 +3,10 @@
 What ships (models/target/): delta.safetensors, the adapters tools/train/train_target.py trained (float16
 `blk.{i}.{proj}.lora_a` (rank, in) and `.lora_b` (out, rank) for the adapted layers), and manifest.json:
 the SHA-256 of the base GGUF the adapters were trained on, of the delta, the rank and alpha, and the
-SHA-256 of the merged float32 matrices (`merged_sha256`). Assembly is a merge in memory, deterministic:
-every adapted matrix becomes W + (alpha / rank) * (B @ A) in float32, W dequantised from the GGUF exactly as
-the gateway's target always does (host/gguf_load.py). `check()` (run by `make venv` through
+SHA-256 of the merged float32 matrices (`merged_sha256`). Assembly is a merge in memory, deterministic on
+any CPU: every adapted matrix becomes W + (alpha / rank) * (B @ A), the product in float64 (lora_product),
+rounded to float32, W dequantised from the GGUF exactly as the gateway's target always does
+(host/gguf_load.py). `check()` (run by `make venv` through
 tools/formats/target_assemble.py and by every load) verifies the base's and the delta's hashes and the
 merged matrices' digest; a mismatch is a DeltaError (a ValueError) naming the file. A user's own GGUF
 loads as it is, without any of this.
@@ -72,10 +73,21 @@ def read_delta(path: Path) -> dict[str, np.ndarray]:
         raise DeltaError("cannot read %s: %s" % (path, e)) from None
 
 
+def lora_product(b: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """B @ A in float64, rank by rank in a fixed order. The merged matrices are hash-checked on every machine,
+    and a BLAS matmul may block or fuse its sums differently per CPU; a product of two float16 numbers is exact
+    in float64, and elementwise IEEE adds in a fixed order give the same bits everywhere."""
+    b64, a64 = b.astype(np.float64), a.astype(np.float64)
+    out = np.zeros((b.shape[0], a.shape[1]), np.float64)
+    for r in range(a.shape[0]):
+        out += np.multiply.outer(b64[:, r], a64[r])
+    return out
+
+
 def merge(weights, delta: dict[str, np.ndarray], rank: int, alpha: float, where: str = "delta") -> str:
     """W += (alpha / rank) (B @ A) for every adapter in `delta`, in place on host.llama_config.LlamaWeights;
     returns the hex SHA-256 of the merged matrices (layer order, PROJ order, float32 bytes)."""
-    scale = np.float32(alpha / rank)
+    scale = alpha / rank
     h = hashlib.sha256()
     layers = sorted({int(k.split(".")[1]) for k in delta})
     for i in layers:
@@ -90,7 +102,7 @@ def merge(weights, delta: dict[str, np.ndarray], rank: int, alpha: float, where:
             if a.shape != (rank, w.shape[1]) or b.shape != (w.shape[0], rank):
                 raise DeltaError("%s: blk.%d.%s adapters %s, %s do not fit a %s matrix at rank %d"
                                  % (where, i, p, a.shape, b.shape, w.shape, rank))
-            merged = (w + scale * (b @ a)).astype(np.float32)
+            merged = (w + scale * lora_product(b, a)).astype(np.float32)
             setattr(lw, p, merged)
             h.update(np.ascontiguousarray(merged).tobytes())
     return h.hexdigest()

@@ -103,6 +103,21 @@ def test_merged_delta_gives_the_trained_models_logits_and_is_hash_checked(base, 
         target_delta.check(tmp_path / "none")
 
 
+def test_the_shipped_adapters_verify_and_are_the_default_choice(monkeypatch, tmp_path: Path) -> None:
+    # models/target is part of the checkout (make models wrote it): it matches the installed GGUF, and ask /
+    # the gateway pick it unless told otherwise
+    assert target_delta.installed(), "models/target lacks the shipped adapters"
+    man = target_delta.check()
+    assert man["rank"] >= 1 and man["trained_tokens"] > 0
+    path, domain, label = target_delta.choose()
+    assert path == smollm2_gguf() and domain and "domain target" in label
+    assert target_delta.choose("stock")[1:] == (False, "stock SmolLM2-135M-Instruct")
+    # a checkout without them runs the stock model and says so
+    monkeypatch.setattr(target_delta, "SHIPPED", tmp_path)
+    path, domain, label = target_delta.choose("domain")
+    assert not domain and "no domain adapters in %s" % tmp_path in label
+
+
 def _write(path: Path, rows: list) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
