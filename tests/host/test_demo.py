@@ -82,6 +82,7 @@ def test_demo_json_two_nodes_commit_text_and_answer() -> None:
     assert 0 < res["acceptance_rate"] <= 1
     assert set(res["node_peak_heap_bytes"]) == {n["name"] for n in nodes}
     assert res["models"]["fallback"] is None and res["models"]["draft_tokenizer"]
+    assert res["models"]["target_label"].startswith("domain target"), res["models"]  # what gateway and ask use
     assert len(res["answers"]) == 2
     names = {n["name"] for n in nodes}
     for a in res["answers"]:
@@ -96,10 +97,11 @@ def test_demo_json_two_nodes_commit_text_and_answer() -> None:
     assert all(" P-101 " in ln for ln in pump["events"]), pump
     assert ("P-101" in pump["text"]) == bool(pump["events"]) and (pump["events"] or "nothing of the kind" in pump["text"])
     # the notes are text (decoded with the target's tokenizer), not token ids ("123 456 ..." in the tiny
-    # path). (The stock SmolLM2-135M target writes "1.1.1.1.1.1.1.1" on the event episodes: issue 16's
-    # domain target is what makes them words; then this can ask for letters again.)
+    # path), and the domain target's words about this plant: they name its machines (the stock SmolLM2-135M
+    # wrote "1.1.1.1.1.1.1.1" on these event episodes)
     notes = [t for n in nodes for t in n["notes"]]
     assert any(t.strip() and not re.fullmatch(r"[0-9 ]+", t.strip()) for t in notes), notes
+    assert any(re.search(r"\b(?:P|M|C|CV)-\d{3}\b", t) for t in notes), notes
     # the nodes annotate events: every episode's prompt holds the event lines of one plant tick (the demo's
     # plants develop a BAD alarm at once and a clogged strainer within two plant minutes), or is a periodic
     # summary of sample lines; a 20 s demo (200 plant s) has notes on events

@@ -65,9 +65,11 @@ def test_gateway_smollm2_stores_text_and_ask_quotes_it(tmp_path: Path) -> None:
     assert len(anns) >= 2 and logs > 20
     for a in anns:
         assert not re.fullmatch(r"[\d\s]+", a["text"]), a
-    # decoded SmolLM2 text: letters, units, punctuation ("1.1mm/s = 1.1 m/s"; the stock target writes
-    # "1.1.1.1.1.1.1.1" on the demo's event episodes), where ids would be numbers and spaces only
+    # decoded SmolLM2 text: letters, units, punctuation, where ids would be numbers and spaces only; and the
+    # domain target's (the gateway's default) words about this plant, naming its machines (the stock target
+    # wrote "1.1.1.1.1.1.1.1" on the demo's event episodes)
     assert sum(len(re.findall(r"[^\d\s]", a["text"])) for a in anns) >= 3, anns
+    assert any(re.search(r"\b(?:P|M|C|CV)-\d{3}\b", a["text"]) for a in anns), anns
     assert all(len(a["text"].split()) < a["tokens"] or not a["text"].split()[0].isdigit() for a in anns), anns
     # ask, on the real path: every window it is given, listed with its text (the annotations among it)
     question = "what happened to P-101?"

