@@ -1,6 +1,8 @@
 # test_episodes.py: which plant lines start an annotation episode (firmware/episodes.py over the node's
 # Sampler), the periodic summary rate, the bounded queue and its drop counter, and no allocation per tick
 # on MicroPython; the episodes equal those a plain str reference (tools/train/corpus.py's rule) cuts.
+import gc
+
 import testkit
 from firmware.episodes import EVENT, SUMMARY, EpisodeQueue
 from firmware.logq import LineQueue
@@ -109,6 +111,8 @@ def test_summary_rate_and_off():
             assert all(a % 10 == 0 for a in at) and all(b - a >= summary_s for a, b in zip(at, at[1:])), at
         else:
             assert at == [] and eq.summaries == 0
+        smp = eq = q = None  # one sampler at a time, as on a board: its 32 KB queue is freed for the next
+        gc.collect()
 
 
 def test_full_queue_drops_the_oldest_and_counts():
