@@ -7,11 +7,12 @@ state changes, sensors lost: docs/PLANT.md's grammar, parsed by tools/train/plan
 
     evs = events(store.logs())                         # every event line of the run, in order
     t = truth_for("Which machine tripped, and why?", evs, faults=DEMO_FAULTS)
-    t["text"]   # 'P-101 TRIPPED at 00:02:45 (interlock HIHI_DP, strainer_dp) ...' or 'nothing of the kind ...'
+    t["text"]   # 'node1: P-101 TRIPPED at 06:02:33 (interlock HIHI_DP, strainer_dp)', or 'nothing of the kind ...'
 
 A question is matched by what it names: machine ids (P-101 ...) narrow it to those machines (none: all of
-them); "trip" / "stop" asks for trips (interlock stops; the schedule's stops are routine), "alarm" / "normal" for alarms raised and whether they were
-cleared; anything else gets every event of the machines named.
+them); "trip" / "stop" asks for trips (interlock stops; the schedule's stops are routine), "alarm" /
+"normal" for the alarms raised and cleared and whether any is still raised; anything else gets every event
+of the machines named.
 """
 
 from __future__ import annotations
@@ -62,11 +63,11 @@ def _what(e: dict[str, Any]) -> str:
         return "%s %s->%s at %s (%s)" % (e["machine"], e["state_from"], e["state_to"], _hms(e["time"]), e["cause"])
     if k == "lost":
         return "%s lines lost at %s" % (e["value"], _hms(e["time"]))
-    what = {"alarm": "%s %s alarm raised", "sensor_lost": "%s %s sensor BAD (alarm raised)", "ack": "%s %s alarm acked",
-            "clear": "%s %s alarm cleared", "shelve": "%s %s alarm shelved"}[k]
-    head = what % (e["level"], e["signal"]) if k != "sensor_lost" else what % (e["machine"], e["signal"])
-    if k != "sensor_lost":
-        head = e["machine"] + " " + head
+    if k == "sensor_lost":
+        head = "%s %s sensor BAD (alarm raised)" % (e["machine"], e["signal"])
+    else:
+        verb = {"alarm": "raised", "ack": "acked", "clear": "cleared", "shelve": "shelved"}[k]
+        head = "%s %s %s alarm %s" % (e["machine"], e["level"], e["signal"], verb)
     return "%s at %s (%s)" % (head, _hms(e["time"]), e["value"])
 
 
@@ -86,7 +87,7 @@ def _asked(e: dict[str, Any], trips: bool, alarms: bool) -> bool:
     if not trips and not alarms:
         return True
     k = e["kind"]
-    if trips and k == "trip":  # a scheduled stop (cmd=schedule, then ramp=done) is not what an operator asks about
+    if trips and k == "trip":  # a scheduled stop (cmd=schedule, then ramp=done) is routine, not asked about
         return True
     return alarms and k in ("alarm", "sensor_lost", "clear")
 
@@ -106,7 +107,8 @@ def truth_for(question: str, evs: list[dict[str, Any]], faults: Iterable[str] = 
         parts.append("still raised at the end: " + ", ".join("%s %s %s" % (e["machine"], e["level"], e["signal"])
                                                              for e in still) if still else "every alarm cleared")
     if not parts:
-        parts = ["nothing of the kind in the log since %s" % _hms(evs[0]["time"]) if evs else "no event lines in the log"]
+        parts = ["nothing of the kind in the log since %s" % _hms(evs[0]["time"]) if evs
+                 else "no event lines in the log"]
     injected = []
     for f in faults:
         at, machine, fault, sev, signal = parse_fault(f)
