@@ -15,6 +15,7 @@ from pathlib import Path
 from host.errors import UserError
 
 PROMPT_BUDGET = 360  # host.qa.PROMPT_BUDGET (not imported here: `edgetwin --help` stays light)
+CANDIDATES = 4  # host.qa.CANDIDATES (why 4: there)
 HELP = "answer an operator question from the log store: PRISM picks the top K log windows, the target model answers"
 DEFAULT_DB = "edgetwin.db"
 
@@ -23,7 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("question", help='the question, e.g. "why did P-101 trip?"; - reads it from stdin')
     p.add_argument("--db", default=DEFAULT_DB, help="the gateway's log store (default %s)" % DEFAULT_DB)
     p.add_argument("--k", type=int, default=3, help="log windows given to the target model (default 3)")
-    p.add_argument("--candidates", type=int, default=20, help="windows retrieved from the store for PRISM to rank (default 20)")
+    p.add_argument("--candidates", type=int, default=CANDIDATES,
+                   help="windows retrieved from the store for PRISM to rank (default %d)" % CANDIDATES)
     p.add_argument("--lines", type=int, default=6, help="log lines per window (default 6)")
     p.add_argument("--reranker", help="reranker directory (Hugging Face BERT cross-encoder; default: the shipped one)")
     p.add_argument("--target", default="domain", help="the model that answers: domain (default: SmolLM2-135M-Instruct "

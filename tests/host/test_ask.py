@@ -102,8 +102,8 @@ def test_ask_with_fewer_windows_than_k_uses_them_all(plant, capsys):
     found = qa.retrieve(plant["db"], "P-101 C-301 trip", limit=20, lines=400)
     n = len(found.windows)
     assert 0 < n < 20
-    code, out, err = ask(capsys, "P-101 C-301 trip", "--db", str(plant["db"]), "--k", "20", "--lines", "400",
-                         "--reranker", str(plant["model"]), "--no-answer")
+    code, out, err = ask(capsys, "P-101 C-301 trip", "--db", str(plant["db"]), "--k", "20", "--candidates", "20",
+                         "--lines", "400", "--reranker", str(plant["model"]), "--no-answer")
     assert code == 0, err
     assert "only %d windows found: all of them are used (--k 20)" % n in err
     assert out.count("  [") == n
@@ -133,6 +133,13 @@ def test_ask_reads_the_question_from_stdin(plant, capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO("  \n"))
     code, out, err = ask(capsys, "-", "--db", str(plant["db"]), "--reranker", str(plant["model"]), "--no-answer")
     assert code == 2 and error_lines(err) == ["edgetwin ask: error: the question is empty (nothing on stdin)"]
+
+
+def test_ask_command_defaults_are_the_libraries():
+    # cmd_ask keeps its own copies (edgetwin --help does not import numpy): they must not drift
+    from host import cmd_ask
+
+    assert (cmd_ask.CANDIDATES, cmd_ask.PROMPT_BUDGET) == (qa.CANDIDATES, qa.PROMPT_BUDGET)
 
 
 def test_node_labels_never_a_port_path(tmp_path):
@@ -175,7 +182,7 @@ def test_fit_sources_bounds_the_prompt(plant):
 @pytest.mark.parametrize("argv,message", [
     (["   "], "the question is empty"),
     ([QUESTION, "--k", "0"], "--k must be at least 1"),
-    ([QUESTION, "--k", "30"], "--k 30 is larger than --candidates 20"),
+    ([QUESTION, "--k", "30"], "--k 30 is larger than --candidates 4"),
 ])
 def test_ask_bad_questions(plant, capsys, argv, message):
     import re

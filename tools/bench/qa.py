@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from host import cmd_ask
 from host.usage import Parser
 
 if __package__ in (None, ""):  # run as a script: make the repo importable
@@ -171,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cold", type=int, default=20, help="cold `edgetwin ask` processes (default 20; 0: none)")
     ap.add_argument("--hours", type=float, default=6.0, help="plant hours per node (default 6)")
     ap.add_argument("--nodes", type=int, default=2, help="nodes in the store (default 2)")
-    ap.add_argument("--candidates", type=int, default=20, help="windows PRISM ranks (default 20)")
+    ap.add_argument("--candidates", type=int, default=cmd_ask.CANDIDATES,
+                    help="windows PRISM ranks (default %d, as ask)" % cmd_ask.CANDIDATES)
     ap.add_argument("--k", type=int, default=3, help="windows given to the target (default 3, as ask)")
     ap.add_argument("--max-tokens", type=int, default=64, help="longest answer (default 64, as ask)")
     a = ap.parse_args(argv)

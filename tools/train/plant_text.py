@@ -42,7 +42,7 @@ from tools.train.plant_judge import interlock_tag  # noqa: E402
 
 VERSION = 2  # bump when a text, a fact or the selection changes (it names the cache directory)
 CACHE = ROOT / "build" / "plant_text" / ("v%d" % VERSION)
-K, CANDIDATES, LINES, MAX_TOKENS = 3, 20, 6, 64  # host/cmd_ask.py's defaults
+K, LINES, MAX_TOKENS = 3, 6, 64  # host/cmd_ask.py's defaults (and qa.CANDIDATES)
 NONE_SHARE = 0.2  # at most this share of the questions have "nothing of the kind" as the right answer
 LEVEL = {"HI": "high", "HIHI": "very high", "LO": "low", "LOLO": "very low", "BAD": "bad"}
 FAULT = {"bearing_wear": ("bearing wear", "worn bearing"), "cavitation": ("cavitation",),
@@ -512,7 +512,7 @@ def ask_windows(db: Path, question: str, prism, count: Callable[[str], int]) -> 
     """What host/qa.ask gives the target for this question: retrieve, rerank to K, fit_sources, prompt_text."""
     from host import qa
 
-    found = qa.retrieve(db, question, limit=CANDIDATES, lines=LINES)
+    found = qa.retrieve(db, question, limit=qa.CANDIDATES, lines=LINES)
     k = min(K, len(found.windows))
     chosen, _ = qa.rerank(prism, question, found.windows, k, labels=found.labels)
     fitted = qa.fit_sources(question, chosen, count, qa.PROMPT_BUDGET)
@@ -576,7 +576,9 @@ def retrieval_key() -> str:
 def qa_seed(seed: int) -> list[dict[str, Any]]:
     """Every question of one node (question_specs) with its prompt, sources and reference answer. The windows
     are cached (retrieval + PRISM take seconds a question); the reference answers are cheap and made anew."""
-    qs = _cached(CACHE / ("qa-%s" % _key("qa", K, CANDIDATES, LINES, qa_corpus.VERSION, retrieval_key()))
+    from host import qa
+
+    qs = _cached(CACHE / ("qa-%s" % _key("qa", K, qa.CANDIDATES, LINES, qa_corpus.VERSION, retrieval_key()))
                  / ("%d.json" % seed),
                  lambda: examples_of(seed, question_specs(seed)))
     return with_answers(seed, qs)
