@@ -151,6 +151,22 @@ def test_training_lowers_the_loss_checkpoints_and_resumes(tmp_path: Path, capsys
     assert second["steps"] > first["steps"] and second["tokens"] >= 2400
     assert second["history"][:len(hist)] == hist
     assert "resumed at step %d" % first["steps"] in capsys.readouterr().err
+    # a second stage starts from the first one's adapters (--init) and mostly teaches answers (--note-every);
+    # each kind's validation loss is on record, and the checkpoint choice weighs them alike
+    out2 = tmp_path / "stage2"
+    stage2 = [str(out2) if a == str(out) else a for a in common]
+    assert train_target.main(stage2 + ["--tokens", "600", "--note-every", "2",
+                                       "--init", str(out / "best.safetensors")]) == 0
+    h2 = json.loads((out2 / "training.json").read_text())["history"]
+    assert abs(h2[0]["val_loss"] - second["best_val_loss"]) < 0.05, (h2[0], second["best_val_loss"])
+    assert h2[0]["val_loss"] == pytest.approx((h2[0]["val_notes"] + h2[0]["val_qa"]) / 2, abs=1e-3)
+    # adapters that are not there, or not adapters, are one line and exit 2
+    (tmp_path / "junk.safetensors").write_bytes(b"not a safetensors file")
+    for bad in (tmp_path / "absent.safetensors", tmp_path / "junk.safetensors", notes):
+        capsys.readouterr()
+        assert train_target.main(stage2 + ["--tokens", "600", "--init", str(bad)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "cannot start from these adapters" in err and str(bad) in err, err
 
 
 def test_bad_training_files_are_one_line_and_exit_2(tmp_path: Path, capsys) -> None:

@@ -11,11 +11,13 @@ Data (tools/train/plant_text.py writes it, from the plant simulator's ground tru
 - qa: {"prompt": host/qa.prompt_text's ChatML text, "answer": "..."}: dense attention, as `ask` answers; loss on
   the answer tokens and the <|im_end|> after them.
 
-Batches alternate between the two kinds (--qa-every). AdamW on the adapters only (tools/train/target_torch.py),
-a linear warm-up then cosine decay over the token budget. Every --ckpt-every steps OUT/ckpt.pt is written
+Batches alternate between the two kinds (--qa-every N: one QA batch after N note batches; --note-every N: one
+note batch after N QA batches, for a stage that teaches answers from an earlier stage's adapters, --init).
+AdamW on the adapters only (tools/train/target_torch.py), a linear warm-up then cosine decay over the token budget. Every --ckpt-every steps OUT/ckpt.pt is written
 (adapters, optimiser, step, tokens, data order, RNG): `--resume` continues from it bit for bit in data order.
-With validation files, the validation loss is measured at each checkpoint and OUT/best.safetensors keeps the
-adapters of the lowest one (checkpoints are chosen on validation seeds, never on held-out ones).
+With validation files, the validation loss (the mean of the kinds' losses per token, so the answers count as much
+as the notes) is measured at each checkpoint and OUT/best.safetensors keeps the adapters of the lowest one
+(checkpoints are chosen on validation seeds, never on held-out ones).
 Writes OUT/training.json (figures, wall time, tokens, threads) and OUT/delta.safetensors (the last adapters).
 """
 
@@ -138,18 +140,21 @@ def seq_loss(model, x, m, dense: bool):
     return F.cross_entropy(logits, y, reduction="sum"), int(want.sum())
 
 
-def evaluate(model, kinds: dict, max_tokens: int) -> float:
+def evaluate(model, kinds: dict, max_tokens: int) -> dict[str, float]:
+    """Mean loss per token of each kind's validation sequences."""
     import torch
 
-    tot, n = 0.0, 0
+    out = {}
     with torch.no_grad():
-        for dense, seqs in kinds.values():
+        for name, (dense, seqs) in kinds.items():
+            tot, n = 0.0, 0
             for idx in batches(seqs, max_tokens, random.Random(0)):
                 x, m = collate(seqs, idx)
                 loss, k = seq_loss(model, x, m, dense)
                 tot += float(loss)
                 n += k
-    return tot / max(n, 1)
+            out[name] = tot / max(n, 1)
+    return out
 
 
 def save_delta(model, path: Path, meta: dict) -> None:
@@ -175,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--batch-tokens", type=int, default=1024, help="padded tokens per batch")
     ap.add_argument("--qa-every", type=int, default=3, help="one QA batch after this many note batches")
+    ap.add_argument("--note-every", type=int, default=0,
+                    help="instead: one note batch after this many QA batches (a stage that teaches answers)")
+    ap.add_argument("--init", help="start from these adapters (an earlier stage's delta.safetensors)")
     ap.add_argument("--tokens", type=int, default=400_000, help="token budget (padded positions processed)")
     ap.add_argument("--minutes", type=float, default=0, help="stop after this wall time too (0: no limit)")
     ap.add_argument("--ckpt-every", type=int, default=50, help="steps between checkpoints")
@@ -219,6 +227,13 @@ def _train(args) -> int:
     if args.val_qa:
         val["qa"] = (True, qa_sequences(files["val_qa"], encode, end_id))
     model = TargetLoRA(m.config, m.weights, rank=args.rank, alpha=args.alpha, seed=args.seed, layers=args.layers)
+    if args.init:
+        from safetensors.numpy import load_file
+
+        try:
+            model.load_delta(load_file(args.init))
+        except Exception as e:  # noqa: BLE001 (safetensors raises its own error type for a bad header)
+            raise DataError("%s: cannot start from these adapters (%s)" % (args.init, e)) from None
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
     state = {"step": 0, "tokens": 0, "epoch": {"notes": 0, "qa": 0}, "pos": {"notes": 0, "qa": 0},
@@ -233,7 +248,7 @@ def _train(args) -> int:
     order = {k: batches(v[1], args.batch_tokens, random.Random("%d-%s-%d" % (args.seed, k, state["epoch"][k])))
              for k, v in train.items()}
     warm = max(1, args.tokens // 50)
-    meta = {"base_gguf": gguf.name, "rank": args.rank, "alpha": args.alpha, "layers": args.layers, "sink": SINK,
+    meta = {"base_gguf": gguf.name, "init": Path(args.init).name if args.init else "", "rank": args.rank, "alpha": args.alpha, "layers": args.layers, "sink": SINK,
             "window": WINDOW}
     t0 = time.monotonic() - state["wall_s"]
     last_print = 0.0
@@ -252,9 +267,12 @@ def _train(args) -> int:
         state["wall_s"] = time.monotonic() - t0
         if val:
             model.eval()
-            v = evaluate(model, val, args.batch_tokens)
+            per = evaluate(model, val, args.batch_tokens)
             model.train()
-            state["history"].append({"step": state["step"], "tokens": state["tokens"], "val_loss": round(v, 4)})
+            # Each kind counts the same: the notes' many tokens would otherwise drown the answers'.
+            v = sum(per.values()) / len(per)
+            state["history"].append({"step": state["step"], "tokens": state["tokens"], "val_loss": round(v, 4),
+                                     **{"val_" + k: round(x, 4) for k, x in per.items()}})
             if state["best_val"] is None or v < state["best_val"]:
                 state["best_val"] = v
                 save_delta(model, out / "best.safetensors", dict(meta, step=state["step"], val_loss=round(v, 4)))
@@ -265,7 +283,10 @@ def _train(args) -> int:
     if val and state["step"] == 0:
         checkpoint()  # the base model's validation loss (step 0)
     while state["tokens"] < args.tokens and not (args.minutes and time.monotonic() - t0 > args.minutes * 60):
-        kind = "qa" if args.qa_every and state["step"] % (args.qa_every + 1) == args.qa_every else "notes"
+        if args.note_every:
+            kind = "notes" if state["step"] % (args.note_every + 1) == args.note_every else "qa"
+        else:
+            kind = "qa" if args.qa_every and state["step"] % (args.qa_every + 1) == args.qa_every else "notes"
         x, msk = next_batch(kind)
         frac = state["tokens"] / args.tokens
         lr = args.lr * min(1.0, (state["tokens"] + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
