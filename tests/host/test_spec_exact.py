@@ -165,7 +165,7 @@ def test_bench_spec_quick_smoke():
 
     ns = argparse.Namespace(json=True, quick=True, target=None, draft=None, k=4, max_pending=2, tokens=12,
                             integer_max_mb=0, nodes=[1, 2], temps=[0.0, 0.7], sink=4, window=16, seed=1,
-                            format="free", episodes=1, board="rp2040_pico", draft_top_k=8)
+                            format="free", episodes=1, board="rp2040_pico", draft_top_k=8, repeats=3)
     out = bench_spec.run(ns)
     assert "llama.py" in out["draft"]["twin"]  # --quick drafts on the node's integer runtime itself
     for key in ("speedup_n1", "speedup_n2", "speedup_with_prefill_n2", "acceptance_rate", "wire_bytes_per_draft_token",
@@ -175,6 +175,15 @@ def test_bench_spec_quick_smoke():
     assert g["n2"]["speculative"]["equals_baseline_greedy"] and g["n1"]["speculative"]["equals_baseline_greedy"]
     assert g["n2"]["speculative"]["committed"] == g["n2"]["baseline_batched_ar"]["committed"] == 24
     assert out["results"]["t0.7"]["n2"]["speculative"]["committed"] == 24
+    # each figure is the median of the repeats, the runs beside it; the sampled figures have their own names
+    for n in (1, 2):
+        for temp, suffix in (("greedy", ""), ("t0.7", "_t07")):
+            r = out["results"][temp]["n%d" % n]
+            assert r["runs"] == 3 and len(r["speedup_runs"]) == 3
+            assert r["speedup"] == sorted(r["speedup_runs"])[1] == out["speedup_n%d%s" % (n, suffix)]
+            assert r["speedup_with_prefill"] == sorted(r["speedup_with_prefill_runs"])[1]
+    assert out["acceptance_rate_t07"] == out["results"]["t0.7"]["n2"]["acceptance_rate"]
+    assert out["repeats"] == 3 and out["goal_speedup_n4"] == 2.5 and out["goal_speedup_n4_t07"] == 1.5
 
 
 def test_float_twin_of_an_mbf(pair, tmp_path):
