@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage == 2:  # stage 1's record, where the adapters came with one (models/target's own do)
         made = args.init.parent / "training.json"
         runs["stage1"] = json.loads(made.read_text()) if made.is_file() else {}
-        runs["stage1"] = dict(runs["stage1"].get("stage1", runs["stage1"]), init_from=str(args.init))
+        runs["stage1"] = dict(runs["stage1"].get("stage1", runs["stage1"]), adapters=str(args.init))
     for stage in range(args.stage, 3):
         out = OUT / ("stage%d" % stage)
         code = train_target.main(stage_args(stage, data, out, init, args))
