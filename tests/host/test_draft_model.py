@@ -160,6 +160,9 @@ def test_corpus_is_deterministic_and_split_by_seed():
         assert note.startswith(" ") and note.endswith("\n") and note.count("\n") == 1
         text = episode.episode_text(ep["lines"], note)
         assert text.endswith("\nNote:" + note)
+    # sampled (T = 0.7) notes on the odd training seeds only: the measured streams stay greedy
+    assert corpus.sampled(1) and corpus.sampled(999) and not corpus.sampled(2)
+    assert not any(corpus.sampled(s) for s in (1001, 1002, 2001, 2002))
     assert "heldout-02001" in corpus.stream_path(2001).name
     assert corpus.stream_path(5).name.startswith("train-")
 

@@ -11,10 +11,14 @@ docs/NODE.md "What the node annotates"). The stream's text is shared/episode.py'
 episode the lines, the cue "\\nNote:", and a note ended by a newline token (or cut at MAX_NOTE tokens).
 
 Two notes per episode:
-- "target": SmolLM2-135M-Instruct (host/llama_np.py) greedy, over a sink + ring KV cache with the node's
-  geometry (rp2040_pico: sink 4, window 28), the stream's previous tokens as context: this is exactly
-  the text greedy speculative decoding commits, so it is what the draft is trained to predict and
-  what the held-out acceptance is measured on;
+- "target": the gateway's default target (host/target_delta.choose: SmolLM2-135M-Instruct with the plant
+  adapters of models/target merged in, the stock model where there are none; host/llama_np.py), over a
+  sink + ring KV cache with the node's geometry (rp2040_pico: sink 4, window 28), the stream's previous
+  tokens as context. Greedy on every validation and held-out stream and on the even training seeds: exactly
+  the text greedy speculative decoding commits, what the held-out acceptance is measured on. On the odd
+  training seeds the notes are sampled at temperature 0.7 from the target's whole distribution (the
+  gateway's T = 0.7 rule, host/verifier.PRow, a specdec.Rng seeded by the plant seed): the text speculative
+  sampling commits, so the draft also learns the target where its own sampled notes take it (on-policy);
 - "template": written from the simulator's ground truth (machine, event, the fault developing on it,
   the trend of the alarmed signal over the last five samples).
 `note` is the target's when it reads as a domain note (ends with a newline, names the machine or the
@@ -54,7 +58,8 @@ TOPK = 32
 EPISODES = 8  # per stream
 SAMPLE_EVERY = 60
 MAX_TICKS = 3 * 3600
-VERSION = 3  # bump when the text or the selection changes (part of the cache key)
+VERSION = 4  # bump when the text or the selection changes (part of the cache key)
+SAMPLED_T = 0.7  # the odd training seeds' notes: sampled at this temperature (see the module docstring)
 
 SPLITS = {"train": (0, 1000), "validation": (1000, 2000), "heldout": (2000, 1 << 31)}
 DEFAULT_STREAMS = {"train": 506, "validation": 2, "heldout": 6}
@@ -269,8 +274,9 @@ def template_note(ep: dict) -> str:
 
 def note_is_good(note: str, ep: dict) -> bool:
     """Does the target's note read as a domain note? (ends in a newline, names the machine or a signal
-    or a domain word, no repetition loop, printable ASCII, at least four words)"""
-    if not note.endswith("\n") or len(note.split()) < 4:
+    or a domain word, no repetition loop, printable ASCII, at least two words: the domain target's
+    "C-301 stopping (schedule)" is a whole note)"""
+    if not note.endswith("\n") or len(note.split()) < 2:
         return False
     body = note.strip()
     if any(ord(c) < 32 or ord(c) > 126 for c in body):
@@ -311,12 +317,24 @@ def tokenizer():
 
 
 def target():
+    """The gateway's default target (host/target_delta.choose), loaded once."""
     global _TARGET
     if _TARGET is None:
-        from host.weights import smollm2_gguf
-        from host.llama_np import Target
-        _TARGET = Target.from_gguf(smollm2_gguf())
+        from host import qa, target_delta
+        path, domain, _label = target_delta.choose(None)
+        _TARGET = qa.load_text_model(path, domain)[0]
     return _TARGET
+
+
+def target_id() -> str:
+    """Which target writes the notes (part of the cache key): the domain target's merged SHA-256, or stock."""
+    from host import target_delta
+    return "domain-" + target_delta.read_manifest()["merged_sha256"][:16] if target_delta.installed() else "stock"
+
+
+def sampled(seed: int) -> bool:
+    """Whether the stream's notes are sampled at SAMPLED_T (odd training seeds) rather than greedy."""
+    return split_of(seed) == "train" and seed % 2 == 1
 
 
 def stop_ids(tok) -> np.ndarray:
@@ -338,7 +356,7 @@ def stop_ids(tok) -> np.ndarray:
 def config_key() -> str:
     h = hashlib.sha256(json.dumps([VERSION, SINK, WINDOW, STAGED, TOPK, EPISODES, SAMPLE_EVERY, MAX_TICKS,
                                    episode.SYSTEM, episode.CUE, episode.MAX_NOTE, episode.MAX_LINES,
-                                   episode.SUMMARY_S]).encode())
+                                   episode.SUMMARY_S, SAMPLED_T, target_id()]).encode())
     return h.hexdigest()[:10]
 
 
@@ -357,6 +375,17 @@ class _Stream:
         self.unfed: list[int] = tok.encode(episode.system_prompt(), special=True)
         self.after_cap = False
         self.ep_meta: list[dict] = []
+        self.rng = None
+        if sampled(seed):
+            from shared import specdec
+            self.rng = specdec.Rng(seed + 1)
+
+    def choose(self, logits: np.ndarray) -> int:
+        """The note's next token: the target's greedy one, or (sampled streams) a draw at SAMPLED_T."""
+        if self.rng is None:
+            return int(np.argmax(logits))
+        from host import verifier
+        return verifier.PRow(logits, SAMPLED_T, 0).sample(self.rng)
 
     def add(self, ids, note):
         self.ids += ids
@@ -453,7 +482,7 @@ def _generate_batch(seeds: list[int], log=None) -> None:
             nxt = []
             for i in live:
                 s = act[i]
-                t = int(np.argmax(last[i]))
+                t = s.choose(last[i])
                 notes[id(s)].append(t)
                 if stops[t] or len(notes[id(s)]) >= episode.MAX_NOTE:
                     s.unfed = [t]  # fed with the next episode's prompt
@@ -481,6 +510,7 @@ def _generate_batch(seeds: list[int], log=None) -> None:
             good = note_is_good(text, ep)
             s.ep_meta[-1].update(note_len=len(ids), target_note=text, template_note=tmpl,
                                  note=text if good else tmpl, source="target" if good else "template",
+                                 decode="T=%g" % SAMPLED_T if s.rng is not None else "greedy",
                                  kind=ep["kind"], lines=ep["lines"], faults=ep["faults"], tick=ep["tick"])
     for s in streams:  # the last stop token, so every row exists
         s.add(s.unfed, True)
@@ -520,6 +550,7 @@ def summary(streams: list[dict]) -> dict:
     return {"streams": len(streams), "episodes": len(eps), "tokens": int(sum(len(s["ids"]) for s in streams)),
             "note_tokens": int(sum(int(s["note"].sum()) for s in streams)),
             "notes_by_target": src.count("target"), "notes_by_template": src.count("template"),
+            "notes_sampled": sum(1 for e in eps if e.get("decode", "greedy") != "greedy"),
             "target_fraction": round(src.count("target") / max(1, len(src)), 3)}
 
 

@@ -13,8 +13,9 @@ from position min(m, sink + window)), over whole streams.
 
 Loss, per position whose next token is a note token (the draft drafts only notes; prompt positions get
 weight 0.1): KL to the target's distribution (its top-K logits from tools/train/corpus.py, renormalised, ids
-outside the sub-vocabulary dropped) plus cross-entropy on the target's greedy token (sequence-level
-distillation: the stream's notes are the target's greedy text).
+outside the sub-vocabulary dropped) plus cross-entropy on the stream's next token (sequence-level
+distillation: the stream's notes are the target's own text, greedy, or drawn at T = 0.7 on the corpus's
+sampled streams, so the draft also sees where sampling takes the target).
 
 Writes OUT/draft.pt (state dict + config + vocab) and OUT/draft.bin (llama2.c v1, the compact
 vocabulary as its vocab_size) for tools/formats/convert.py; tools/train/make_draft.py turns that into the MBF.
