@@ -27,6 +27,7 @@ def test_bench_qa_small_json(capsys: pytest.CaptureFixture) -> None:
     assert 50 < st["prompt_tokens"] <= 1000 and 1 <= st["answer_tokens"] <= res["max_tokens"]
     assert st["retrieve_s"] + st["rerank_s"] + st["prefill_s"] + st["decode_s"] <= w["max_s"] + 0.5
     assert w["candidates_p50"] == 4 and 0 <= w["cited_fraction"] <= 1
+    assert w["target"].startswith("domain target")  # what `edgetwin ask` (the cold runs) answers with
     assert all(e["answer"].strip() for e in w["examples"])
     assert res["goals"] == {"warm_p50_s": 10.0, "cold_p50_s": 20.0}
     assert res["goals_met"]["warm_p50"] == (w["p50_s"] <= 10.0)

@@ -1,6 +1,6 @@
 """Time to the whole cited answer of `edgetwin ask`, warm and cold, as one JSON object.
 
-    python -m host.cli bench qa --json [--questions 20] [--cold 20] [--hours 6] [--nodes 2] [--candidates 20]
+    python -m host.cli bench qa --json [--questions 20] [--cold 20] [--hours 6] [--nodes 2] [--candidates 4]
 
 The store: `--nodes` plant simulators (shared/plant.py, seeds 7, 11, ...; one process fault injected on each,
 severity 4, so something trips) run `--hours` plant hours each, one sample line a minute per machine plus
@@ -8,7 +8,8 @@ every event line, stored as nodes node-1, node-2... in a fresh SQLite store (hos
 would have stored them. The questions: what the simulators' ground truth says happened (trips, fault
 onsets, alarms) and a few about machines that were fine, cycled to `--questions`.
 
-- warm: one process loads PRISM and the target once, then answers every question (host/qa.ask: retrieval,
+- warm: one process loads PRISM and the target `ask` uses by default (the domain target where models/target
+  is installed, host/target_delta.choose) once, then answers every question (host/qa.ask: retrieval,
   PRISM over `--candidates` windows, the target's whole answer);
 - cold: `--cold` fresh `python -m host.cli ask QUESTION --db STORE` processes, each timed from its start
   to its exit (Python start, imports, both models loaded, the whole answer).
@@ -115,12 +116,14 @@ def pct(xs: list[float], p: float) -> float | None:
 
 
 def warm(db: Path, qs: list[str], k: int, candidates: int, max_tokens: int) -> dict:
-    from host import weights, qa
+    from host import qa, target_delta, weights
     from host.prism.engine import Prism
 
     t0 = time.perf_counter()
     prism = Prism.from_pretrained(str(weights.reranker_dir()))
-    answerer = qa.Answerer.from_gguf(weights.smollm2_gguf())
+    path, domain, label = target_delta.choose(None)  # what `edgetwin ask` answers with (the cold runs too)
+    answerer = qa.Answerer.from_gguf(path, domain)
+    say("warm: target %s" % label)
     load_s = time.perf_counter() - t0
     say("warm: models loaded in %.1f s" % load_s)
     runs = []
@@ -142,7 +145,7 @@ def warm(db: Path, qs: list[str], k: int, candidates: int, max_tokens: int) -> d
     for key in ("retrieve_s", "rerank_s", "prefill_s", "decode_s", "prompt_tokens", "answer_tokens"):
         stages[key] = pct([r[key] for r in runs], 50)
     return {"n": len(runs), "p50_s": pct(totals, 50), "p90_s": pct(totals, 90), "max_s": round(max(totals), 2),
-            "models_load_s": round(load_s, 2), "stages_p50": stages,
+            "models_load_s": round(load_s, 2), "target": label, "stages_p50": stages,
             "cited_fraction": round(sum(1 for r in runs if r["cited"]) / len(runs), 3),
             "candidates_p50": pct([r["candidates"] for r in runs], 50),
             "examples": [{"question": r["question"], "answer": r["answer"]} for r in runs[:3]]}
