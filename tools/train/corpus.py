@@ -375,17 +375,17 @@ class _Stream:
         self.unfed: list[int] = tok.encode(episode.system_prompt(), special=True)
         self.after_cap = False
         self.ep_meta: list[dict] = []
-        self.rng = None
+        self.rng = self.prow = None
         if sampled(seed):
+            from host.verifier import PRow
             from shared import specdec
-            self.rng = specdec.Rng(seed + 1)
+            self.rng, self.prow = specdec.Rng(seed + 1), PRow
 
     def choose(self, logits: np.ndarray) -> int:
         """The note's next token: the target's greedy one, or (sampled streams) a draw at SAMPLED_T."""
         if self.rng is None:
             return int(np.argmax(logits))
-        from host import verifier
-        return verifier.PRow(logits, SAMPLED_T, 0).sample(self.rng)
+        return self.prow(logits, SAMPLED_T, 0).sample(self.rng)
 
     def add(self, ids, note):
         self.ids += ids
