@@ -32,11 +32,12 @@ import zlib
 import signal
 import time
 from pathlib import Path
+from collections import OrderedDict
 from typing import Callable
 
 from host.session import PortError, Session
 from host.store import LogStore
-from shared import frame, frame_host
+from shared import episode, frame, frame_host
 
 
 class Gateway:
@@ -223,6 +224,7 @@ class NodeStream:
     (committed count -> CRC of the live ids) to check the node's NODE reports against (lockstep)."""
 
     HISTORY = 4096
+    RECENT = 64  # plant lines remembered for _lines_wall: an episode holds at most episode.MAX_LINES
 
     def __init__(self, session: Session, hello: dict, target, temperature: float, top_k: int, seed: int,
                  decode: Callable[[list[int]], str]) -> None:
@@ -244,6 +246,11 @@ class NodeStream:
         self.ann: list[int] = []
         self.ann_t0 = 0
         self.ann_verified = True
+        # the wall time of the lines the current episode annotates (its PROMPT's log lines, looked up in
+        # the node's recent lines): an annotation's span starts there, not when the target got to verify
+        # it, so a busy gateway's notes still overlap the log windows they are about (host/store.windows)
+        self.episode_t0 = 0
+        self.recent: OrderedDict[str, int] = OrderedDict()  # the node's last RECENT plant lines -> wall ms
         self.history: dict[int, int] = {}
         self.order: list[int] = []
         self.claims: list[tuple[int, int, int]] = []
@@ -287,6 +294,7 @@ class NodeStream:
             self.ann += list(ids)
         else:
             self._flush()
+            self.episode_t0 = self._lines_wall(ids)
 
     def _restart(self, committed: int | None) -> None:
         self._flush()
@@ -309,7 +317,7 @@ class NodeStream:
         if self.ann and not self.ann_verified:
             self._flush()
         if not self.ann:
-            self.ann_t0 = self.session.wall()
+            self.ann_t0 = self.episode_t0 or self.session.wall()
         self.ann_verified = True
         self.ann += list(ids)
         if ids and "\n" in self.decode([int(ids[-1])]):
@@ -320,10 +328,12 @@ class NodeStream:
     def on_reboot(self) -> None:  # the node rebooted: its new stream starts at base 0
         self._restart(0)
 
-    def on_log(self, text: str) -> None:
+    def on_log(self, text: str, wall_ms: int | None = None) -> None:
         if self.hook is not None:
             self.hook("log", self, text)
         if not text.startswith("NODE "):
+            if wall_ms is not None:
+                self._remember(text, wall_ms)
             return
         f = dict(kv.split("=", 1) for kv in text.split()[1:] if "=" in kv)
         try:
@@ -335,6 +345,24 @@ class NodeStream:
             self.counts["lockstep_unknown"] += 1
             return
         self._check_claims()
+
+    def _remember(self, text: str, wall_ms: int) -> None:
+        try:
+            line = episode.prompt_line(text)
+        except episode.EpisodeError:
+            return
+        self.recent.pop(line, None)
+        self.recent[line] = int(wall_ms)
+        if len(self.recent) > self.RECENT:
+            self.recent.popitem(last=False)
+
+    def _lines_wall(self, ids) -> int:
+        """The wall time of the earliest of a PROMPT's log lines among the node's recent lines (the newest
+        line of that text); the gateway's clock when none is known (the system prompt, a gateway that
+        started after the lines were logged, a line still queued behind the prompt)."""
+        now = self.session.wall()
+        seen = [self.recent[ln] for ln in self.decode([int(i) for i in ids]).split("\n") if ln in self.recent]
+        return min([now] + seen)
 
     # bookkeeping after a verify pass
     def record(self) -> None:

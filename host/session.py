@@ -316,14 +316,16 @@ class Session:
             start = frame.LG_TEXT_10
         text = bytes(buf[off + start:off + n]).decode("utf-8", "replace")
         full = self._full_seq(epoch, seq16)
-        if self.store.add_log(self.name, epoch, full, ts, self.wall() if wall is None else wall, level, text,
+        if wall is None:
+            wall = self.wall()
+        if self.store.add_log(self.name, epoch, full, ts, wall, level, text,
                               commit=False, boot=boot,
                               lseq=lseq, flags=flags):
             self.counts["logs"] += 1
             if flags & frame.LG_SPILLED:
                 self.counts["spilled"] += 1
             if self.spec is not None and hasattr(self.spec, "on_log"):
-                self.spec.on_log(text)  # type: ignore[attr-defined]
+                self.spec.on_log(text, wall)  # type: ignore[attr-defined]
         else:
             self.counts["log_dups"] += 1
 
