@@ -180,3 +180,15 @@ def test_cli_writes_one_stream_a_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         pt.main(["--split", "train", "--kind", "notes", "--n", "0", "--out", str(out)])
     assert e.value.code == 2 and "--n must be at least 1" in capsys.readouterr().err
+
+
+def test_handling_questions_are_their_kinds_from_further_seeds_and_score_perfectly():
+    qs = pt.handling_examples("validation", 3)
+    assert len(qs) == 3
+    assert {q["kind"] for q in qs} <= set(pt.HANDLING)
+    assert all(q["seed"] >= 1000 + pt.HANDLING_FROM for q in qs)
+    for q in qs:  # asked as ask asks them (the prompt holds the question and the windows), answered right
+        assert q["question"] in q["prompt"] and all("[%d] " % s["n"] in q["prompt"] for s in q["sources"])
+        v = pj.answer_verdict(q["answer"], q["truth"], q["sources"])
+        assert v["accurate"] or ("do not show" in q["answer"] and not v["evidence_in"]), (q["question"], v)
+    assert pt.handling_examples("validation", 2) == qs[:2]  # a smaller n is a prefix

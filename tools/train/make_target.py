@@ -1,20 +1,24 @@
-"""The `make models` step for the domain target: reference texts -> LoRA training in two stages -> models/target.
+"""The `make models` step for the domain target: reference texts -> LoRA training in three stages -> models/target.
 
     python -m tools.train.make_target [--tokens N | --minutes M] [--threads 2] [--skip-data] [--resume]
-                                      [--stage 2 --init ADAPTERS]
+                                      [--stage N --init ADAPTERS]
 
 1. tools/train/plant_text.py writes the reference texts from the plant simulator's ground truth, on training
    seeds for training and validation seeds for choosing the checkpoint (never held-out ones):
-   build/target/data/{train,val}_{notes,qa}.jsonl (train_qa_stage1.jsonl: the first questions of train_qa);
+   build/target/data/{train,val}_{notes,qa}.jsonl, train_qa_handling.jsonl (acknowledgement, clear, onset and
+   sensor questions from further seeds) and each stage's questions, train_qa_stage{1,2,3}.jsonl (STAGE_QA);
 2. tools/train/train_target.py trains the LoRA adapters on CPU within each stage's token budget (resumable:
-   build/target/stage{1,2}/ckpt.pt; `--resume` continues an interrupted stage): stage 1 learns the notes
+   build/target/stage{1,2,3}/ckpt.pt; `--resume` continues an interrupted stage): stage 1 learns the notes
    (every fourth batch a question batch), stage 2 starts from stage 1's best adapters and learns the answers
-   on more questions (every fourth batch a note batch, so the notes stay as they were);
-3. stage 2's adapters of the lowest validation loss become models/target/delta.safetensors (float16), with
-   manifest.json (host/target_delta.write_manifest: the base GGUF's, the delta's and the merged matrices'
-   SHA-256) and training.json (both stages' figures: tokens, steps, wall time, threads, validation curves).
-`--stage 2 --init ADAPTERS` runs stage 2 alone from adapters made earlier (the shipped run did so from its
-stage 1). The model card (models/target/CARD.md) quotes training.json and `edgetwin bench quality`.
+   on more questions (every fourth batch a note batch, so the notes stay as they were), stage 3 goes on
+   from stage 2 with the handling questions added (the kinds stage 2's answers got wrong most);
+3. the last stage's adapters of the lowest validation loss become models/target/delta.safetensors (float16),
+   with manifest.json (host/target_delta.write_manifest: the base GGUF's, the delta's and the merged
+   matrices' SHA-256) and training.json (every stage's figures: tokens, steps, wall time, threads, validation
+   curves).
+`--stage N --init ADAPTERS` runs the stages from N on, from adapters of stage N - 1 made earlier (the shipped
+run did so: stage 2 from its stage 1, stage 3 from its stage 2). The model card (models/target/CARD.md)
+quotes training.json and `edgetwin bench quality`.
 """
 
 from __future__ import annotations
@@ -34,11 +38,16 @@ OUT = ROOT / "build" / "target"
 SHIPPED = ROOT / "models" / "target"
 # The shipped recipe (the card quotes it): streams and questions per split, and the training run.
 DATA = {"train_notes": ("train", "notes", 400), "train_qa": ("train", "qa", 600),
+        "train_qa_handling": ("train", "handling", 360),
         "val_notes": ("validation", "notes", 12), "val_qa": ("validation", "qa", 48)}
 STAGE1_QA = 200  # stage 1's questions: the first of train_qa
+# each stage's questions (train_qa_stage{1,2,3}.jsonl): the first 200, all 600, the 600 and the handling ones
+STAGE_QA = {1: ("train_qa",), 2: ("train_qa",), 3: ("train_qa", "train_qa_handling")}
 RECIPE = {"rank": 8, "alpha": 16, "layers": 12, "batch_tokens": 1024,
           "stages": [{"lr": 1e-3, "qa_every": 3, "tokens": 400_000},
-                     {"lr": 5e-4, "note_every": 3, "tokens": 240_000}]}
+                     {"lr": 5e-4, "note_every": 3, "tokens": 240_000},
+                     {"lr": 3e-4, "note_every": 3, "tokens": 200_000}]}
+STAGES = len(RECIPE["stages"])
 
 
 def write_data(data_dir: Path) -> dict:
@@ -48,20 +57,30 @@ def write_data(data_dir: Path) -> dict:
     counts = {}
     for name, (split, kind, n) in DATA.items():
         t = time.monotonic()
-        rows = plant_text.note_streams(split, n) if kind == "notes" else plant_text.qa_examples(split, n)
+        make = {"notes": plant_text.note_streams, "qa": plant_text.qa_examples,
+                "handling": plant_text.handling_examples}[kind]
+        rows = make(split, n)
         path = data_dir / (name + ".jsonl")
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         counts[name] = len(rows)
-        if name == "train_qa":
-            (data_dir / "train_qa_stage1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:STAGE1_QA]))
         print("make_target: %s: %d %s from %s seeds in %.0f s" % (path, len(rows), kind, split, time.monotonic() - t),
               file=sys.stderr, flush=True)
+    write_stage_qa(data_dir)
     return counts
+
+
+def write_stage_qa(data_dir: Path) -> None:
+    """train_qa_stage{1,2,3}.jsonl from the data files (STAGE_QA; stage 1 takes the first STAGE1_QA)."""
+    for stage, names in STAGE_QA.items():
+        text = "".join((data_dir / (name + ".jsonl")).read_text() for name in names)
+        if stage == 1:
+            text = "".join(text.splitlines(keepends=True)[:STAGE1_QA])
+        (data_dir / ("train_qa_stage%d.jsonl" % stage)).write_text(text)
 
 
 def stage_args(stage: int, data: Path, out: Path, init: Path | None, args) -> list[str]:
     r, st = RECIPE, RECIPE["stages"][stage - 1]
-    qa = data / ("train_qa_stage1.jsonl" if stage == 1 else "train_qa.jsonl")
+    qa = data / ("train_qa_stage%d.jsonl" % stage)
     mix = ["--qa-every", str(st["qa_every"])] if "qa_every" in st else ["--note-every", str(st["note_every"])]
     return (["--notes", str(data / "train_notes.jsonl"), "--qa", str(qa),
              "--val-notes", str(data / "val_notes.jsonl"), "--val-qa", str(data / "val_qa.jsonl"),
@@ -78,12 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip-data", action="store_true", help="reuse build/target/data")
     ap.add_argument("--resume", action="store_true", help="continue the interrupted training run")
-    ap.add_argument("--stage", type=int, choices=(1, 2), default=1, help="begin at this stage")
-    ap.add_argument("--init", type=Path, help="with --stage 2: stage 1's adapters (a delta.safetensors)")
+    ap.add_argument("--stage", type=int, choices=range(1, STAGES + 1), default=1, help="begin at this stage")
+    ap.add_argument("--init", type=Path, help="with --stage N > 1: the previous stage's adapters (a "
+                    "delta.safetensors, with the training.json of its earlier stages beside it)")
     ap.add_argument("--out", type=Path, default=SHIPPED)
     args = ap.parse_args(argv)
-    if args.stage == 2 and not args.init:
-        ap.error("--stage 2 needs --init (stage 1's adapters)")
+    if args.stage > 1 and not args.init:
+        ap.error("--stage %d needs --init (stage %d's adapters)" % (args.stage, args.stage - 1))
     from host import target_delta
     from host.weights import smollm2_gguf
     from tools.train import train_target
@@ -91,13 +111,17 @@ def main(argv: list[str] | None = None) -> int:
     data = OUT / "data"
     if not args.skip_data:
         write_data(data)
+    else:
+        write_stage_qa(data)
     init = args.init
     runs = {}
-    if args.stage == 2:  # stage 1's record, where the adapters came with one (models/target's own do)
+    if args.stage > 1:  # the earlier stages' records, where the adapters came with them (models/target's do)
         made = args.init.parent / "training.json"
-        runs["stage1"] = json.loads(made.read_text()) if made.is_file() else {}
-        runs["stage1"] = dict(runs["stage1"].get("stage1", runs["stage1"]), adapters=str(args.init))
-    for stage in range(args.stage, 3):
+        earlier = json.loads(made.read_text()) if made.is_file() else {}
+        for k in range(1, args.stage):
+            runs["stage%d" % k] = earlier.get("stage%d" % k, earlier if args.stage == 2 else {})
+        runs["stage%d" % (args.stage - 1)] = dict(runs["stage%d" % (args.stage - 1)], adapters=str(args.init))
+    for stage in range(args.stage, STAGES + 1):
         out = OUT / ("stage%d" % stage)
         code = train_target.main(stage_args(stage, data, out, init, args))
         if code:
@@ -108,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     shutil.copy(init, args.out / target_delta.DELTA_FILE)
     r = RECIPE
     recipe = dict(r, stages=[dict(st, tokens=args.tokens or st["tokens"]) for st in r["stages"]])
-    data_of = dict({k: v[:2] + (v[2],) for k, v in DATA.items()}, train_qa_stage1=("train", "qa", STAGE1_QA))
+    data_of = dict({k: v[:2] + (v[2],) for k, v in DATA.items()}, train_qa_stage1=("train", "qa", STAGE1_QA),
+                   stage_qa={k: list(v) for k, v in STAGE_QA.items()})
     (args.out / "training.json").write_text(json.dumps(dict(runs, recipe=recipe, data=data_of), indent=1) + "\n")
     tokens = sum(run.get("tokens", 0) for run in runs.values())
     man = target_delta.write_manifest(args.out, smollm2_gguf(), r["rank"], float(r["alpha"]),

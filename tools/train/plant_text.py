@@ -5,7 +5,9 @@ in the node's episode format, and operator questions with the exact prompt `ask`
                                   kind, what it likely means), from corpus.plant_episodes' episode
     note_streams(split, n)     -> [{"seed", "episodes": [{"lines", "note", "facts"}]}]    (n plant seeds)
     qa_examples(split, n)      -> [{"seed", "question", "kind", "truth", "prompt", "sources", "answer"}]  (n questions)
-    python -m tools.train.plant_text --split train --kind notes|qa --n N --out FILE.jsonl
+    handling_examples(split, n) -> the same, acknowledgement / clear / onset / sensor questions only (n, from
+                                  seeds qa_examples does not reach)
+    python -m tools.train.plant_text --split train --kind notes|qa|handling --n N --out FILE.jsonl
 
 Episodes are tools/train/corpus.py's (plant_episodes: the event ticks of a seeded stream, the node's episode
 format of shared/episode.py). Notes are short enough for shared/episode.MAX_NOTE tokens of SmolLM2's own
@@ -604,17 +606,50 @@ def qa_examples(split: str, n: int) -> list[dict[str, Any]]:
     return out
 
 
+HANDLING = ("ack", "clear", "onset", "sensor")  # the kinds of question the first 600 hold too few of
+HANDLING_FROM = 100  # their seeds start here (qa_examples' questions come from the first seeds of the split)
+
+
+def handling_seed(seed: int) -> list[dict[str, Any]]:
+    """The HANDLING questions of one node only (question_specs filtered before retrieval), with answers."""
+    from host import qa
+
+    specs = [s for s in question_specs(seed) if s[1] in HANDLING]
+    qs = _cached(CACHE / ("qa-handling-%s" % _key("qa", K, qa.CANDIDATES, LINES, qa_corpus.VERSION, HANDLING,
+                                                   retrieval_key())) / ("%d.json" % seed),
+                 lambda: examples_of(seed, specs))
+    return with_answers(seed, qs)
+
+
+def handling_examples(split: str, n: int) -> list[dict[str, Any]]:
+    """n questions of the HANDLING kinds (when an alarm was acknowledged or cleared, when a fault began, which
+    sensor fails), node by node from seed HANDLING_FROM of the split on: seeds qa_examples does not reach
+    (a smaller n is a prefix of a larger one)."""
+    seeds = qa_seeds(split)
+    first = seeds[0] + HANDLING_FROM
+    if first >= seeds[-1]:
+        raise ValueError("split %r has no seeds from %d on" % (split, first))
+    out: list[dict[str, Any]] = []
+    for seed in range(first, seeds[-1] + 1):
+        out += handling_seed(seed)
+        say("qa: %d handling questions from seeds %d..%d" % (len(out), first, seed))
+        if len(out) >= n:
+            break
+    return out[:n]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.train.plant_text", description=__doc__.split("\n")[0])
     ap.add_argument("--split", default="train", choices=list(corpus.SPLITS))
-    ap.add_argument("--kind", required=True, choices=["notes", "qa"])
+    ap.add_argument("--kind", required=True, choices=["notes", "qa", "handling"])
     ap.add_argument("--n", type=int, required=True, help="plant seeds (notes) or questions (qa)")
     ap.add_argument("--out", required=True, help="JSON lines file (- for stdout)")
     a = ap.parse_args(argv)
     if a.n < 1:
         ap.error("--n must be at least 1")
     try:
-        rows = note_streams(a.split, a.n) if a.kind == "notes" else qa_examples(a.split, a.n)
+        make = {"notes": note_streams, "qa": qa_examples, "handling": handling_examples}[a.kind]
+        rows = make(a.split, a.n)
     except ValueError as e:
         ap.error(str(e))
     text = "".join(json.dumps(r) + "\n" for r in rows)
