@@ -250,6 +250,7 @@ class NodeStream:
         # the node's recent lines): an annotation's span starts there, not when the target got to verify
         # it, so a busy gateway's notes still overlap the log windows they are about (host/store.windows)
         self.episode_t0 = 0
+        self.prompting = False  # PROMPT frames since the last VERDICT: one episode's prompt may take several
         self.recent: OrderedDict[str, int] = OrderedDict()  # the node's last RECENT plant lines -> wall ms
         self.history: dict[int, int] = {}
         self.order: list[int] = []
@@ -294,7 +295,9 @@ class NodeStream:
             self.ann += list(ids)
         else:
             self._flush()
-            self.episode_t0 = self._lines_wall(ids)
+            t0 = self._lines_wall(ids)
+            self.episode_t0 = min(self.episode_t0, t0) if self.prompting else t0
+            self.prompting = True
 
     def _restart(self, committed: int | None) -> None:
         self._flush()
@@ -318,6 +321,7 @@ class NodeStream:
             self._flush()
         if not self.ann:
             self.ann_t0 = self.episode_t0 or self.session.wall()
+        self.prompting = False
         self.ann_verified = True
         self.ann += list(ids)
         if ids and "\n" in self.decode([int(ids[-1])]):

@@ -78,6 +78,19 @@ def test_the_earliest_known_line_of_the_prompt_and_the_newest_line_of_a_text(str
     assert store.annotations()[0]["t0_ms"] == 10_000
 
 
+def test_a_prompt_in_several_frames_starts_at_its_first_line(stream) -> None:
+    sp, store, now = stream
+    _log(store, sp, now, LINE_P, 10_000, 1)
+    _log(store, sp, now, LINE_C, 12_000, 2)
+    now[0] = 20_000
+    _prompt(sp, [1, 2])  # the episode's first line in one frame (a prompt longer than a frame holds)
+    _prompt(sp, [6, 2, 3])  # the rest and the cue in the next
+    sp.on_verdict(b"", [4, 2])
+    _prompt(sp, [6, 2, 3])  # the next episode: only its own line counts
+    sp.on_verdict(b"", [4, 2])
+    assert [a["t0_ms"] for a in store.annotations()] == [10_000, 12_000]
+
+
 def test_lines_the_gateway_never_saw_start_the_span_at_the_prompt(stream) -> None:
     sp, store, now = stream
     _log(store, sp, now, "2026-11-30T06:00:00Z NODE heap=1 committed=0 live=0 crc=00000000", 1_000, 1)
