@@ -31,8 +31,8 @@ import select
 import zlib
 import signal
 import time
-from pathlib import Path
 from collections import OrderedDict
+from pathlib import Path
 from typing import Callable
 
 from host.session import PortError, Session
