@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         made = args.init.parent / "training.json"
         earlier = json.loads(made.read_text()) if made.is_file() else {}
         for k in range(1, args.stage):
-            runs["stage%d" % k] = earlier.get("stage%d" % k, earlier if args.stage == 2 else {})
+            # a nested record (models/target's) has every stage; a flat one (train_target's) is stage N - 1's
+            runs["stage%d" % k] = earlier.get("stage%d" % k, earlier if k == args.stage - 1 else {})
         runs["stage%d" % (args.stage - 1)] = dict(runs["stage%d" % (args.stage - 1)], adapters=str(args.init))
     for stage in range(args.stage, STAGES + 1):
         out = OUT / ("stage%d" % stage)
