@@ -243,8 +243,9 @@ def _words(text: str) -> set:
 def fit_sources(question: str, sources: Sequence[Source], count: Callable[[str], int],
                 budget: int = PROMPT_BUDGET) -> list[Source]:
     """The sources with their text cut to fit `budget` tokens in all (count(line) = its tokens): each window
-    keeps, in its own order, first the lines that hold a word of the question, then event and note lines,
-    then the lines nearest its middle (where the FTS hit is), as many as its share of the budget allows
+    keeps, in its own order, first the lines that hold most of the question's words (a word weighs 1 / the
+    number of the window's lines that hold it, so the rare ones decide), then event and note lines, then the
+    lines nearest its middle (where the FTS hit is), as many as its share of the budget allows
     (what one window leaves over goes to the next); every window keeps at least one line. Lines lose their
     ISO date (short_line). The question's words include the log's words for them (host/logwords.expand)."""
     from host import logwords
@@ -256,10 +257,17 @@ def fit_sources(question: str, sources: Sequence[Source], count: Callable[[str],
         lines = [short_line(ln) for ln in s.text.strip().splitlines() if ln.strip()] or [s.text.strip()]
         share = left // (len(sources) - i)
         mid = (len(lines) - 1) / 2.0
+        held = [_words(ln) & want for ln in lines]
+        df: dict = {}
+        for ws in held:
+            for w in ws:
+                df[w] = df.get(w, 0) + 1
 
         def prio(j: int) -> tuple:
-            ln = lines[j]
-            return (not (_words(ln) & want), not any(w in ln for w in EVENT_WORDS), abs(j - mid))
+            # a question word counts 1/(lines of the window holding it): in a window where every line names
+            # M-202 and its vibration, the one ACK line of "who acked ..." is what tells the answer
+            weight = sum(1.0 / df[w] for w in held[j])
+            return (-weight, not any(w in lines[j] for w in EVENT_WORDS), abs(j - mid))
 
         keep: list[int] = []
         used = 0

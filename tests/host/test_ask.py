@@ -179,6 +179,26 @@ def test_fit_sources_bounds_the_prompt(plant):
             assert any("P-101" in ln for ln in kept)  # a line naming the question's tag is kept first
 
 
+def test_fit_sources_keeps_the_line_that_answers():
+    """Where every line of a window names the question's machine and signal, the line holding its rare word
+    (the one ACK of "who acked ...") is kept over lines nearer the window's middle."""
+    text = "\n".join([
+        "2026-11-30T07:20:00Z M-202 RUNNING T=57.8C V=9.9mm/s I=22.5A N=969rpm",
+        "2026-11-30T07:20:49Z ALARM HIHI M-202 vibration 11.4mm/s prio=4 RAISED",
+        "2026-11-30T07:20:49Z STATE M-202 RUNNING->TRIPPED interlock=HIHI_VIB",
+        "2026-11-30T07:20:52Z CLEAR HIHI M-202 vibration 6.0mm/s prio=4 RTN_UNACK",
+        "2026-11-30T07:20:55Z ALARM HI M-202 vibration 7.0mm/s prio=3 RAISED",
+        "2026-11-30T07:20:58Z ACK HIHI M-202 vibration 0.1mm/s prio=4 NORMAL"])
+    src = [qa.Source(1, "node", 0, 1000, text, 0.9)]
+    count = lambda line: len(line.split())  # noqa: E731 - a stand-in token count
+    fit = qa.fit_sources("who acked the HIHI vibration alarm on M-202 raised at 07:20?", src, count, budget=19)
+    kept = fit[0].text.splitlines()
+    assert len(kept) == 2 and any(" ACK HIHI M-202" in ln for ln in kept), kept
+    assert any(" ALARM HIHI M-202" in ln for ln in kept), kept  # the alarm it asks about, the next best
+    old = qa.fit_sources("when did M-202 trip?", src, count, budget=19)[0].text.splitlines()
+    assert any("TRIPPED interlock" in ln for ln in old), old  # another question keeps its own line
+
+
 @pytest.mark.parametrize("argv,message", [
     (["   "], "the question is empty"),
     ([QUESTION, "--k", "0"], "--k must be at least 1"),
