@@ -36,6 +36,7 @@ import re
 import sqlite3
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -258,10 +259,7 @@ def fit_sources(question: str, sources: Sequence[Source], count: Callable[[str],
         share = left // (len(sources) - i)
         mid = (len(lines) - 1) / 2.0
         held = [_words(ln) & want for ln in lines]
-        df: dict = {}
-        for ws in held:
-            for w in ws:
-                df[w] = df.get(w, 0) + 1
+        df = Counter(w for ws in held for w in ws)
 
         def prio(j: int) -> tuple:
             # a question word counts 1/(lines of the window holding it): in a window where every line names

@@ -195,8 +195,8 @@ def test_fit_sources_keeps_the_line_that_answers():
     kept = fit[0].text.splitlines()
     assert len(kept) == 2 and any(" ACK HIHI M-202" in ln for ln in kept), kept
     assert any(" ALARM HIHI M-202" in ln for ln in kept), kept  # the alarm it asks about, the next best
-    old = qa.fit_sources("when did M-202 trip?", src, count, budget=19)[0].text.splitlines()
-    assert any("TRIPPED interlock" in ln for ln in old), old  # another question keeps its own line
+    trip = qa.fit_sources("when did M-202 trip?", src, count, budget=19)[0].text.splitlines()
+    assert any("TRIPPED interlock" in ln for ln in trip), trip  # another question keeps its own line
 
 
 @pytest.mark.parametrize("argv,message", [
