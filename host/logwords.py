@@ -14,6 +14,11 @@ own words stay; these are added, so a store of other logs loses nothing.
 The times a question names ("at 08:11", "(06:34)") are `minutes`: FTS5 splits a line's timestamp into
 tokens no question holds ("30t08", "11"), so LogStore.windows ranks the lines of those minutes that hold the
 question's words first (docs/GATEWAY.md, section 6).
+
+"When was the HI vibration alarm on CV-401 raised at 08:11 acknowledged?" is answered by one line that
+may be minutes after the named time and shares few words with the question: `alarm_follow` reads what the
+alarm's own record needs (the machine, ACK or CLEAR, the level, the raise minute) so that LogStore.alarm_follow
+can find that line by the alarm's lifecycle (docs/PLANT.md) instead of by words.
 """
 
 from __future__ import annotations
@@ -24,10 +29,12 @@ import re
 KINDS = {"pump": ("P", 100), "motor": ("M", 200), "compressor": ("C", 300), "conveyor": ("CV", 400)}
 _KIND_N = re.compile(r"\b(pump|motor|compressor|conveyor)s?\s*(?:no\.?\s*|number\s*|#\s*)?([1-9])\b")
 
+_ACK = r"acknowledg\w*|\back(?:s|ed|ked)?\b"
+_CLEAR = r"\bclear\w*|(?:back|return\w*) to normal|normal again"
 # (what the operator says, the words of the log lines that mean it), on the lowered question
 WORDS = [(re.compile(p), w) for p, w in (
-    (r"acknowledg\w*|\back(?:s|ed|ked)?\b", "ack"),
-    (r"\bclear\w*|(?:back|return\w*) to normal|normal again", "clear"),
+    (_ACK, "ack"),
+    (_CLEAR, "clear"),
     (r"\btrip\w*|interlock\w*|what stopped", "tripped interlock"),
     (r"\bstopp?\w*|shut ?down", "stopped"),
     (r"\bstart(?:s|ed|ing)? up\b|\bstarted\b", "starting"),
@@ -41,6 +48,9 @@ WORDS = [(re.compile(p), w) for p, w in (
     (r"\brpm\b|\bspeed\b", "speed"),
 )]
 
+_LEVEL = re.compile(r"\b(high-high|hihi|low-low|lolo|bad-value|bad|high|hi|low|lo)\b")
+LEVELS = {"high-high": "HIHI", "hihi": "HIHI", "low-low": "LOLO", "lolo": "LOLO", "bad-value": "BAD", "bad": "BAD",
+          "high": "HI", "hi": "HI", "low": "LO", "lo": "LO"}
 _ID = re.compile(r"\b(?:CV|P|M|C)-\d{3}\b", re.I)
 SPAN = 10  # minutes from a named time: measured on validation questions (docs/GATEWAY.md, section 6)
 _TIME = re.compile(r"(?<![\d:])([01]\d|2[0-3]):([0-5]\d)(?![\d])")
@@ -85,3 +95,64 @@ def minutes(question: str, span: int = SPAN) -> list[str]:
             if hm not in out:
                 out.append(hm)
     return out[:16]
+
+
+def alarm_follow(question: str) -> dict | None:
+    """For a question about when one alarm was acknowledged or cleared: {"machine", "verb" ("ACK" or "CLEAR"),
+    "level" (HI, HIHI, LO, LOLO, BAD or None), "words" (the question's words in the log's words, lowered: the
+    alarm's tag is matched against them), "minute" (the raise time it names, "HH:MM", or None)}. None for any
+    other question: one that does not say "alarm", names no machine or more than one, or asks both."""
+    low = question.lower()
+    ack, clear = re.search(_ACK, low), re.search(_CLEAR, low)
+    ids = named_ids(question)
+    if bool(ack) == bool(clear) or len(ids) != 1 or not re.search(r"\balarm", low):
+        return None
+    lv = _LEVEL.search(low)
+    t = _TIME.search(question)
+    return {"machine": ids[0], "verb": "ACK" if ack else "CLEAR", "level": LEVELS[lv.group(1)] if lv else None,
+            "words": sorted(set(re.findall(r"[a-z0-9]+", expand(question).lower()))),
+            "minute": "%s:%s" % t.groups() if t else None}
+
+
+_ONSET = re.compile(r"first sign|first show\w*|\bstart(?:s|ed)? \w+ing\b|\bbegin\w*|\bbegan\b|\bonset\b|"
+                    r"\bstart(?:s|ed)? (?:developing|showing|to)\b")
+_ASKS_WHEN = re.compile(r"^\s*(?:when|at what time|what time)\b")
+
+
+def onset(question: str) -> dict | None:
+    """For "when did M-201 start running hot?" / "when was the first sign of ... on P-101?": {"machine", "words"
+    (as alarm_follow's)}: the answer is the machine's first alarm raised (LogStore.first_raise). None for any
+    other question: not a when, not one machine, a start-up ("start up", "started"), an alarm's handling."""
+    low = question.lower()
+    ids = named_ids(question)
+    if len(ids) != 1 or not _ASKS_WHEN.search(low) or not _ONSET.search(low) or re.search(r"\bstart\w* up\b", low):
+        return None
+    if alarm_follow(question) is not None:
+        return None
+    return {"machine": ids[0], "words": sorted(set(re.findall(r"[a-z0-9]+", expand(question).lower())))}
+
+
+# "the motor", not "the motors", "the motor 2" or "the motor M-201"
+_THE_KIND = re.compile(r"\bthe (pump|motor|compressor|conveyor)\b"
+                       r"(?!s|\s*(?:no\.?\s*|number\s*|#\s*)?[1-9]|\s+(?:CV|P|M|C)-)", re.I)
+
+
+def unnamed_kinds(question: str) -> list[str]:
+    """The kinds the question says as "the motor" without a number or an id, and of which it names no machine:
+    the id prefixes ("M") whose one machine, if the log knows only one, is meant (with_sole_ids)."""
+    named = {i.split("-")[0] for i in named_ids(question)}
+    out = []
+    for kind in _THE_KIND.findall(question):
+        prefix = KINDS[kind.lower()][0]
+        if prefix not in named and prefix not in out:
+            out.append(prefix)
+    return out
+
+
+def with_sole_ids(question: str, sole: dict) -> str:
+    """The question with the one machine of each kind written after "the <kind>" (sole: prefix -> id)."""
+    def put(m: re.Match) -> str:
+        mid = sole.get(KINDS[m.group(1).lower()][0])
+        return m.group(0) + (" " + mid if mid else "")
+
+    return _THE_KIND.sub(put, question)

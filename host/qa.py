@@ -20,6 +20,10 @@ token per forward after the prefill).
 Words (host/logwords.py): the question is searched in the log's own words as well ("acknowledged" is ACK,
 "pump 1" is P-101, "overheating" is temp), and the lines of the machines and the minutes it names rank first.
 
+Record: "when was the HI vibration alarm on CV-401 acknowledged?" and "when did M-201 start running hot?"
+are answered by one line the alarm's lifecycle finds (its ACK or CLEAR after its raise; the machine's first
+raise) better than words do; retrieve() puts that window first (Retrieval.pinned) and rerank() keeps it.
+
 Fallback: when no log line holds the question's words (nothing has tripped yet, a word the logs never use),
 retrieve() returns the most recent alarm/state windows instead (or the most recent lines, if there are no
 events at all), says so (Retrieval.matched False, .how), and the prompt tells the target.
@@ -128,6 +132,7 @@ class Retrieval:
     matched: bool
     how: str
     labels: dict
+    pinned: int = 0  # the first `pinned` windows were found by an alarm's own record: rerank always keeps them
 
 
 _PORTLIKE = re.compile(r"^(/|[A-Za-z][A-Za-z0-9+.-]*://|COM\d+$)")
@@ -172,6 +177,35 @@ def _recent_lines(store, limit: int, lines: int) -> list:
     return out[:limit]
 
 
+def _with_sole_ids(store, question: str) -> str:
+    """The question with "the motor" read as the store's one motor, where its log names only one."""
+    from host import logwords
+
+    sole = {}
+    for prefix in logwords.unnamed_kinds(question):
+        ids = store.machines(prefix)
+        if len(ids) == 1:
+            sole[prefix] = ids[0]
+    return logwords.with_sole_ids(question, sole) if sole else question
+
+
+def _by_record(store, question: str, lines: int):
+    """(the window of the line that answers by the plant's record, what it is), or None: the ACK or CLEAR line
+    of the one alarm the question names (logwords.alarm_follow -> LogStore.alarm_follow), or the first alarm
+    a machine raised for "when did it start ..." (logwords.onset -> LogStore.first_raise)."""
+    from host import logwords
+
+    f = logwords.alarm_follow(question)
+    if f is not None:
+        w = store.alarm_follow(f["machine"], f["verb"], f["level"], f["words"], f["minute"], lines=lines)
+        return None if w is None else (w, "the alarm's %s line" % f["verb"])
+    f = logwords.onset(question)
+    if f is not None:
+        w = store.first_raise(f["machine"], f["words"], lines=lines)
+        return None if w is None else (w, "%s's first alarm" % f["machine"])
+    return None
+
+
 def retrieve(store_path: str | Path, question: str, limit: int = 20, lines: int = 8) -> Retrieval:
     """Candidate windows for the question (see the module docstring: Fallback), read-only."""
     from host.store import StoreError
@@ -179,7 +213,16 @@ def retrieve(store_path: str | Path, question: str, limit: int = 20, lines: int 
     store = _open_store(store_path, question)
     try:
         labels = node_labels(store)
+        question = _with_sole_ids(store, question)
         found = _windows(store, question, limit, lines)
+        record = _by_record(store, question, lines)
+        if record is not None:
+            w0, what = record
+            # windows overlapping it would repeat its lines in the prompt's budget
+            found = [w0] + [w for w in found if not (w.node == w0.node and w.first_id <= w0.last_id
+                                                      and w0.first_id <= w.last_id)][:limit - 1]
+            return Retrieval(found, True, "%s (by the plant's record) and %d windows holding the question's words"
+                             % (what, len(found) - 1), labels, pinned=1)
         if found:
             return Retrieval(found, True, "%d windows hold the question's words" % len(found), labels)
         found = store.windows(FALLBACK_QUERY, limit=limit, lines=lines)
@@ -196,8 +239,10 @@ def retrieve(store_path: str | Path, question: str, limit: int = 20, lines: int 
         store.close()
 
 
-def rerank(prism, question: str, windows: Sequence, k: int, labels: Optional[dict] = None):
-    """(the top k windows as Sources, best first, the PRISM Ranking); a window's node is shown by its label."""
+def rerank(prism, question: str, windows: Sequence, k: int, labels: Optional[dict] = None, pinned: int = 0):
+    """(the top k windows as Sources, best first, the PRISM Ranking); a window's node is shown by its label.
+    The first `pinned` windows (Retrieval.pinned: found by an alarm's record, not by words) come first
+    whatever PRISM makes of them; PRISM's best of the rest fill the k."""
     if not windows:
         raise QAError("no log windows to rank: the store holds no plant lines yet")
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
@@ -207,9 +252,11 @@ def rerank(prism, question: str, windows: Sequence, k: int, labels: Optional[dic
                       % (k, len(windows), len(windows)))
     labels = labels or {}
     ranking = prism.rank(question, [w.text for w in windows], k)
+    pinned = max(0, min(int(pinned), k))
+    order = list(range(pinned)) + [j for j in ranking.top if j >= pinned]
     chosen = [Source(i + 1, labels.get(windows[j].node, windows[j].node), int(windows[j].t0_ms),
                      int(windows[j].t1_ms), windows[j].text, float(ranking.probs[j]))
-              for i, j in enumerate(ranking.top)]
+              for i, j in enumerate(order[:k])]
     return chosen, ranking
 
 
@@ -236,9 +283,14 @@ def prompt_text(question: str, sources: Sequence[Source], note: str = "") -> str
 
 
 def _words(text: str) -> set:
+    """The text's words, lowered, and the parts of a tag ("winding_temp" is "temp" too, as FTS5 reads it)."""
     from host.store import _STOP, _WORD
 
-    return {w.lower() for w in _WORD.findall(text) if w.lower() not in _STOP and len(w) > 1}
+    out = set()
+    for w in _WORD.findall(text):
+        w = w.lower()
+        out.update([w] + (w.split("_") if "_" in w else []))
+    return {w for w in out if w not in _STOP and len(w) > 1}
 
 
 def fit_sources(question: str, sources: Sequence[Source], count: Callable[[str], int],
@@ -478,7 +530,7 @@ def ask(question: str, store_path: str | Path, prism, answerer: Optional[Callabl
         rep("progress", "only %d windows found: all of them are used (--k %d)" % (len(found.windows), k))
         k = len(found.windows)
     rep("progress", "reranking %d windows with PRISM" % len(found.windows))
-    chosen, ranking = rerank(prism, question, found.windows, k, labels=found.labels)
+    chosen, ranking = rerank(prism, question, found.windows, k, labels=found.labels, pinned=found.pinned)
     t2 = time.perf_counter()
     rep("progress", "reranked in %.2f s" % (t2 - t1))
     rep("chosen", (found, chosen, ranking))

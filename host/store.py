@@ -569,8 +569,6 @@ class LogStore:
                 raise StoreError("query %r could not be searched: %s" % (query, e)) from None
             names = dict(self._db.execute("SELECT id, name FROM nodes").fetchall())
             spans: list[tuple[int, int, int, Window]] = []  # node, first id, last id, window
-            before = (lines - 1) // 2
-            after = lines - 1 - before
             for lid, nid, rank in hits:
                 score = -float(rank)
                 covered = next((w for n, a, b, w in spans if n == nid and a <= lid <= b), None)
@@ -579,22 +577,100 @@ class LogStore:
                     continue
                 if len(out) >= limit:
                     continue
-                prev = self._db.execute("SELECT id, wall_ms, level, text FROM logs WHERE node=? AND id<? "
-                                        "AND level>0 ORDER BY id DESC LIMIT ?", (nid, lid, before)).fetchall()[::-1]
-                rest = self._db.execute("SELECT id, wall_ms, level, text FROM logs WHERE node=? AND id>=? "
-                                        "AND level>0 ORDER BY id LIMIT ?", (nid, lid, after + 1 + (before - len(prev))))
-                rows = prev + rest.fetchall()
-                t0 = rows[0][1]
-                t1 = rows[-1][1]
-                text = [r[3] for r in rows]
-                notes = self._db.execute("SELECT text, verified FROM annotations WHERE node=? AND t1_ms>=? "
-                                         "AND t0_ms<=? ORDER BY t0_ms, id", (nid, t0, t1)).fetchall()
-                text += ["NOTE%s: %s" % ("" if v else " (unverified)", t) for t, v in notes]
-                w = Window(names.get(nid, "?"), t0, t1, "\n".join(text), score, rows[0][0], rows[-1][0])
-                spans.append((nid, rows[0][0], rows[-1][0], w))
+                w = self._window_at(nid, names.get(nid, "?"), lid, lines, score)
+                spans.append((nid, w.first_id, w.last_id, w))
                 out.append(w)
         out.sort(key=lambda w: -w.score)
         return out
+
+    def _window_at(self, nid: int, name: str, lid: int, lines: int, score: float) -> Window:
+        """The `lines` plant lines of node `nid` around line `lid` (half before, half after), with the node's
+        annotations over that span as NOTE lines. The caller holds the lock."""
+        before = (lines - 1) // 2
+        after = lines - 1 - before
+        prev = self._db.execute("SELECT id, wall_ms, level, text FROM logs WHERE node=? AND id<? "
+                                "AND level>0 ORDER BY id DESC LIMIT ?", (nid, lid, before)).fetchall()[::-1]
+        rest = self._db.execute("SELECT id, wall_ms, level, text FROM logs WHERE node=? AND id>=? "
+                                "AND level>0 ORDER BY id LIMIT ?", (nid, lid, after + 1 + (before - len(prev))))
+        rows = prev + rest.fetchall()
+        t0 = rows[0][1]
+        t1 = rows[-1][1]
+        text = [r[3] for r in rows]
+        notes = self._db.execute("SELECT text, verified FROM annotations WHERE node=? AND t1_ms>=? "
+                                 "AND t0_ms<=? ORDER BY t0_ms, id", (nid, t0, t1)).fetchall()
+        text += ["NOTE%s: %s" % ("" if v else " (unverified)", t) for t, v in notes]
+        return Window(name, t0, t1, "\n".join(text), score, rows[0][0], rows[-1][0])
+
+    def _raises(self, machine: str, level: str | None, words, minute: str | None) -> list[tuple]:
+        """machine's "ALARM <level> <machine> <tag> ... RAISED" lines as (tag words held, id, node, level, tag), in
+        order, of `level` and `minute` when given, only those whose tag holds the most of `words` (all of
+        them when no tag holds any). The caller holds the lock."""
+        want = {str(w).lower() for w in words}
+        raises = []
+        for lid, nid, text in self._db.execute("SELECT id, node, text FROM logs WHERE level>0 AND text LIKE ? "
+                                               "ORDER BY id", ("%% ALARM %% %s %%RAISED" % machine,)):
+            f = text.split()
+            if len(f) < 6 or f[1] != "ALARM" or f[3] != machine or (level and f[2] != level):
+                continue
+            if minute is not None and text[11:16] != minute:
+                continue
+            raises.append((len(set(f[4].lower().split("_")) & want), lid, nid, f[2], f[4]))
+        best = max((r[0] for r in raises), default=0)
+        return [r for r in raises if r[0] == best]
+
+    def first_raise(self, machine: str, words: tuple | list | set = (), lines: int = 8) -> Window | None:
+        """The window around `machine`'s first "ALARM ... RAISED" line, of the tags that hold most of `words`
+        (any tag when none holds one): when a machine "first showed" a fault. None when it never raised one."""
+        if not isinstance(machine, str) or not _MACHINE.fullmatch(machine):
+            raise StoreError("machine must be an id like 'P-101', got %r" % (machine,))
+        _check_int("lines", lines, 1, 1000)
+        with self._lock:
+            picked = self._raises(machine, None, words, None)
+            if not picked:
+                return None
+            _, lid, nid, _, _ = picked[0]
+            name = self._db.execute("SELECT name FROM nodes WHERE id=?", (nid,)).fetchone()
+            return self._window_at(nid, name[0] if name else "?", lid, lines, 0.0)
+
+    def machines(self, prefix: str, lines: int = 20000) -> list[str]:
+        """The machine ids of a kind ("M" -> M-201, M-202...) that the latest `lines` plant lines name, sorted."""
+        if not isinstance(prefix, str) or not re.fullmatch(r"CV|P|M|C", prefix):
+            raise StoreError("prefix must be one of CV, P, M, C, got %r" % (prefix,))
+        _check_int("lines", lines, 1, 10 ** 7)
+        pat = re.compile(r"\b%s-\d{3}\b" % prefix)
+        with self._lock:
+            rows = self._db.execute("SELECT text FROM (SELECT text FROM logs WHERE level>0 ORDER BY id DESC "
+                                    "LIMIT ?) WHERE text LIKE ?", (lines, "%% %s-%%" % prefix)).fetchall()
+        return sorted({m for (t,) in rows for m in pat.findall(t)})
+
+    def alarm_follow(self, machine: str, verb: str, level: str | None = None, words: tuple | list | set = (),
+                     minute: str | None = None, lines: int = 8) -> Window | None:
+        """The window around the line that acknowledged (verb "ACK") or cleared ("CLEAR") an alarm, found by the
+        alarm's own record rather than by words: of `machine`'s "ALARM <level> <machine> <tag> ... RAISED" lines
+        (of `level` when given; of the tags that hold most of `words`, "bearing_temp" holding "bearing" and
+        "temp"; raised at `minute` "HH:MM" when given, else the latest), the first later line of the same node
+        that is "<verb> <level> <machine> <tag>". None when there is no such raise or it has no such line yet.
+        The window's score is 0.0 (it is not a bm25 hit)."""
+        if verb not in ("ACK", "CLEAR"):
+            raise StoreError("verb must be 'ACK' or 'CLEAR', got %r" % (verb,))
+        if not isinstance(machine, str) or not _MACHINE.fullmatch(machine):
+            raise StoreError("machine must be an id like 'P-101', got %r" % (machine,))
+        if minute is not None and not (isinstance(minute, str) and _MINUTE.fullmatch(minute)):
+            raise StoreError("minute must be 'HH:MM', got %r" % (minute,))
+        _check_int("lines", lines, 1, 1000)
+        with self._lock:
+            picked = self._raises(machine, level, words, minute)
+            if not picked:
+                return None
+            _, lid, nid, lvl, tag = picked[0] if minute is not None else picked[-1]
+            head = [verb, lvl, machine, tag]
+            hit = next((fid for fid, text in self._db.execute(
+                "SELECT id, text FROM logs WHERE node=? AND id>? AND level>0 AND text LIKE ? ORDER BY id",
+                (nid, lid, "%% %s %s %s %%" % (verb, lvl, machine))) if text.split()[1:5] == head), None)
+            if hit is None:
+                return None
+            name = self._db.execute("SELECT name FROM nodes WHERE id=?", (nid,)).fetchone()
+            return self._window_at(nid, name[0] if name else "?", hit, lines, 0.0)
 
     def close(self) -> None:
         with self._lock:

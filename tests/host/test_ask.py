@@ -199,6 +199,51 @@ def test_fit_sources_keeps_the_line_that_answers():
     assert any("TRIPPED interlock" in ln for ln in trip), trip  # another question keeps its own line
 
 
+def test_retrieval_follows_the_alarms_record_and_pins_it(plant, tmp_path):
+    """The line that answers "when was ... acknowledged?" can lie far from the named minute among lines of the
+    same words: retrieval finds it by the alarm's record (its ACK after its raise), gives it first, and the
+    reranking keeps it whatever PRISM makes of it. "The compressor" is the store's only compressor."""
+    from host.prism.engine import Prism
+
+    db = tmp_path / "g.db"
+    s = LogStore(db)
+    seq = 0
+    for minute in range(60):
+        for text in ("C-301 RUNNING T=71.0C P=7.1bar V=%.1fmm/s vibration" % (2 + minute / 30),
+                     "P-101 RUNNING T=40.1C V=2.0mm/s vibration"):
+            seq += 1
+            s.add_log("n1", 1, seq, seq, 1000 * (6 * 3600 + minute * 60), 1,
+                      "2026-11-30T06:%02d:00Z %s" % (minute, text))
+        events = {5: "ALARM HI C-301 vibration 7.2mm/s prio=3 RAISED", 7: "ALARM HI P-101 vibration 7.1mm/s prio=3 "
+                  "RAISED", 8: "ACK HI P-101 vibration 7.0mm/s prio=3 ACKED", 41: "ACK HI C-301 vibration 7.9mm/s "
+                  "prio=3 ACKED"}
+        if minute in events:
+            seq += 1
+            s.add_log("n1", 1, seq, seq, 1000 * (6 * 3600 + minute * 60 + 30), 2,
+                      "2026-11-30T06:%02d:30Z %s" % (minute, events[minute]))
+    s.close()
+    q = "when was the high vibration alarm on the compressor raised at 06:05 acknowledged?"
+    found = qa.retrieve(db, q, limit=4, lines=6)
+    assert found.pinned == 1 and "the alarm's ACK line (by the plant's record)" in found.how, found.how
+    assert "06:41:30Z ACK HI C-301 vibration" in found.windows[0].text
+    assert sum("06:41:30Z ACK HI C-301" in w.text for w in found.windows) == 1  # no window repeats its lines
+    prism = Prism.from_pretrained(str(plant["model"]))
+    try:
+        free, ranking = qa.rerank(prism, q, found.windows, 3)
+        kept, _ = qa.rerank(prism, q, found.windows, 3, pinned=found.pinned)
+    finally:
+        prism.close()
+    assert kept[0].text == found.windows[0].text and [s.n for s in kept] == [1, 2, 3]
+    assert [s.text for s in kept[1:]] == [found.windows[j].text for j in ranking.top if j != 0][:2]
+    assert [s.text for s in free] == [found.windows[j].text for j in ranking.top]
+    # the first alarm C-301 raised, for "when did it start ..."; no record to follow: the words alone
+    first = qa.retrieve(db, "when did C-301 start vibrating?", limit=4, lines=6)
+    assert first.pinned == 1 and "06:05:30Z ALARM HI C-301" in first.windows[0].text.splitlines()[2]
+    for other in ("why does the compressor vibrate?", "when was the alarm on C-301 raised at 06:30 acknowledged?"):
+        r = qa.retrieve(db, other, limit=4, lines=6)
+        assert r.pinned == 0 and r.windows, other
+
+
 @pytest.mark.parametrize("argv,message", [
     (["   "], "the question is empty"),
     ([QUESTION, "--k", "0"], "--k must be at least 1"),

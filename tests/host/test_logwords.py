@@ -33,3 +33,35 @@ def test_minutes_named_and_the_span_after() -> None:
     assert logwords.minutes("what tripped?") == []
     assert logwords.minutes("at 25:61 or 7:05 or 123:45") == []
     assert len(logwords.minutes("at 01:00, 02:00, 03:00")) == 16 and logwords.SPAN == 10
+
+
+def test_alarm_follow_reads_which_alarm_and_what_happened_to_it() -> None:
+    f = logwords.alarm_follow("when was the high vibration alarm on conveyor 1 raised at 08:11 acknowledged?")
+    assert f is not None and (f["machine"], f["verb"], f["level"], f["minute"]) == ("CV-401", "ACK", "HI", "08:11")
+    assert "vibration" in f["words"]
+    f = logwords.alarm_follow("when did the HIHI bearing temperature alarm on P-101 clear?")
+    assert f is not None and (f["machine"], f["verb"], f["level"], f["minute"]) == ("P-101", "CLEAR", "HIHI", None)
+    assert {"bearing", "temp"} <= set(f["words"])  # the log's tag is bearing_temp
+    f = logwords.alarm_follow("when did the discharge pressure of C-301 return to normal after the alarm?")
+    assert f is not None and (f["verb"], f["level"]) == ("CLEAR", None) and "press" in f["words"]
+    assert logwords.alarm_follow("who acked the low-low flow alarm on P-102?")["level"] == "LOLO"
+    # not one alarm's handling: no machine, two machines, both verbs, no alarm, another question
+    for q in ("when was the vibration alarm acknowledged?", "was the alarm on P-101 or P-102 acknowledged?",
+              "was the P-101 alarm acknowledged and cleared?", "when did P-101 clear its backlog?",
+              "why did P-101 trip?"):
+        assert logwords.alarm_follow(q) is None, q
+
+
+def test_onset_questions_and_the_one_machine_of_a_kind() -> None:
+    f = logwords.onset("when did the motor M-201 start running hot?")
+    assert f is not None and f["machine"] == "M-201" and "temp" in f["words"]
+    assert logwords.onset("at what time did pump 1 first show cavitation?")["machine"] == "P-101"
+    for q in ("when did P-101 start up?", "why did M-201 start running hot?", "when did the motor start running hot?",
+              "when was the first sign of the HI alarm on P-101 acknowledged?"):
+        assert logwords.onset(q) is None, q
+    q = "when was the first sign of bearing damage on the compressor?"
+    assert logwords.unnamed_kinds(q) == ["C"]
+    assert logwords.with_sole_ids(q, {"C": "C-301"}).endswith("on the compressor C-301?")
+    assert logwords.with_sole_ids(q, {"M": "M-201"}) == q
+    for q in ("did the pumps trip?", "did the pump 2 trip?", "did the motor M-201 trip?", "did pump P-101 trip?"):
+        assert logwords.unnamed_kinds(q) == [], q

@@ -241,3 +241,68 @@ def test_kill_9_mid_run_loses_nothing_acknowledged(tmp_path: Path, batch: int) -
     assert again[:5] == [False] * 5
     assert len({r["seq"] for r in s.logs("node-a")}) == s.count_logs()
     s.close()
+
+
+def test_alarm_follow_finds_the_ack_and_clear_of_the_named_alarm_by_its_record(tmp_path: Path) -> None:
+    # two HI vibration raises on P-101 (06:10, 06:40) and a HI bearing_temp one (06:12); each acked and cleared
+    # well after its raise minute, among sample lines that hold the same words
+    s = LogStore(tmp_path / "g.db")
+    lines = [(600, "ALARM HI P-101 vibration 7.4mm/s prio=3 RAISED"),
+             (720, "ALARM HI P-101 bearing_temp 81.0C prio=3 RAISED"),
+             (900, "ACK HI P-101 bearing_temp 82.0C prio=3 ACKED"),
+             (1500, "ACK HI P-101 vibration 7.9mm/s prio=3 ACKED"),
+             (1800, "CLEAR HI P-101 vibration 2.0mm/s prio=3 NORMAL"),
+             (2400, "ALARM HI P-101 vibration 7.6mm/s prio=3 RAISED"),
+             (2460, "CLEAR HI P-101 vibration 2.1mm/s prio=3 RTN_UNACK"),
+             (3000, "ACK HI P-101 vibration 1.9mm/s prio=3 NORMAL")]
+    t = 0
+    seq = 0
+    for at, text in lines:
+        while t < at:  # a sample line a minute between the events
+            seq += 1
+            s.add_log("n1", 1, seq, seq, 1000 * t, 1, "2026-11-30T06:%02d:%02dZ P-101 RUNNING V=2.0mm/s vibration ok"
+                      % (t // 60, t % 60))
+            t += 60
+        seq += 1
+        s.add_log("n1", 1, seq, seq, 1000 * at, 2, "2026-11-30T06:%02d:%02dZ %s" % (at // 60, at % 60, text))
+
+    def hit(*args, **kw) -> str:
+        w = s.alarm_follow(*args, lines=3, **kw)
+        assert w is not None and w.node == "n1" and w.score == 0.0
+        return w.text.splitlines()[1]  # the window is centred on the line found
+
+    words = ["vibration", "alarm"]
+    assert hit("P-101", "ACK", "HI", words, "06:10").endswith("ACK HI P-101 vibration 7.9mm/s prio=3 ACKED")
+    assert hit("P-101", "CLEAR", None, words, "06:10").endswith("CLEAR HI P-101 vibration 2.0mm/s prio=3 NORMAL")
+    # no minute: the latest raise of that alarm
+    assert hit("P-101", "ACK", "HI", words).startswith("2026-11-30T06:50:00Z ACK HI P-101 vibration")
+    assert hit("P-101", "ACK", None, ["bearing", "temp"]).endswith("ACK HI P-101 bearing_temp 82.0C prio=3 ACKED")
+    # no such raise, or no such line after it
+    assert s.alarm_follow("P-101", "ACK", "HIHI", words) is None
+    assert s.alarm_follow("P-101", "ACK", "HI", words, "06:11") is None
+    assert s.alarm_follow("M-201", "CLEAR", None, words) is None
+    assert s.alarm_follow("P-101", "CLEAR", None, ["bearing", "temp"]) is None
+    for bad in ({"machine": "P101"}, {"verb": "SHELVE"}, {"minute": "6:10"}, {"machine": "P-101' OR 1=1 --"}):
+        kw = dict({"machine": "P-101", "verb": "ACK"}, **bad)
+        with pytest.raises(StoreError, match="must be"):
+            s.alarm_follow(**kw)
+    s.close()
+
+
+def test_first_raise_and_the_machines_of_a_kind(tmp_path: Path) -> None:
+    s = LogStore(tmp_path / "g.db")
+    for seq, text in enumerate(("06:00:00Z M-201 RUNNING T=80.0C CV-401 idle",
+                                "06:01:00Z ALARM HI M-201 current 31A prio=2 RAISED",
+                                "06:02:00Z ALARM HI M-201 winding_temp 121.2C prio=2 RAISED",
+                                "06:03:00Z ALARM HIHI M-201 winding_temp 131.0C prio=4 RAISED",
+                                "06:04:00Z M-202 RUNNING"), 1):
+        s.add_log("n1", 1, seq, seq, seq * 60000, 2, "2026-11-30T" + text)
+    w = s.first_raise("M-201", ["temp", "hot"], lines=1)
+    assert w is not None and w.text.endswith("ALARM HI M-201 winding_temp 121.2C prio=2 RAISED")
+    assert s.first_raise("M-201", ["flux"], lines=1).text.endswith("ALARM HI M-201 current 31A prio=2 RAISED")
+    assert s.first_raise("M-202", ["temp"]) is None
+    assert s.machines("M") == ["M-201", "M-202"] and s.machines("CV") == ["CV-401"] and s.machines("C") == []
+    for bad in (lambda: s.machines("X"), lambda: s.first_raise("M201"), lambda: s.machines("M", lines=0)):
+        with pytest.raises(StoreError):
+            bad()
+    s.close()

@@ -408,10 +408,12 @@ class Demo:
                 entry: dict = {"question": q, "answer": "", "cited": [], "given": [],
                                "ground_truth": truth.truth_for(q, evs, DEMO_FAULTS)}
                 try:
-                    windows = qa.candidates(self.db, q, limit=12, lines=4)
-                    if not windows:
-                        raise qa.QAError("no log window matches the question's words")
-                    chosen, _ = qa.rerank(prism, q, windows, min(3, len(windows)))
+                    # ask's own retrieval and its defaults: the record's window first, the fallback if no words match
+                    found = qa.retrieve(self.db, q, limit=qa.CANDIDATES, lines=6)
+                    if not found.windows:
+                        raise qa.QAError("the store holds no plant lines yet")
+                    chosen, _ = qa.rerank(prism, q, found.windows, min(3, len(found.windows)), labels=found.labels,
+                                          pinned=found.pinned)
                 except (qa.QAError, PrismModelError, PrismInputError) as e:
                     entry["error"] = str(e)
                     self.answers.append(entry)
@@ -429,7 +431,8 @@ class Demo:
                         sys.stdout.write(piece)
                         sys.stdout.flush()
 
-                text = self.models.answerer.answer(q, chosen, max_tokens=self.max_answer, on_text=show)
+                text = self.models.answerer.answer(q, chosen, max_tokens=self.max_answer, on_text=show,
+                                                   note="" if found.matched else qa.NO_MATCH_NOTE)
                 entry["answer"] = text.strip()
                 cited = qa.cited_sources(text, chosen)
                 entry["cited_by_answer"] = bool(cited)

@@ -516,7 +516,7 @@ def ask_windows(db: Path, question: str, prism, count: Callable[[str], int]) -> 
 
     found = qa.retrieve(db, question, limit=qa.CANDIDATES, lines=LINES)
     k = min(K, len(found.windows))
-    chosen, _ = qa.rerank(prism, question, found.windows, k, labels=found.labels)
+    chosen, _ = qa.rerank(prism, question, found.windows, k, labels=found.labels, pinned=found.pinned)
     fitted = qa.fit_sources(question, chosen, count, qa.PROMPT_BUDGET)
     note = "" if found.matched else qa.NO_MATCH_NOTE
     return {"prompt": qa.prompt_text(question, fitted, note), "note": note, "matched": found.matched,
