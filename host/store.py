@@ -160,6 +160,12 @@ def _check_int(name: str, v: object, lo: int, hi: int) -> int:
     return v
 
 
+def _check_machine(machine: object) -> str:
+    if not isinstance(machine, str) or not _MACHINE.fullmatch(machine):
+        raise StoreError("machine must be an id like 'P-101', got %r" % (machine,))
+    return machine
+
+
 def _epoch_int(epoch: object) -> int:
     if isinstance(epoch, (bytes, bytearray)):
         if len(epoch) != 4:
@@ -601,6 +607,11 @@ class LogStore:
         text += ["NOTE%s: %s" % ("" if v else " (unverified)", t) for t, v in notes]
         return Window(name, t0, t1, "\n".join(text), score, rows[0][0], rows[-1][0])
 
+    def _record_window(self, nid: int, lid: int, lines: int) -> Window:
+        """_window_at for a line found by the plant's record (score 0.0: not a bm25 hit). Lock held."""
+        name = self._db.execute("SELECT name FROM nodes WHERE id=?", (nid,)).fetchone()
+        return self._window_at(nid, name[0] if name else "?", lid, lines, 0.0)
+
     def _raises(self, machine: str, level: str | None, words, minute: str | None) -> list[tuple]:
         """machine's "ALARM <level> <machine> <tag> ... RAISED" lines as (tag words held, id, node, level, tag), in
         order, of `level` and `minute` when given, only those whose tag holds the most of `words` (all of
@@ -621,16 +632,14 @@ class LogStore:
     def first_raise(self, machine: str, words: tuple | list | set = (), lines: int = 8) -> Window | None:
         """The window around `machine`'s first "ALARM ... RAISED" line, of the tags that hold most of `words`
         (any tag when none holds one): when a machine "first showed" a fault. None when it never raised one."""
-        if not isinstance(machine, str) or not _MACHINE.fullmatch(machine):
-            raise StoreError("machine must be an id like 'P-101', got %r" % (machine,))
+        _check_machine(machine)
         _check_int("lines", lines, 1, 1000)
         with self._lock:
             picked = self._raises(machine, None, words, None)
             if not picked:
                 return None
             _, lid, nid, _, _ = picked[0]
-            name = self._db.execute("SELECT name FROM nodes WHERE id=?", (nid,)).fetchone()
-            return self._window_at(nid, name[0] if name else "?", lid, lines, 0.0)
+            return self._record_window(nid, lid, lines)
 
     def machines(self, prefix: str, lines: int = 20000) -> list[str]:
         """The machine ids of a kind ("M" -> M-201, M-202...) that the latest `lines` plant lines name, sorted."""
@@ -653,8 +662,7 @@ class LogStore:
         The window's score is 0.0 (it is not a bm25 hit)."""
         if verb not in ("ACK", "CLEAR"):
             raise StoreError("verb must be 'ACK' or 'CLEAR', got %r" % (verb,))
-        if not isinstance(machine, str) or not _MACHINE.fullmatch(machine):
-            raise StoreError("machine must be an id like 'P-101', got %r" % (machine,))
+        _check_machine(machine)
         if minute is not None and not (isinstance(minute, str) and _MINUTE.fullmatch(minute)):
             raise StoreError("minute must be 'HH:MM', got %r" % (minute,))
         _check_int("lines", lines, 1, 1000)
@@ -669,8 +677,7 @@ class LogStore:
                 (nid, lid, "%% %s %s %s %%" % (verb, lvl, machine))) if text.split()[1:5] == head), None)
             if hit is None:
                 return None
-            name = self._db.execute("SELECT name FROM nodes WHERE id=?", (nid,)).fetchone()
-            return self._window_at(nid, name[0] if name else "?", hit, lines, 0.0)
+            return self._record_window(nid, hit, lines)
 
     def close(self) -> None:
         with self._lock:
