@@ -612,16 +612,24 @@ class LogStore:
         name = self._db.execute("SELECT name FROM nodes WHERE id=?", (nid,)).fetchone()
         return self._window_at(nid, name[0] if name else "?", lid, lines, 0.0)
 
+    def _lines_holding(self, *words: str, after: int = 0):
+        """(id, node, text) of the plant lines after line id `after` that hold every word (a machine id as
+        its phrase), in order, from the FTS5 index (a month of a node's lines is millions: no scan). The
+        words are checked ids and verbs, never user text. The caller holds the lock."""
+        match = " AND ".join('"%s"' % w.lower() for w in words)
+        return self._db.execute("SELECT logs.id, logs.node, logs.text FROM logs_fts JOIN logs ON "
+                                "logs.id=logs_fts.rowid WHERE logs_fts MATCH ? AND logs.id>? AND logs.level>0 "
+                                "ORDER BY logs.id", (match, after))
+
     def _raises(self, machine: str, level: str | None, words, minute: str | None) -> list[tuple]:
         """machine's "ALARM <level> <machine> <tag> ... RAISED" lines as (tag words held, id, node, level, tag), in
         order, of `level` and `minute` when given, only those whose tag holds the most of `words` (all of
         them when no tag holds any). The caller holds the lock."""
         want = {str(w).lower() for w in words}
         raises = []
-        for lid, nid, text in self._db.execute("SELECT id, node, text FROM logs WHERE level>0 AND text LIKE ? "
-                                               "ORDER BY id", ("%% ALARM %% %s %%RAISED" % machine,)):
+        for lid, nid, text in self._lines_holding("alarm", "raised", machine):
             f = text.split()
-            if len(f) < 6 or f[1] != "ALARM" or f[3] != machine or (level and f[2] != level):
+            if len(f) < 6 or f[1] != "ALARM" or f[3] != machine or f[-1] != "RAISED" or (level and f[2] != level):
                 continue
             if minute is not None and text[11:16] != minute:
                 continue
@@ -662,6 +670,8 @@ class LogStore:
         The window's score is 0.0 (it is not a bm25 hit)."""
         if verb not in ("ACK", "CLEAR"):
             raise StoreError("verb must be 'ACK' or 'CLEAR', got %r" % (verb,))
+        if level not in (None, "HI", "HIHI", "LO", "LOLO", "BAD"):
+            raise StoreError("level must be HI, HIHI, LO, LOLO, BAD or None, got %r" % (level,))
         _check_machine(machine)
         if minute is not None and not (isinstance(minute, str) and _MINUTE.fullmatch(minute)):
             raise StoreError("minute must be 'HH:MM', got %r" % (minute,))
@@ -672,9 +682,8 @@ class LogStore:
                 return None
             _, lid, nid, lvl, tag = picked[0] if minute is not None else picked[-1]
             head = [verb, lvl, machine, tag]
-            hit = next((fid for fid, text in self._db.execute(
-                "SELECT id, text FROM logs WHERE node=? AND id>? AND level>0 AND text LIKE ? ORDER BY id",
-                (nid, lid, "%% %s %s %s %%" % (verb, lvl, machine))) if text.split()[1:5] == head), None)
+            hit = next((fid for fid, node, text in self._lines_holding(verb, machine, after=lid)
+                        if node == nid and text.split()[1:5] == head), None)
             if hit is None:
                 return None
             return self._record_window(nid, hit, lines)

@@ -282,7 +282,8 @@ def test_alarm_follow_finds_the_ack_and_clear_of_the_named_alarm_by_its_record(t
     assert s.alarm_follow("P-101", "ACK", "HI", words, "06:11") is None
     assert s.alarm_follow("M-201", "CLEAR", None, words) is None
     assert s.alarm_follow("P-101", "CLEAR", None, ["bearing", "temp"]) is None
-    for bad in ({"machine": "P101"}, {"verb": "SHELVE"}, {"minute": "6:10"}, {"machine": "P-101' OR 1=1 --"}):
+    for bad in ({"machine": "P101"}, {"verb": "SHELVE"}, {"minute": "6:10"}, {"machine": "P-101' OR 1=1 --"},
+                {"level": "HIGH"}, {"machine": 'P-101" OR "x'}):
         kw = dict({"machine": "P-101", "verb": "ACK"}, **bad)
         with pytest.raises(StoreError, match="must be"):
             s.alarm_follow(**kw)
