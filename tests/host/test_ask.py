@@ -236,7 +236,7 @@ def test_retrieval_follows_the_alarms_record_and_pins_it(plant, tmp_path):
     assert kept[0].text == found.windows[0].text and [s.n for s in kept] == [1, 2, 3]
     assert [s.text for s in kept[1:]] == [found.windows[j].text for j in ranking.top if j != 0][:2]
     assert [s.text for s in free] == [found.windows[j].text for j in ranking.top]
-    # the first alarm C-301 raised, for "when did it start ..."; no record to follow: the words alone
+    # "when did it start ...": the first alarm C-301 raised; questions the record does not answer: words alone
     first = qa.retrieve(db, "when did C-301 start vibrating?", limit=4, lines=6)
     assert first.pinned == 1 and "06:05:30Z ALARM HI C-301" in first.windows[0].text.splitlines()[2]
     for other in ("why does the compressor vibrate?", "when was the alarm on C-301 raised at 06:30 acknowledged?"):
