@@ -97,6 +97,12 @@ def minutes(question: str, span: int = SPAN) -> list[str]:
     return out[:16]
 
 
+def _log_words(question: str) -> list[str]:
+    """The question's words and the log's words for them (expand), lowered, split at every non-alphanumeric
+    character, sorted: what a record lookup matches an alarm's tag against ("bearing_temp": bearing, temp)."""
+    return sorted(set(re.findall(r"[a-z0-9]+", expand(question).lower())))
+
+
 def alarm_follow(question: str) -> dict | None:
     """For a question about when one alarm was acknowledged or cleared: {"machine", "verb" ("ACK" or "CLEAR"),
     "level" (HI, HIHI, LO, LOLO, BAD or None), "words" (the question's words in the log's words, lowered: the
@@ -110,7 +116,7 @@ def alarm_follow(question: str) -> dict | None:
     lv = _LEVEL.search(low)
     t = _TIME.search(question)
     return {"machine": ids[0], "verb": "ACK" if ack else "CLEAR", "level": LEVELS[lv.group(1)] if lv else None,
-            "words": sorted(set(re.findall(r"[a-z0-9]+", expand(question).lower()))),
+            "words": _log_words(question),
             "minute": "%s:%s" % t.groups() if t else None}
 
 
@@ -129,7 +135,7 @@ def onset(question: str) -> dict | None:
         return None
     if alarm_follow(question) is not None:
         return None
-    return {"machine": ids[0], "words": sorted(set(re.findall(r"[a-z0-9]+", expand(question).lower())))}
+    return {"machine": ids[0], "words": _log_words(question)}
 
 
 # "the motor", not "the motors", "the motor 2" or "the motor M-201"
