@@ -46,6 +46,10 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
+from shared import plant_alarms
+
+_ALARM_LEVELS = tuple(x.decode() for x in plant_alarms.LEVELS)  # the line's level words (docs/PLANT.md): HI, HIHI, ...
+
 SCHEMA_NAME = "edgetwin-store"
 SCHEMA_VERSION = 2
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "LEVEL5", "LEVEL6", "LEVEL7")
@@ -670,8 +674,8 @@ class LogStore:
         The window's score is 0.0 (it is not a bm25 hit)."""
         if verb not in ("ACK", "CLEAR"):
             raise StoreError("verb must be 'ACK' or 'CLEAR', got %r" % (verb,))
-        if level not in (None, "HI", "HIHI", "LO", "LOLO", "BAD"):
-            raise StoreError("level must be HI, HIHI, LO, LOLO, BAD or None, got %r" % (level,))
+        if level is not None and level not in _ALARM_LEVELS:
+            raise StoreError("level must be %s or None, got %r" % (", ".join(_ALARM_LEVELS), level))
         _check_machine(machine)
         if minute is not None and not (isinstance(minute, str) and _MINUTE.fullmatch(minute)):
             raise StoreError("minute must be 'HH:MM', got %r" % (minute,))
