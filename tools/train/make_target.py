@@ -57,9 +57,7 @@ def write_data(data_dir: Path) -> dict:
     counts = {}
     for name, (split, kind, n) in DATA.items():
         t = time.monotonic()
-        make = {"notes": plant_text.note_streams, "qa": plant_text.qa_examples,
-                "handling": plant_text.handling_examples}[kind]
-        rows = make(split, n)
+        rows = plant_text.MAKERS[kind](split, n)
         path = data_dir / (name + ".jsonl")
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         counts[name] = len(rows)

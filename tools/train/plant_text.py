@@ -575,14 +575,18 @@ def retrieval_key() -> str:
     return h.hexdigest()[:12]
 
 
-def qa_seed(seed: int) -> list[dict[str, Any]]:
-    """Every question of one node (question_specs) with its prompt, sources and reference answer. The windows
-    are cached (retrieval + PRISM take seconds a question); the reference answers are cheap and made anew."""
+def qa_seed(seed: int, kinds: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Every question of one node (question_specs), or only those of `kinds` (filtered before retrieval),
+    with its prompt, sources and reference answer. The windows are cached (retrieval + PRISM take seconds a
+    question); the reference answers are cheap and made anew."""
     from host import qa
 
-    qs = _cached(CACHE / ("qa-%s" % _key("qa", K, qa.CANDIDATES, LINES, qa_corpus.VERSION, retrieval_key()))
-                 / ("%d.json" % seed),
-                 lambda: examples_of(seed, question_specs(seed)))
+    specs = question_specs(seed)
+    if kinds:
+        specs = [s for s in specs if s[1] in kinds]
+    name = "qa-handling" if kinds else "qa"
+    key = _key("qa", K, qa.CANDIDATES, LINES, qa_corpus.VERSION, *((kinds,) if kinds else ()), retrieval_key())
+    qs = _cached(CACHE / ("%s-%s" % (name, key)) / ("%d.json" % seed), lambda: examples_of(seed, specs))
     return with_answers(seed, qs)
 
 
@@ -610,17 +614,6 @@ HANDLING = ("ack", "clear", "onset", "sensor")  # the kinds of question the firs
 HANDLING_FROM = 100  # their seeds start here (qa_examples' questions come from the first seeds of the split)
 
 
-def handling_seed(seed: int) -> list[dict[str, Any]]:
-    """The HANDLING questions of one node only (question_specs filtered before retrieval), with answers."""
-    from host import qa
-
-    specs = [s for s in question_specs(seed) if s[1] in HANDLING]
-    qs = _cached(CACHE / ("qa-handling-%s" % _key("qa", K, qa.CANDIDATES, LINES, qa_corpus.VERSION, HANDLING,
-                                                   retrieval_key())) / ("%d.json" % seed),
-                 lambda: examples_of(seed, specs))
-    return with_answers(seed, qs)
-
-
 def handling_examples(split: str, n: int) -> list[dict[str, Any]]:
     """n questions of the HANDLING kinds (when an alarm was acknowledged or cleared, when a fault began, which
     sensor fails), node by node from seed HANDLING_FROM of the split on: seeds qa_examples does not reach
@@ -631,25 +624,29 @@ def handling_examples(split: str, n: int) -> list[dict[str, Any]]:
         raise ValueError("split %r has no seeds from %d on" % (split, first))
     out: list[dict[str, Any]] = []
     for seed in range(first, seeds[-1] + 1):
-        out += handling_seed(seed)
+        out += qa_seed(seed, HANDLING)
         say("qa: %d handling questions from seeds %d..%d" % (len(out), first, seed))
         if len(out) >= n:
             break
     return out[:n]
 
 
+# what --kind makes (and make_target's DATA names): each maker takes (split, n)
+MAKERS: dict[str, Callable[[str, int], list[Any]]] = {
+    "notes": note_streams, "qa": qa_examples, "handling": handling_examples}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.train.plant_text", description=__doc__.split("\n")[0])
     ap.add_argument("--split", default="train", choices=list(corpus.SPLITS))
-    ap.add_argument("--kind", required=True, choices=["notes", "qa", "handling"])
+    ap.add_argument("--kind", required=True, choices=list(MAKERS))
     ap.add_argument("--n", type=int, required=True, help="plant seeds (notes) or questions (qa)")
     ap.add_argument("--out", required=True, help="JSON lines file (- for stdout)")
     a = ap.parse_args(argv)
     if a.n < 1:
         ap.error("--n must be at least 1")
     try:
-        make = {"notes": note_streams, "qa": qa_examples, "handling": handling_examples}[a.kind]
-        rows = make(a.split, a.n)
+        rows = MAKERS[a.kind](a.split, a.n)
     except ValueError as e:
         ap.error(str(e))
     text = "".join(json.dumps(r) + "\n" for r in rows)
