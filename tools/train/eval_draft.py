@@ -347,12 +347,13 @@ def ship_heldout() -> list[Path]:
     return out
 
 
-def sampled_run(split: str = "heldout", n_streams: int | None = None, temperature: float = T07, target_top_k: int = 40,
+def sampled_run(split: str = "heldout", n_streams: int | None = None, temperature: float = T07, target_top_k: int = 0,
                 seed: int = 1, path: Path | str = MODEL, log=None) -> dict:
     """Speculative sampling actually run: the INT4 draft (board runtime, top-16 counts at temperature)
     drafts blocks of K, the target (host/llama_np.py, same sink + window) verifies each with the exact rule
     (host.verifier's accept_np / residual_np: specdec.accept and residual_sample on numpy rows), and both
-    commit the accepted tokens and the correction. The episodes' log lines are the held-out streams';
+    commit the accepted tokens and the correction. The target samples from its whole distribution
+    (target_top_k 0, the gateway's --top-k default). The episodes' log lines are the held-out streams';
     the notes are sampled, so the text differs from the greedy corpus. -> accepted / drafted."""
     from host import verifier
     from shared import specdec
@@ -432,4 +433,4 @@ def sampled_run(split: str = "heldout", n_streams: int | None = None, temperatur
     return {"acceptance_rate_t07_k4_sampled": round(acc / max(1, drafted), 4), "sampled_accepted": acc,
             "sampled_drafted": drafted, "sampled_blocks": blocks, "sampled_streams": len(streams),
             "sampled_mean_note_tokens": round(note_tokens / max(1, notes), 2),
-            "sampled_seconds": round(time.time() - t0, 1)}
+            "sampled_target_top_k": target_top_k, "sampled_seconds": round(time.time() - t0, 1)}
