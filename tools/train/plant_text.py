@@ -399,13 +399,16 @@ def _none_questions(node: dict[str, Any], rng: random.Random, n: int) -> list[di
     tripped = {ln[21:].split()[1] for ln in node["lines"] if " STATE " in ln and "->TRIPPED" in ln}
     had = {(f["machine"], f["fault"]) for f in node["truth"]}
     out = []
+    # asked in the words and names of the real questions (qa_corpus), without a time: when only these said
+    # "why did P-101 trip?" with the bare id, the model learned that wording means "nothing of the kind"
     for m, kind in zip(ids, kinds):
         if m not in tripped:
-            out.append({"question": rng.choice(("why did %s trip?", "when did %s trip?", "what tripped %s?")) % m,
+            out.append({"question": qa_corpus.trip_question(rng, qa_corpus.machine_name(rng, m, kind, ids), ""),
                         "machine": m, "event": "trip"})
         for fault in qa_corpus.PROCESS[kind]:
             if (m, fault) not in had:
-                out.append({"question": "when did %s start %s?" % (m, rng.choice(qa_corpus.FAULT_VERB[fault])),
+                out.append({"question": qa_corpus.onset_question(rng, qa_corpus.machine_name(rng, m, kind, ids),
+                                                                 fault),
                             "machine": m, "event": "onset", "fault": fault})
     rng.shuffle(out)
     return out[:n]

@@ -217,7 +217,8 @@ def _ms(tick: int) -> int:
 # ---------------------------------------------------------------- questions
 
 
-def _name(rng: random.Random, machine: str, kind: str, ids: list[str]) -> str:
+def machine_name(rng: random.Random, machine: str, kind: str, ids: list[str]) -> str:
+    """How a question names a machine: "P-101", "pump P-101", "the pump P-101", "the pump" or "pump 1"."""
     forms = [machine, machine, "%s %s" % (kind, machine), "the %s %s" % (kind, machine)]
     same = [i for i in ids if i.split("-")[0] == machine.split("-")[0]]
     if len(same) == 1:
@@ -231,6 +232,24 @@ def _at(rng: random.Random, hhmm: str, need: bool) -> str:
     if not need and rng.random() < 0.5:
         return ""
     return rng.choice((" at %s", " around %s", " at about %s", " (%s)")) % hhmm
+
+
+def trip_question(rng: random.Random, who: str, at: str) -> str:
+    """'why did P-101 trip?' and its other wordings (at: "" or " at 06:40"), a third of them capitalised.
+    tools/train/plant_text.py asks about trips that never happened in the same words, so the wording never
+    tells the model whether the trip is in the log."""
+    text = rng.choice(("why did %s trip%s?", "what tripped %s%s?", "what caused the %s trip%s?",
+                       "%s tripped%s, what happened?", "which interlock stopped %s%s?",
+                       "reason for the %s trip%s?")) % (who, at)
+    return text[0].upper() + text[1:] if rng.random() < 0.3 else text
+
+
+def onset_question(rng: random.Random, who: str, fault: str) -> str:
+    """'when did P-101 start cavitating?' and its other wordings (the same for faults that never happened)."""
+    return rng.choice(("when did %s start %s?" % (who, rng.choice(FAULT_VERB[fault])),
+                       "when did %s begin on %s?" % (rng.choice(FAULT_NOUN[fault]), who),
+                       "when was the first sign of %s on %s?" % (rng.choice(FAULT_NOUN[fault]), who),
+                       "at what time did %s first show %s?" % (who, rng.choice(FAULT_NOUN[fault]))))
 
 
 def _questions_of(node: dict[str, Any]) -> list[dict[str, Any]]:
@@ -270,20 +289,12 @@ def _questions_of(node: dict[str, Any]) -> list[dict[str, Any]]:
             before = [e for e in mine if e["tick"] <= end]
             if trip is not None:
                 used_trips.add(trip["i"])
-                who = _name(rng, m, kind, ids)
+                who = machine_name(rng, m, kind, ids)
                 at = _at(rng, _hhmm(node, trip["tick"]), n_trips[m] > 1)
-                text = rng.choice(("why did %s trip%s?", "what tripped %s%s?", "what caused the %s trip%s?",
-                                   "%s tripped%s, what happened?", "which interlock stopped %s%s?",
-                                   "reason for the %s trip%s?")) % (who, at)
-                add(text[0].upper() + text[1:] if rng.random() < 0.3 else text, m, [trip["i"]], lo, end,
-                    "trip", "%s@%d" % (m, trip["tick"]))
+                add(trip_question(rng, who, at), m, [trip["i"]], lo, end, "trip", "%s@%d" % (m, trip["tick"]))
             if before:
-                who = _name(rng, m, kind, ids)
-                text = rng.choice(("when did %s start %s?" % (who, rng.choice(FAULT_VERB[ft])),
-                                   "when did %s begin on %s?" % (rng.choice(FAULT_NOUN[ft]), who),
-                                   "when was the first sign of %s on %s?" % (rng.choice(FAULT_NOUN[ft]), who),
-                                   "at what time did %s first show %s?" % (who, rng.choice(FAULT_NOUN[ft]))))
-                add(text, m, [before[0]["i"]], lo, end, "onset", "%s:%s@%d" % (m, ft, lo))
+                who = machine_name(rng, m, kind, ids)
+                add(onset_question(rng, who, ft), m, [before[0]["i"]], lo, end, "onset", "%s:%s@%d" % (m, ft, lo))
                 if rng.random() < 0.6:
                     at = _at(rng, _hhmm(node, before[0]["tick"]), faults_by_type[ft] > 1)
                     noun = rng.choice(("machine", "machine", kind))
@@ -295,7 +306,7 @@ def _questions_of(node: dict[str, Any]) -> list[dict[str, Any]]:
             tag_alarms = [e for e in mine if f["signal"] in (None, e["tag"])]
             if not tag_alarms or f["signal"] is None:
                 continue
-            who = _name(rng, m, kind, ids)
+            who = machine_name(rng, m, kind, ids)
             tag = TAG_NOUN.get(f["signal"], f["signal"])
             if ft == "sensor_dropout":
                 text = rng.choice(("why is the %s reading of %s missing?" % (tag, who),
@@ -311,7 +322,7 @@ def _questions_of(node: dict[str, Any]) -> list[dict[str, Any]]:
     # trips without a fault in the truth window (spurious trips from a drifting sensor, etc.)
     for t in trips:
         if t["i"] not in used_trips:
-            who = _name(rng, t["machine"], kind_of[t["machine"]], ids)
+            who = machine_name(rng, t["machine"], kind_of[t["machine"]], ids)
             add("why did %s trip%s?" % (who, _at(rng, _hhmm(node, t["tick"]), n_trips[t["machine"]] > 1)),
                 t["machine"], [t["i"]], max(0, t["tick"] - 1800), t["tick"], "trip", "%s@%d" % (t["machine"], t["tick"]))
     # alarm handling: acknowledgement and clearing of a few raised alarms
@@ -323,7 +334,7 @@ def _questions_of(node: dict[str, Any]) -> list[dict[str, Any]]:
         ack = next((x for x in follow if x["verb"] == "ACK"), None)
         clr = next((x for x in follow if x["verb"] == "CLEAR"), None)
         m = e["machine"]
-        who = _name(rng, m, kind_of[m], ids)
+        who = machine_name(rng, m, kind_of[m], ids)
         lvl = rng.choice(LEVEL_NOUN[e["level"]])
         tag = TAG_NOUN.get(e["tag"], e["tag"])
         at = _hhmm(node, e["tick"])
