@@ -48,6 +48,38 @@ def test_none_questions_are_at_most_a_fifth():
                                for ln in pt.qa_corpus.node_log(seed)["lines"])
 
 
+def _wording(question: str, node: dict) -> str:
+    """A question with its machine names, times and fault words blanked: what only its wording says."""
+    q = question.lower()
+    forms = set()
+    for m, kind in zip(node["ids"], node["kinds"]):
+        n = int(m.split("-")[1]) % 100
+        forms.update(("the %s %s" % (kind, m), "%s %s" % (kind, m), m, "the %s" % kind, "%s %d" % (kind, n)))
+    # longest first across all machines: "the pump" of P-101 must not eat the start of "the pump P-102"
+    for form in sorted(forms, key=len, reverse=True):
+        q = q.replace(form.lower(), "<m>")
+    q = re.sub(r"\d\d:\d\d", "<t>", q)
+    for words in list(pt.qa_corpus.FAULT_VERB.values()) + list(pt.qa_corpus.FAULT_NOUN.values()):
+        for w in sorted(words, key=len, reverse=True):
+            q = q.replace(w.lower(), "<f>")
+    return q
+
+
+def test_none_questions_are_worded_as_real_ones():
+    """Every wording a "nothing of the kind" question uses is one real trip / onset questions use too: a wording
+    that only none-questions had ("when did P-101 trip?") taught the target to answer none whatever the log said."""
+    real, none = set(), set()
+    for seed in range(0, 40):
+        node = pt.qa_corpus.node_log(seed)
+        for q, kind, t in pt.question_specs(seed):
+            if kind in ("trip", "onset"):
+                real.add(_wording(q, node))
+            elif kind == "none":
+                none.add(_wording(q, node))
+    assert len(none) >= 8  # varied, not one template
+    assert none <= real, sorted(none - real)
+
+
 def _ep(streams, kind):
     return next(e for s in streams for e in s["episodes"] if e["facts"]["kind"] == kind)
 
