@@ -1,6 +1,6 @@
 """The draft's training corpus: plant log streams with short notes, formatted exactly as the node's stream.
 
-    python -m tools.train.corpus [--split train|validation|heldout|all] [--streams N] [--quick]
+    python -m tools.train.corpus [--split train|validation|heldout|all] [--streams N] [--jobs N]
 
 A stream is one plant seed (shared/plant.py, the same simulator as tools/train/gen_logs.py): a seeded process
 fault is injected so every stream holds alarms and usually a trip; every tick with event lines (alarm,
@@ -439,16 +439,56 @@ def generate(seeds: list[int], batch: int = 24, log=print) -> list[Path]:
     return [stream_path(s) for s in seeds]
 
 
-def generate_default(log=print) -> None:
-    """The shipped corpus: train seeds 0..25 in one lockstep batch, the later train seeds in batches of
-    TRAIN_BATCH (26..37, 38..49, ...), validation + held-out in another batch. (Batching is part of the
-    recipe: float32 sums in a batched matmul depend on the batch, so another grouping can flip a
-    near-tie argmax of the target and give a slightly different note.)"""
+def default_batches() -> list[list[int]]:
+    """The shipped corpus's lockstep batches: train seeds 0..25 in one batch, the later train seeds in batches
+    of TRAIN_BATCH (26..37, 38..49, ...), validation + held-out in another batch. (Batching is part of the
+    recipe: float32 sums in a batched matmul depend on the batch, so another grouping can flip a near-tie
+    argmax of the target and give a slightly different note.)"""
     train = seeds_of("train", DEFAULT_STREAMS["train"])
-    generate(train[:FIRST_TRAIN_BATCH], FIRST_TRAIN_BATCH, log)
-    generate(train[FIRST_TRAIN_BATCH:], TRAIN_BATCH, log)
-    generate(seeds_of("validation", DEFAULT_STREAMS["validation"]) + seeds_of("heldout", DEFAULT_STREAMS["heldout"]),
-             DEFAULT_STREAMS["validation"] + DEFAULT_STREAMS["heldout"], log)
+    rest = train[FIRST_TRAIN_BATCH:]
+    return ([train[:FIRST_TRAIN_BATCH]] + [rest[a:a + TRAIN_BATCH] for a in range(0, len(rest), TRAIN_BATCH)]
+            + [seeds_of("validation", DEFAULT_STREAMS["validation"]) + seeds_of("heldout", DEFAULT_STREAMS["heldout"])])
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _generate_group(seeds: list[int]) -> None:
+    """One lockstep batch in a worker process (generate_default's jobs)."""
+    generate(seeds, len(seeds), _stderr)
+
+
+def generate_default(log=print, jobs: int = 1) -> None:
+    """The shipped corpus (default_batches), each batch as one lockstep batch. jobs > 1 runs the batches in
+    that many processes of one BLAS thread each (the same batches, so the same streams: on 2 cores two such
+    processes take about half the time of one process with two BLAS threads)."""
+    batches = default_batches()
+    if jobs <= 1:
+        for b in batches:
+            generate(b, len(b), log)
+        return
+    import concurrent.futures
+    import multiprocessing
+
+    todo = [b for b in batches if not all(stream_path(s).is_file() for s in b)]
+    if not todo:
+        return
+    # the workers read these when they import numpy (spawned processes inherit the environment)
+    saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    os.environ.update({k: "1" for k in saved})
+    try:
+        ctx = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+            for _ in pool.map(_generate_group, todo):
+                pass
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    log("corpus: %d lockstep batches made in %d processes" % (len(todo), jobs))
 
 
 def _generate_batch(seeds: list[int], log=None) -> None:
@@ -569,6 +609,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split", default="all", choices=["all", *SPLITS])
     ap.add_argument("--streams", type=int, help="streams per split (default: %s)" % DEFAULT_STREAMS)
     ap.add_argument("--batch", type=int, default=24)
+    ap.add_argument("--jobs", type=int, default=1, help="processes for the default corpus's batches")
     ap.add_argument("--text", help="write the chosen-note text of the streams to this file")
     args = ap.parse_args(argv)
     splits = list(SPLITS) if args.split == "all" else [args.split]
@@ -577,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
     want = {sp: seeds_of(sp, args.streams or DEFAULT_STREAMS[sp]) for sp in splits}
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     if args.split == "all" and not args.streams:
-        generate_default(log)
+        generate_default(log, jobs=max(1, args.jobs))
     generate([s for sp in splits for s in want[sp]], args.batch, log=log)
     for sp in splits:
         streams = [load_stream(stream_path(s)) for s in want[sp]]

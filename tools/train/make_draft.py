@@ -1,8 +1,10 @@
 """The `make models` step for the node's draft: corpus -> train -> export -> card figures.
 
-    python -m tools.train.make_draft [--steps N | --minutes M] [--threads 1] [--skip-train] [--skip-eval] [--out models/draft]
+    python -m tools.train.make_draft [--steps N | --minutes M] [--threads 1] [--jobs 2] [--skip-train] [--skip-eval]
+                                     [--out models/draft]
 
-1. tools/train/corpus.py: the train / validation / held-out streams (cached under build/corpus/);
+1. tools/train/corpus.py: the train / validation / held-out streams (cached under build/corpus/), its lockstep
+   batches in JOBS processes of one BLAS thread each (the same batches whatever JOBS);
 2. tools/train/train_draft.py: distillation on corpus.DEFAULT_STREAMS["train"] streams, STEPS optimiser steps
    on THREADS torch threads (the shipped run; --minutes trains on a wall-time budget instead)
    (build/draft/draft.pt and draft.bin, llama2.c with the compact vocabulary);
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -92,13 +95,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=STEPS, help="train exactly this many steps (default: %(default)s)")
     ap.add_argument("--minutes", type=float, help="train on this wall-time budget instead of --steps")
     ap.add_argument("--threads", type=int, default=THREADS, help="torch threads (default: %(default)s)")
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                    help="processes making the corpus (default: %(default)s)")
     ap.add_argument("--skip-train", action="store_true", help="reuse build/draft/draft.pt")
     ap.add_argument("--skip-eval", action="store_true")
     args = ap.parse_args(argv)
     from tools.train import eval_draft, train_draft
     out = Path(args.out)
     t0 = time.time()
-    corpus.generate_default(log=lambda m: print(m, file=sys.stderr))  # step 1 (cached)
+    if args.jobs < 1:
+        ap.error("--jobs must be at least 1")
+    corpus.generate_default(log=lambda m: print(m, file=sys.stderr), jobs=args.jobs)  # step 1 (cached)
     corpus_s = time.time() - t0
     if not args.skip_train:
         timed = args.minutes is not None

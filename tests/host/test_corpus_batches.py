@@ -1,0 +1,37 @@
+"""tools/train/corpus.py's lockstep grouping, the part of the draft's recipe that decides its streams' bits:
+the same batches whether the corpus is made in one process or several (make_draft --jobs)."""
+
+from __future__ import annotations
+
+from tools.train import corpus
+
+
+def test_default_batches_are_the_recipes_grouping():
+    batches = corpus.default_batches()
+    train = corpus.seeds_of("train", corpus.DEFAULT_STREAMS["train"])
+    assert batches[0] == train[:corpus.FIRST_TRAIN_BATCH] == list(range(26))
+    middle = batches[1:-1]
+    assert all(len(b) == corpus.TRAIN_BATCH for b in middle[:-1]) and 0 < len(middle[-1]) <= corpus.TRAIN_BATCH
+    assert [s for b in middle for s in b] == train[corpus.FIRST_TRAIN_BATCH:]
+    assert middle[0] == list(range(26, 38))
+    held = corpus.seeds_of("validation", corpus.DEFAULT_STREAMS["validation"]) + \
+        corpus.seeds_of("heldout", corpus.DEFAULT_STREAMS["heldout"])
+    assert batches[-1] == held
+    every = [s for b in batches for s in b]
+    assert len(every) == len(set(every)) == sum(corpus.DEFAULT_STREAMS.values())
+
+
+def test_generate_default_starts_no_process_when_every_stream_is_made(tmp_path, monkeypatch):
+    made = []
+
+    def path(seed):
+        p = tmp_path / ("%d.npz" % seed)
+        p.write_bytes(b"")
+        return p
+
+    monkeypatch.setattr(corpus, "stream_path", path)
+    monkeypatch.setattr(corpus, "_generate_batch", lambda seeds, log=None: made.append(seeds))
+    logs = []
+    corpus.generate_default(logs.append, jobs=2)
+    corpus.generate_default(logs.append, jobs=1)
+    assert made == [] and logs == []
