@@ -65,15 +65,17 @@ $(EMU_STAMP): tools/board/emulator/package.json tools/board/emulator/package-loc
 		cd tools/board/emulator && (npm ci --no-audit --no-fund || npm install --no-audit --no-fund) && touch node_modules/.installed; \
 	else echo "emulator-setup: npm not found; install node.js 18+ and npm for the emulated board"; fi
 
-# The MQTT tests (tests/host/test_mqtt.py) start their own broker on loopback: Debian's mosquitto binary.
-# Installed with apt-get where this runs as root and it is missing (apt-get update first when the package
-# lists are stale); elsewhere it says which command to run, and those tests fail naming this step.
+# The MQTT tests (tests/host/test_mqtt.py) start their own broker on loopback: Debian's mosquitto (and its
+# mosquitto_passwd), with openssl making the TLS test's certificates. Installed with apt-get where this runs
+# as root and one is missing (apt-get update first when the package lists are stale); elsewhere it says
+# which command to run, and those tests fail naming this step.
+MQTT_DEBS := mosquitto openssl
 mqtt-setup:
-	@if command -v mosquitto >/dev/null || test -x /usr/sbin/mosquitto; then :; \
+	@if (command -v mosquitto || test -x /usr/sbin/mosquitto) >/dev/null && command -v openssl >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends mosquitto \
-		|| (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends mosquitto); \
-	else echo "mqtt-setup: mosquitto not found; run: sudo apt-get install -y mosquitto"; fi
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(MQTT_DEBS) \
+		|| (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(MQTT_DEBS)); \
+	else echo "mqtt-setup: mosquitto or openssl not found; run: sudo apt-get install -y $(MQTT_DEBS)"; fi
 
 clean:
 	rm -rf build vboards .pytest_cache .hypothesis tools/board/emulator/node_modules
