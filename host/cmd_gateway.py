@@ -180,7 +180,17 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--seconds must be a positive number, got %s" % args.seconds)
     mqtt_config = _mqtt_config(args)
     db = Path(args.db)
-    _check_out_path("--db", db)  # before the model loads (seconds): a bad path fails at once
+    _check_out_path("--db", db)
+    publisher = None
+    if mqtt_config is not None:  # before the model loads: bad TLS files fail at once
+        from host import mqtt
+
+        try:
+            publisher = mqtt.Publisher(db, mqtt_config)
+        except (OSError, ValueError) as e:  # ssl.SSLError is an OSError: a CA or key that is not PEM
+            files = ", ".join("%s %s" % (o, v) for o, v in (("--mqtt-ca", mqtt_config.ca), ("--mqtt-cert", mqtt_config.cert),
+                                                             ("--mqtt-key", mqtt_config.key)) if v)
+            raise UserError("%s: cannot set up TLS with %s: %s" % (args.mqtt, files or "the system's CAs", e)) from None  # before the model loads (seconds): a bad path fails at once
     status = Path(args.status) if args.status else None
     if status is not None:
         _check_out_path("--status", status)
@@ -223,11 +233,6 @@ def run(args: argparse.Namespace) -> int:
     ours = [] if db.exists() else [p for p in side_files(db) if not p.exists()]
     if status is not None:
         ours += [p for p in (status, status.with_suffix(".tmp")) if not p.exists()]
-    publisher = None
-    if mqtt_config is not None:
-        from host import mqtt
-
-        publisher = mqtt.Publisher(db, mqtt_config)
     try:
         gw = Gateway(ports, db, baud=args.baud, names=names, spec_factory=spec_factory, verify=verify,
                      status_path=args.status, out=None if args.quiet else sys.stdout,

@@ -187,7 +187,8 @@ def ids_of(msgs: list[dict], table: str) -> list[int]:
 def test_each_committed_row_arrives_with_its_id_and_status_is_retained(tmp_path: Path, broker: Broker) -> None:
     db = tmp_path / "g.db"
     store = LogStore(db)
-    store.add_log("pump-room", 7, 0, 0, 1_764_485_000_000, 1, SAMPLE)  # before MQTT was on: history, not sent
+    store.add_log("pump-room", 7, 0, 0, 1_764_485_000_000, 2, ALARM % 0)  # before MQTT was on: history, not sent
+    old = _last_log_id(store)
     sub = Subscriber(broker.port)
     pub = publisher(db, broker.port)
     try:
@@ -196,6 +197,7 @@ def test_each_committed_row_arrives_with_its_id_and_status_is_retained(tmp_path:
         assert sub.wait(lambda: len(sub.of("/alarm")) + len(sub.of("/trip")) >= 20 and len(sub.of("/annotation")) >= 4)
         alarms, trips, ann = sub.of("/alarm"), sub.of("/trip"), sub.of("/annotation")
         assert sorted(ids_of(alarms + trips, "logs")) == logs  # each once, with its store id, the samples left out
+        assert old not in ids_of(alarms, "logs")  # the alarm stored before the first --mqtt start
         assert sorted(ids_of(ann, "annotations")) == notes
         a = alarms[0]
         assert a["gateway"] == "gw1" and a["node"] == "pump-room" and a["kind"] == "alarm" and a["level"] == 2
@@ -399,6 +401,8 @@ def test_node_names_become_one_topic_level() -> None:
     (["--mqtt", "mqtt://127.0.0.1", "--mqtt-ca", "{T}/ca.pem"], "mqtts://"),
     (["--mqtt", "mqtts://127.0.0.1", "--mqtt-ca", "{T}/none.pem"], "none.pem"),
     (["--mqtt", "mqtts://127.0.0.1", "--mqtt-cert", "{T}/ca.pem"], "--mqtt-key"),
+    (["--mqtt", "mqtts://127.0.0.1", "--mqtt-ca", "{T}/ca.pem"], "ca.pem"),  # not a PEM certificate
+    (["--mqtt", "mqtts://127.0.0.1", "--mqtt-cert", "{T}/ca.pem", "--mqtt-key", "{T}/ca.pem"], "--mqtt-cert"),
     (["--mqtt", "mqtt://127.0.0.1", "--mqtt-password-file", "{T}/none.txt", "--mqtt-user", "u"], "none.txt"),
     (["--mqtt", "mqtt://127.0.0.1", "--mqtt-password-file", "{T}/ca.pem"], "--mqtt-user"),
     (["--mqtt-user", "u"], "--mqtt"),
