@@ -28,6 +28,7 @@ import os
 import queue
 import re
 import socket
+import sqlite3
 import threading
 import time
 import urllib.parse
@@ -36,7 +37,7 @@ from pathlib import Path
 
 import paho.mqtt.client as paho
 
-from host.store import Outbox, StoreError
+from host.store import Outbox
 
 PAYLOAD_VERSION = 1
 ALARM_VERBS = ("ALARM", "ACK", "CLEAR", "SHELVE", "UNSHELVE")  # docs/PLANT.md, Log grammar
@@ -183,10 +184,11 @@ class Publisher:
         self.outbox: Outbox | None = None
         self._inflight: dict[int, tuple[str, int]] = {}  # mid -> (source, row id)
         self._open: dict[str, set[int]] = {}  # per source: ids published, not yet acknowledged
-        self._done: dict[str, set[int]] = {}  # per source: acknowledged above the mark, not yet stored
+        self._unrecorded: dict[str, set[int]] = {}  # per source: acknowledged, not yet written to the store
         self._cursor: dict[str, int] = {}  # per source: the highest id read
         self._skip: dict[str, set[int]] = {}  # per source: acknowledged before a restart, above the mark
         self.nodes: dict[str, dict] = {}  # node name -> its status payload
+        self._next_mark = 0.0  # monotonic time the mark may move again without a new acknowledgement
         self.since_ms = int(time.time() * 1000)
         self.client = self._client()
 
@@ -267,10 +269,6 @@ class Publisher:
         self._events.put(("node", (node, up, board, uid, why)))
         self._wake.set()
 
-    def wake(self) -> None:
-        """Something was committed: look at the outbox now instead of at the next poll."""
-        self._wake.set()
-
     def notices(self) -> list[str]:
         """Lines for the operator (connected, unreachable), oldest first, since the last call."""
         out = []
@@ -291,15 +289,12 @@ class Publisher:
 
     def start(self) -> None:
         """Open the outbox and start connecting (in the background: a broker that is down is retried)."""
-        try:
-            self.outbox = Outbox(self.db, self.config.dest)
-        except StoreError:
-            raise
+        self.outbox = Outbox(self.db, self.config.dest)  # StoreError if the store cannot be one
         for src in Outbox.SOURCES:
             self._cursor[src] = self.outbox.marks[src]
             self._skip[src] = self.outbox.acked_above(src)
             self._open[src] = set()
-            self._done[src] = set()
+            self._unrecorded[src] = set()
         self.client.connect_async(self.config.host, self.config.port, keepalive=self.config.keepalive)
         self.client.loop_start()
         self._thread = threading.Thread(target=self._run, name="mqtt-publisher", daemon=True)
@@ -368,13 +363,32 @@ class Publisher:
             st.update({"health": f, "health_id": row["id"], "health_ms": row["wall_ms"]})
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception as e:  # noqa: BLE001  (a bug must not pass silently: the gateway prints it)
+            self.last_error = "publisher stopped: %s: %s" % (type(e).__name__, e)
+            self._notices.put("mqtt: %s; the store keeps every row for the next start" % self.last_error)
+
+    def _loop(self) -> None:
         self._seed_nodes()
         linger_until = None
+        locked = False
         while True:
             self._wake.wait(self.poll_s)
             self._wake.clear()
             self._handle_events()
-            self._handle_acks()
+            try:
+                self._handle_acks()
+                if self.connected and not self._stop.is_set():
+                    self._publish_rows()
+                locked = False
+            except sqlite3.OperationalError as e:
+                # the store busy beyond its timeout (a long write elsewhere): what was not recorded is
+                # recorded at the next pass; the acknowledgements wait in memory meanwhile
+                if not locked:
+                    self._notices.put("mqtt: the store is busy (%s); retrying" % e)
+                locked = True
+                continue
             if self._stop.is_set():
                 # a clean stop: what the gateway committed last goes out too, and what is in flight gets a
                 # moment to be acknowledged; the rest waits in the store for the next start
@@ -384,9 +398,6 @@ class Publisher:
                         self._publish_rows()
                 if not self._inflight or not self.connected or time.monotonic() >= linger_until:
                     return
-                continue
-            if self.connected:
-                self._publish_rows()
 
     def _node(self, node: str) -> dict:
         st = self.nodes.get(node)
@@ -467,13 +478,16 @@ class Publisher:
         # the mark: every row up to it is acknowledged (or not one we publish); rows acknowledged above it
         # (ahead of an older row still in flight) are kept in the store individually
         assert self.outbox is not None
-        self._done[src].update(ids)
+        self._unrecorded[src].update(ids)  # kept until written: a store busy now records them next time
         pending = self._open[src]
         through = min(pending) - 1 if pending else self._cursor[src]
-        if through == self.outbox.marks[src] and not ids:
+        if not self._unrecorded[src] and (through == self.outbox.marks[src] or time.monotonic() < self._next_mark):
+            # only rows that are not published (health reports) moved it: once a second is enough (a stale
+            # mark costs a restart only a re-read), and the gateway's writes contend less
             return
-        self.outbox.ack(src, [i for i in self._done[src] if i > through], through)
-        self._done[src] = {i for i in self._done[src] if i > through}
+        self._next_mark = time.monotonic() + 1.0
+        self.outbox.ack(src, sorted(self._unrecorded[src]), through)
+        self._unrecorded[src] = set()
         self._skip[src] = {i for i in self._skip[src] if i > through}
 
     def _publish_rows(self, budget: int = 2000) -> None:

@@ -382,6 +382,31 @@ def test_tls_password_and_acl(tmp_path: Path) -> None:
         b.stop()
 
 
+def test_the_outbox_reads_committed_rows_only_and_keeps_marks_per_destination(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    store = LogStore(db)
+    store.add_log("n1", 7, 1, 0, 1000, 2, ALARM % 1)  # before the destination was first seen
+    a = store.outbox("mqtt://broker-a:1883/edgetwin/gw1")
+    assert a.marks == {"logs": 1, "annotations": 0}  # a new destination starts at the store's end
+    store.add_log("n1", 7, 2, 0, 1000, 2, ALARM % 2, commit=False)
+    assert a.rows("logs", a.marks["logs"]) == []  # the gateway's open transaction is not the outbox's
+    store.commit()
+    store.add_log("n1", 7, 3, 0, 1000, 1, SAMPLE)
+    store.add_log("n1", 7, 4, 0, 1000, 3, TRIP)
+    assert [(r["id"], r["level"]) for r in a.rows("logs", 1)] == [(2, 2), (4, 3)]  # samples are not read
+    a.ack("logs", [4], 1)  # 4 acknowledged ahead of 2
+    a.close()
+    a = store.outbox("mqtt://broker-a:1883/edgetwin/gw1")
+    assert a.marks["logs"] == 1 and a.acked_above("logs") == {4}
+    a.ack("logs", [2], 4)
+    assert a.acked_above("logs") == set()
+    b = store.outbox("mqtt://broker-b:1883/edgetwin/gw1")  # another broker: its own marks
+    assert b.marks["logs"] == 4 and b.store_id == a.store_id
+    a.close()
+    b.close()
+    store.close()
+
+
 def test_node_names_become_one_topic_level() -> None:
     assert mqtt.topic_level("/dev/ttyUSB0") == "%2Fdev%2FttyUSB0"
     assert mqtt.topic_level("a+b#c") == "a%2Bb%23c"
