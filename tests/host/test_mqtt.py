@@ -489,6 +489,64 @@ def test_edgetwin_gateway_mqtt_publishes_a_nodes_alarms_and_its_will(tmp_path: P
     assert b"mqtt: connected to 127.0.0.1:%d" % broker.port in out, out
 
 
+def test_edgetwin_gateway_stores_while_the_broker_is_down_and_sends_it_when_back(tmp_path: Path, broker: Broker) -> None:
+    """The real command started with its broker down: the node's alarms are stored at once (the serial loop
+    does not wait on MQTT); when the broker comes, they all go out; SIGTERM then says "stopped" itself."""
+    from shared import frame, frame_host
+    from test_gateway_cli import NodeEnd, pty_pair
+
+    broker.stop()
+    m, s, path = pty_pair()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    status = tmp_path / "st.json"
+    p = subprocess.Popen([sys.executable, "-m", "host.cli", "gateway", "--port", "pump-room=" + path, "--db",
+                          str(tmp_path / "g.db"), "--status", str(status), "--mqtt",
+                          "mqtt://127.0.0.1:%d" % broker.port, "--mqtt-gateway", "hall-3"], cwd=str(ROOT), env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    sub = None
+    try:
+        node = NodeEnd(m, board_id=b"pico-test")
+
+        def stored() -> int:
+            try:
+                return json.loads(status.read_text())["sessions"][0]["logs"]
+            except (OSError, ValueError, KeyError, IndexError):
+                return 0
+
+        sent = 0
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 20 and stored() < 10:
+            node.lk.poll(mqtt_ticks())
+            if node.lk.established and sent < 10 and node.lk.free_slots():
+                if node.lk.send(frame.LOG, frame_host.pack_body(frame.LOG, ts=sent, level=2, text=ALARM % sent)):
+                    sent += 1
+            time.sleep(0.005)
+        assert stored() == 10  # stored with no broker at all
+        assert json.loads(status.read_text())["mqtt"]["connected"] is False
+        broker.start()
+        sub = Subscriber(broker.port, "edgetwin/hall-3/#")
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 30 and len(sub.of("/alarm")) < 10:  # paho retries after 1, 2, 4... s
+            node.lk.poll(mqtt_ticks())
+            time.sleep(0.01)
+        assert sorted(a["text"] for a in sub.of("/alarm")) == sorted(ALARM % i for i in range(10))
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=20)
+        assert p.returncode == 0, err
+        assert sub.wait(lambda: sub.of("hall-3/status") and sub.of("hall-3/status")[-1]["reason"] == "stopped")
+        node_st = sub.of("hall-3/node/pump-room/status")[-1]
+        assert node_st["online"] is False and node_st["why"] == "gateway stopped"
+        assert b"mqtt: cannot reach the broker" in out and b"mqtt: connected to" in out, out
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate(timeout=10)
+        os.close(m)
+        os.close(s)
+        if sub is not None:
+            sub.close()
+
+
 def mqtt_ticks() -> int:
     from host import session
 
