@@ -100,21 +100,21 @@ PASSWORD_ENV = "EDGETWIN_MQTT_PASSWORD"
 
 
 def _mqtt_config(args: argparse.Namespace):
-    """host.mqtt.MqttConfig from the --mqtt options, or None without --mqtt; UserError for a bad one."""
+    """host.mqtt_topics.MqttConfig from the --mqtt options, or None without --mqtt; UserError for a bad one."""
     given = [o for o in ("mqtt_gateway", "mqtt_prefix", "mqtt_user", "mqtt_password_file", "mqtt_ca", "mqtt_cert",
                          "mqtt_key") if getattr(args, o) is not None]
     if args.mqtt is None:
         if given:
             raise UserError("--%s needs --mqtt URL" % given[0].replace("_", "-"))
         return None
-    from host import mqtt
+    from host import mqtt_topics
 
     try:
-        tls, host, port = mqtt.parse_url(args.mqtt)
-        gateway = mqtt.check_gateway_name(args.mqtt_gateway if args.mqtt_gateway is not None
-                                          else mqtt.default_gateway_name())
-        prefix = mqtt.check_prefix(args.mqtt_prefix if args.mqtt_prefix is not None else "edgetwin/" + gateway)
-    except mqtt.MqttConfigError as e:
+        tls, host, port = mqtt_topics.parse_url(args.mqtt)
+        gateway = mqtt_topics.check_gateway_name(args.mqtt_gateway if args.mqtt_gateway is not None
+                                                 else mqtt_topics.default_gateway_name())
+        prefix = mqtt_topics.check_prefix(args.mqtt_prefix if args.mqtt_prefix is not None else "edgetwin/" + gateway)
+    except mqtt_topics.MqttConfigError as e:
         raise UserError(str(e)) from None
     for opt, v in (("--mqtt-ca", args.mqtt_ca), ("--mqtt-cert", args.mqtt_cert), ("--mqtt-key", args.mqtt_key)):
         if v is None:
@@ -139,8 +139,9 @@ def _mqtt_config(args: argparse.Namespace):
         raise UserError("a broker password (%s or --mqtt-password-file) needs --mqtt-user" % PASSWORD_ENV)
     if args.mqtt_user is not None and not args.mqtt_user:
         raise UserError("--mqtt-user must not be empty")
-    return mqtt.MqttConfig(host=host, port=port, tls=tls, ca=args.mqtt_ca, cert=args.mqtt_cert, key=args.mqtt_key,
-                           username=args.mqtt_user, password=password, gateway=gateway, prefix=prefix)
+    return mqtt_topics.MqttConfig(host=host, port=port, tls=tls, ca=args.mqtt_ca, cert=args.mqtt_cert,
+                                  key=args.mqtt_key, username=args.mqtt_user, password=password, gateway=gateway,
+                                  prefix=prefix)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -24,7 +24,7 @@ from pathlib import Path
 import paho.mqtt.client as paho
 import pytest
 
-from host import mqtt
+from host import mqtt, mqtt_topics
 from host.cli import main
 from host.store import LogStore
 
@@ -140,8 +140,8 @@ class Subscriber:
         self.c.loop_stop()
 
 
-def config(port: int, gateway: str = "gw1") -> mqtt.MqttConfig:
-    return mqtt.MqttConfig(host="127.0.0.1", port=port, gateway=gateway, prefix="edgetwin/" + gateway)
+def config(port: int, gateway: str = "gw1") -> mqtt_topics.MqttConfig:
+    return mqtt_topics.MqttConfig(host="127.0.0.1", port=port, gateway=gateway, prefix="edgetwin/" + gateway)
 
 
 def publisher(db: Path, port: int, **kw) -> mqtt.Publisher:
@@ -337,8 +337,8 @@ def test_tls_password_and_acl(tmp_path: Path) -> None:
     db = tmp_path / "g.db"
     store = LogStore(db)
 
-    def cfg(password: str) -> mqtt.MqttConfig:
-        return mqtt.MqttConfig(host="127.0.0.1", port=b.port, tls=True, ca=str(tmp_path / "ca.pem"),
+    def cfg(password: str) -> mqtt_topics.MqttConfig:
+        return mqtt_topics.MqttConfig(host="127.0.0.1", port=b.port, tls=True, ca=str(tmp_path / "ca.pem"),
                                username="hall-2", password=password, gateway="hall-2", prefix="edgetwin/hall-2")
 
     def login(c: paho.Client) -> None:
@@ -366,7 +366,7 @@ def test_tls_password_and_acl(tmp_path: Path) -> None:
         pub.stop()
         # a prefix the ACL does not allow: the broker refuses each publish (MQTT 5 PUBACK reason code); the
         # rows stay unacknowledged in the store, to go out at a later start
-        other = mqtt.MqttConfig(**dict(vars(cfg("s3cret")), prefix="edgetwin/elsewhere"))
+        other = mqtt_topics.MqttConfig(**dict(vars(cfg("s3cret")), prefix="edgetwin/elsewhere"))
         pub = mqtt.Publisher(db, other, poll_s=0.05, reconnect_max_s=1)
         pub.start()
         more, _ = fill(store, "n1", 11, 3)
@@ -408,9 +408,9 @@ def test_the_outbox_reads_committed_rows_only_and_keeps_marks_per_destination(tm
 
 
 def test_node_names_become_one_topic_level() -> None:
-    assert mqtt.topic_level("/dev/ttyUSB0") == "%2Fdev%2FttyUSB0"
-    assert mqtt.topic_level("a+b#c") == "a%2Bb%23c"
-    assert mqtt.topic_level("pump-room") == "pump-room"
+    assert mqtt_topics.topic_level("/dev/ttyUSB0") == "%2Fdev%2FttyUSB0"
+    assert mqtt_topics.topic_level("a+b#c") == "a%2Bb%23c"
+    assert mqtt_topics.topic_level("pump-room") == "pump-room"
 
 
 @pytest.mark.parametrize("argv,word", [
