@@ -407,6 +407,13 @@ def test_the_outbox_reads_committed_rows_only_and_keeps_marks_per_destination(tm
     store.close()
 
 
+def test_good_urls() -> None:
+    assert mqtt_topics.parse_url("mqtt://broker.plant.lan") == (False, "broker.plant.lan", 1883)
+    assert mqtt_topics.parse_url("mqtts://broker.plant.lan") == (True, "broker.plant.lan", 8883)
+    assert mqtt_topics.parse_url("mqtt://[::1]:1884/") == (False, "::1", 1884)
+    assert mqtt_topics.check_prefix("site-3/edgetwin/pump-hall") == "site-3/edgetwin/pump-hall"
+
+
 def test_node_names_become_one_topic_level() -> None:
     assert mqtt_topics.topic_level("/dev/ttyUSB0") == "%2Fdev%2FttyUSB0"
     assert mqtt_topics.topic_level("a+b#c") == "a%2Bb%23c"
