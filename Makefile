@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # /opt/wheels; point pip there even where PIP_FIND_LINKS is not set, so it never fetches a CUDA build.
 FIND_LINKS := $(if $(wildcard /opt/wheels/torch-*),--find-links /opt/wheels,)
 
-.PHONY: demo test models venv clean firmware firmware-stock firmware-toolchain emulator-setup
+.PHONY: demo test models venv clean firmware firmware-stock firmware-toolchain emulator-setup mqtt-setup
 
 venv: $(STAMP)
 
@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/edgetwin demo
 
-test: $(STAMP) emulator-setup
+test: $(STAMP) emulator-setup mqtt-setup
 	$(BIN)/python -m pytest
 
 # Rebuild every shipped model artifact from scratch (long: corpus, distillation, fine-tuning; not part of
@@ -64,6 +64,18 @@ $(EMU_STAMP): tools/board/emulator/package.json tools/board/emulator/package-loc
 	@if command -v npm >/dev/null; then \
 		cd tools/board/emulator && (npm ci --no-audit --no-fund || npm install --no-audit --no-fund) && touch node_modules/.installed; \
 	else echo "emulator-setup: npm not found; install node.js 18+ and npm for the emulated board"; fi
+
+# The MQTT tests (tests/host/test_mqtt.py) start their own broker on loopback: Debian's mosquitto (and its
+# mosquitto_passwd), with openssl making the TLS test's certificates. Installed with apt-get where this runs
+# as root and one is missing (apt-get update first when the package lists are stale); elsewhere it says
+# which command to run, and those tests fail naming this step.
+MQTT_DEBS := mosquitto openssl
+mqtt-setup:
+	@if (command -v mosquitto || test -x /usr/sbin/mosquitto) >/dev/null && command -v openssl >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(MQTT_DEBS) \
+		|| (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(MQTT_DEBS)); \
+	else echo "mqtt-setup: mosquitto or openssl not found; run: sudo apt-get install -y $(MQTT_DEBS)"; fi
 
 clean:
 	rm -rf build vboards .pytest_cache .hypothesis tools/board/emulator/node_modules

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -110,6 +112,16 @@ def check_sqlite() -> Check:
     return Check("sqlite fts5", OK, f"SQLite {sqlite3.sqlite_version} with FTS5 (the gateway's log store)")
 
 
+def check_mosquitto() -> Check:
+    """Debian's mosquitto: the broker the MQTT tests start on loopback (the gateway itself needs only a
+    broker somewhere, given with --mqtt)."""
+    exe = shutil.which("mosquitto") or next((p for p in ("/usr/sbin/mosquitto",) if os.access(p, os.X_OK)), None)
+    if exe is None:
+        return Check("mosquitto", WARN, "not installed (the MQTT tests start one; `gateway --mqtt` needs a broker "
+                     "somewhere)", "make mqtt-setup (as root: apt-get install -y mosquitto)")
+    return Check("mosquitto", OK, f"{exe}: the MQTT tests' broker (docs/MQTT.md)")
+
+
 def check_boards() -> Check:
     from shared import profile
 
@@ -167,8 +179,9 @@ def run_checks() -> list[Check]:
               check_tool("ampy", "adafruit-ampy", "the alternative deploy tool", False),
               check_tool("numpy", "numpy", "the gateway's numerics", True),
               check_tool("gguf", "gguf", "reads GGUF models", True),
+              check_tool("paho.mqtt", "paho-mqtt", "gateway --mqtt publishes to a broker", True),
               check_tool("torch", "torch", "only for training tools and reference tests", False),
-              check_ports(), check_sqlite(), check_boards()]
+              check_ports(), check_sqlite(), check_mosquitto(), check_boards()]
     return checks + check_models()
 
 

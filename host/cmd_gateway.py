@@ -45,6 +45,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         '{"node", "kind": "prompt"|"verdict", "end": committed count after it, "ids"} (to replay '
                         "or audit what was committed)")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors (no sessions up/down, no status lines)")
+    m = p.add_argument_group("MQTT (off by default; docs/MQTT.md)")
+    m.add_argument("--mqtt", default=None, metavar="URL",
+                   help="publish committed annotations, alarms, trips and node status to this broker: mqtt://HOST:PORT "
+                        "(default port 1883) or mqtts://HOST:PORT (TLS, default 8883). The store is the outbox: "
+                        "nothing committed is lost while the broker is away")
+    m.add_argument("--mqtt-gateway", default=None, metavar="NAME",
+                   help="this gateway's name in topics and payloads (default: the host name)")
+    m.add_argument("--mqtt-prefix", default=None, metavar="PREFIX",
+                   help="topic prefix (default edgetwin/NAME: a fleet view subscribes to edgetwin/+/...)")
+    m.add_argument("--mqtt-user", default=None, metavar="USER", help="broker user name")
+    m.add_argument("--mqtt-password-file", default=None, metavar="FILE",
+                   help="a file holding the broker password (first line); or set EDGETWIN_MQTT_PASSWORD")
+    m.add_argument("--mqtt-ca", default=None, metavar="FILE",
+                   help="with mqtts://: the CA certificate(s) that signed the broker's (default: the system's)")
+    m.add_argument("--mqtt-cert", default=None, metavar="FILE",
+                   help="with mqtts://: a client certificate (PEM), if the broker asks for one")
+    m.add_argument("--mqtt-key", default=None, metavar="FILE", help="with --mqtt-cert: its private key (PEM)")
 
 
 def _trace_writer(path: Path):
@@ -77,6 +94,54 @@ def _check_out_path(opt: str, path: Path) -> None:
         raise UserError("%s %s: directory %s does not exist (create it first)" % (opt, path, path.parent))
     if not os.access(path if path.exists() else path.parent, os.W_OK):
         raise UserError("%s %s: not writable" % (opt, path))
+
+
+PASSWORD_ENV = "EDGETWIN_MQTT_PASSWORD"
+
+
+def _mqtt_config(args: argparse.Namespace):
+    """host.mqtt_topics.MqttConfig from the --mqtt options, or None without --mqtt; UserError for a bad one."""
+    given = [o for o in ("mqtt_gateway", "mqtt_prefix", "mqtt_user", "mqtt_password_file", "mqtt_ca", "mqtt_cert",
+                         "mqtt_key") if getattr(args, o) is not None]
+    if args.mqtt is None:
+        if given:
+            raise UserError("--%s needs --mqtt URL" % given[0].replace("_", "-"))
+        return None
+    from host import mqtt_topics
+
+    try:
+        tls, host, port = mqtt_topics.parse_url(args.mqtt)
+        gateway = mqtt_topics.check_gateway_name(args.mqtt_gateway if args.mqtt_gateway is not None
+                                                 else mqtt_topics.default_gateway_name())
+        prefix = mqtt_topics.check_prefix(args.mqtt_prefix if args.mqtt_prefix is not None else "edgetwin/" + gateway)
+    except mqtt_topics.MqttConfigError as e:
+        raise UserError(str(e)) from None
+    for opt, v in (("--mqtt-ca", args.mqtt_ca), ("--mqtt-cert", args.mqtt_cert), ("--mqtt-key", args.mqtt_key)):
+        if v is None:
+            continue
+        if not tls:
+            raise UserError("%s is for TLS: give an mqtts:// URL" % opt)
+        if not Path(v).is_file():
+            raise UserError("%s %s: no such file" % (opt, v))
+    if (args.mqtt_cert is None) != (args.mqtt_key is None):
+        raise UserError("--mqtt-cert and --mqtt-key go together")
+    password = os.environ.get(PASSWORD_ENV)
+    if args.mqtt_password_file is not None:
+        f = Path(args.mqtt_password_file)
+        try:
+            lines = f.read_text().splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise UserError("--mqtt-password-file %s: cannot read it (%s)" % (f, getattr(e, "strerror", None) or e)) from None
+        if not lines or not lines[0]:
+            raise UserError("--mqtt-password-file %s: the first line (the password) is empty" % f)
+        password = lines[0]
+    if password is not None and args.mqtt_user is None:
+        raise UserError("a broker password (%s or --mqtt-password-file) needs --mqtt-user" % PASSWORD_ENV)
+    if args.mqtt_user is not None and not args.mqtt_user:
+        raise UserError("--mqtt-user must not be empty")
+    return mqtt_topics.MqttConfig(host=host, port=port, tls=tls, ca=args.mqtt_ca, cert=args.mqtt_cert,
+                                  key=args.mqtt_key, username=args.mqtt_user, password=password, gateway=gateway,
+                                  prefix=prefix)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,8 +179,19 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--temperature must be a number >= 0, got %s" % args.temperature)
     if args.seconds is not None and not 0 < args.seconds < float("inf"):
         raise UserError("--seconds must be a positive number, got %s" % args.seconds)
+    mqtt_config = _mqtt_config(args)
     db = Path(args.db)
-    _check_out_path("--db", db)  # before the model loads (seconds): a bad path fails at once
+    _check_out_path("--db", db)
+    publisher = None
+    if mqtt_config is not None:  # before the model loads: bad TLS files fail at once
+        from host import mqtt
+
+        try:
+            publisher = mqtt.Publisher(db, mqtt_config)
+        except (OSError, ValueError) as e:  # ssl.SSLError is an OSError: a CA or key that is not PEM
+            files = ", ".join("%s %s" % (o, v) for o, v in (("--mqtt-ca", mqtt_config.ca), ("--mqtt-cert", mqtt_config.cert),
+                                                             ("--mqtt-key", mqtt_config.key)) if v)
+            raise UserError("%s: cannot set up TLS with %s: %s" % (args.mqtt, files or "the system's CAs", e)) from None  # before the model loads (seconds): a bad path fails at once
     status = Path(args.status) if args.status else None
     if status is not None:
         _check_out_path("--status", status)
@@ -161,17 +237,20 @@ def run(args: argparse.Namespace) -> int:
     try:
         gw = Gateway(ports, db, baud=args.baud, names=names, spec_factory=spec_factory, verify=verify,
                      status_path=args.status, out=None if args.quiet else sys.stdout,
-                     status_every=args.status_every, peer_timeout_s=args.peer_timeout)
+                     status_every=args.status_every, peer_timeout_s=args.peer_timeout, publisher=publisher)
     except (StoreError, ValueError) as e:
         remove_files(ours)
         raise UserError(str(e)) from None
     try:
         gw.open()
-    except PortError as e:
+    except (PortError, StoreError) as e:
         gw.close()
         remove_files(ours)
         raise UserError(str(e)) from None
     if not args.quiet:
         print("edgetwin gateway: %d port(s), store %s%s; a status line every %g s (--quiet: none)"
               % (len(ports), args.db, ", model %s" % args.model if args.model else "", args.status_every), flush=True)
+        if mqtt_config is not None:
+            print("edgetwin gateway: publishing to %s under %s/ (the store is the outbox)"
+                  % (args.mqtt, mqtt_config.prefix), flush=True)
     return gw.run(seconds=args.seconds)

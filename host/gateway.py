@@ -17,6 +17,9 @@ recent token window as PROMPT frames so a fresh target cache is rebuilt (docs/GA
 With `status_path`, a JSON snapshot of every session (and its stream) is written there atomically every
 `status_s` seconds and at exit: what the tests and an operator read.
 
+With `publisher` (host/mqtt.Publisher, `edgetwin gateway --mqtt`), the committed rows go to an MQTT broker from
+the publisher's own thread; the loop only tells it when a node comes or goes and prints its notices.
+
 With `out` (a text stream: `edgetwin gateway` gives stdout unless --quiet), the operator sees the sessions come
 and go ("node NAME connected (board B, uid U) on PORT", "node NAME lost on PORT: why") and, every
 `status_every` seconds, one status line: nodes up, lines stored, annotations, the draft acceptance rate and
@@ -44,7 +47,7 @@ class Gateway:
     def __init__(self, ports: list[str], db: str | Path, baud: int = 115200, names: list[str] | None = None,
                  spec_factory: Callable | None = None, verify: Callable[[list], None] | None = None,
                  status_path: str | Path | None = None, status_s: float = 0.5, tick_s: float = 0.002,
-                 out=None, status_every: float = 30.0, peer_timeout_s: float = 3.5) -> None:
+                 out=None, status_every: float = 30.0, peer_timeout_s: float = 3.5, publisher=None) -> None:
         if not ports:
             raise ValueError("at least one --port is needed")
         if len(set(ports)) != len(ports):
@@ -58,6 +61,7 @@ class Gateway:
         for s in self.sessions:
             self._watch_errors(s)
         self.verify = verify
+        self.publisher = publisher  # host/mqtt.Publisher or None; started by open()
         self.status_path = Path(status_path) if status_path else None
         self.status_s = status_s
         self.tick_s = tick_s
@@ -94,6 +98,8 @@ class Gateway:
         for s in self.sessions:
             if s.transport is None:
                 s.open()
+        if self.publisher is not None:
+            self.publisher.start()
 
     def stop(self, *_: object) -> None:
         self._stop = True
@@ -149,22 +155,30 @@ class Gateway:
         return "node" if s.name == s.url else "node %s" % s.name  # a node without a name is known by its port
 
     def report(self) -> None:
-        """Sessions up/down since the last call, and a status line every status_every seconds (to `out`)."""
-        if self.out is None:
+        """Sessions up/down since the last call (to `out` and the publisher), the publisher's notices, and a
+        status line every status_every seconds (to `out`)."""
+        if self.out is None and self.publisher is None:
             return
         for i, s in enumerate(self.sessions):
             up = bool(s.transport is not None and s.link.established)
             if up == self._up[i]:
                 continue
             self._up[i] = up
+            board, uid = getattr(s, "board_id", ""), self._uid(s)
+            why = "" if up else (s.last_error if s.transport is None else "no frame from the node for a while")
+            if self.publisher is not None:
+                self.publisher.node_state(s.name, up, board=board, uid=uid, why=why or ("" if up else "link down"))
             if up:
-                board, uid = getattr(s, "board_id", ""), self._uid(s)
                 who = ["board " + board] if board else []
                 who += ["uid " + uid] if uid else []
                 self.say("%s connected (%s) on %s" % (self._who(s), ", ".join(who) or "no board id", s.url))
             else:
-                why = s.last_error if s.transport is None else "no frame from the node for a while"
                 self.say("%s lost on %s: %s" % (self._who(s), s.url, why or "link down"))
+        if self.publisher is not None:
+            for line in self.publisher.notices():
+                self.say(line)
+        if self.out is None:
+            return
         now = time.monotonic()
         if now >= self._next_line:
             self._next_line = now + self.status_every
@@ -187,7 +201,8 @@ class Gateway:
     def status(self) -> dict:
         return {"pid": os.getpid(), "rounds": self.rounds, "uptime_s": round(time.time() - self.started, 3),
                 "logs_stored": self.store.count_logs(), "sessions": [s.status() for s in self.sessions],
-                "node_errors": self.node_errors}
+                "node_errors": self.node_errors,
+                **({"mqtt": self.publisher.status()} if self.publisher is not None else {})}
 
     def write_status(self, force: bool = False) -> None:
         if self.status_path is None:
@@ -210,6 +225,9 @@ class Gateway:
             self.write_status(force=True)
         finally:
             self.store.close()
+            if self.publisher is not None:  # after the last commit: what it committed goes out too
+                self.publisher.stop()
+                self.publisher = None
 
 
 # ---- speculative streams: one per drafting node, verified together ----

@@ -31,6 +31,15 @@ of that node around it, plus the annotations in that span, as one ``Window``.
 Readers (operator Q&A) open with ``LogStore(path, readonly=True)``; WAL lets them read while the
 gateway writes, and a store no gateway has open is read as immutable (no -wal/-shm left beside it).
 
+Outbox (``Outbox``, for ``edgetwin gateway --mqtt``, host/mqtt.py): the store is also the outbox of what the
+gateway publishes. Two tables, created by the first ``--mqtt`` run (the schema version does not change:
+older gateways and readers ignore them): ``outbox_marks`` holds, per destination (broker and topic
+prefix) and source table, the row id up to which the broker acknowledged every published row
+(``acked_through``), ``outbox_acked`` the rows above it that were acknowledged out of order. A restart
+republishes the rows after the mark that are not in ``outbox_acked``: only those the broker never
+acknowledged. The outbox reads through its own connection, so it sees committed rows only, never the
+gateway's open transaction.
+
 Files: a new store is created 0640 (SQLite gives its -wal and -shm the same mode), only in a directory
 that exists; an open that fails removes what it created and leaves a file it found as it was.
 """
@@ -118,6 +127,25 @@ _MINUTE = re.compile(r"([01]\d|2[0-3]):[0-5]\d")
 _MACHINE = re.compile(r"(CV|P|M|C)-\d{3}")
 MINUTE_BOOST = 3.0  # a hit at a minute the question names outranks the same words at any other time
 MACHINE_BOOST = 3.0  # and one on a machine it names, the same words on another machine
+
+
+_OUTBOX_SCHEMA = """
+CREATE TABLE IF NOT EXISTS outbox_marks (dest TEXT NOT NULL, source TEXT NOT NULL,
+    acked_through INTEGER NOT NULL, PRIMARY KEY (dest, source));
+CREATE TABLE IF NOT EXISTS outbox_acked (dest TEXT NOT NULL, source TEXT NOT NULL, row_id INTEGER NOT NULL,
+    PRIMARY KEY (dest, source, row_id)) WITHOUT ROWID;
+"""
+# What the outbox reads per source: committed rows after an id, oldest first. logs: every line but the
+# plant's level-1 samples (alarms and ACK/CLEAR are level 2, a trip's STATE line 3, the node's NODE reports 0).
+_OUTBOX_ROWS = {
+    "logs": ("SELECT logs.id, nodes.name, logs.wall_ms, logs.level, logs.text, logs.epoch, logs.seq FROM logs "
+             "JOIN nodes ON nodes.id=logs.node WHERE logs.id>? AND logs.level!=1 ORDER BY logs.id LIMIT ?",
+             ("id", "node", "wall_ms", "level", "text", "epoch", "seq")),
+    "annotations": ("SELECT annotations.id, nodes.name, t0_ms, t1_ms, text, verified, tokens, created_ms FROM "
+                    "annotations JOIN nodes ON nodes.id=annotations.node WHERE annotations.id>? "
+                    "ORDER BY annotations.id LIMIT ?",
+                    ("id", "node", "t0_ms", "t1_ms", "text", "verified", "tokens", "created_ms")),
+}
 
 
 class StoreError(ValueError):
@@ -692,6 +720,11 @@ class LogStore:
                 return None
             return self._record_window(nid, hit, lines)
 
+    def outbox(self, dest: str) -> "Outbox":
+        """The store as the outbox of destination `dest` (see Outbox): a second connection, for one thread."""
+        self._writable()
+        return Outbox(self.path, dest)
+
     def close(self) -> None:
         with self._lock:
             if getattr(self, "_db", None) is None:
@@ -706,3 +739,92 @@ class LogStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Outbox:
+    """The store as an outbox for one destination `dest` (a broker and topic prefix): the committed rows
+    after a mark, and which of them the destination acknowledged.
+
+    It has its own SQLite connection to the store file, used by one thread (the publisher's): in WAL mode
+    that connection reads only committed transactions, never the rows the gateway's connection has not
+    committed yet, and the gateway's loop never waits on its reads. Its writes (acknowledgements) are small
+    transactions with synchronous=NORMAL: one lost on a power cut makes a row go out again, which a
+    consumer drops by its id; it never loses one."""
+
+    SOURCES = tuple(_OUTBOX_ROWS)
+
+    def __init__(self, path: str | Path, dest: str) -> None:
+        self.path = Path(path)
+        self.dest = dest
+        self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+        try:
+            self._db.execute("PRAGMA busy_timeout=5000")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript("BEGIN IMMEDIATE;" + _OUTBOX_SCHEMA + "COMMIT;")
+            self.store_id = self._store_id()
+            self.marks = {src: self._mark(src) for src in self.SOURCES}
+        except sqlite3.DatabaseError as e:
+            self._db.close()
+            raise StoreError("log store %s: cannot use it as the outbox: %s" % (self.path, e)) from None
+
+    def _store_id(self) -> str:
+        # a random id made once per store: row ids restart in a new store, so a consumer's duplicate key
+        # is (store, table, id)
+        row = self._db.execute("SELECT value FROM meta WHERE key='store_id'").fetchone()
+        if row is not None:
+            return str(row[0])
+        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (os.urandom(6).hex(),))
+        return str(self._db.execute("SELECT value FROM meta WHERE key='store_id'").fetchone()[0])
+
+    def _mark(self, source: str) -> int:
+        row = self._db.execute("SELECT acked_through FROM outbox_marks WHERE dest=? AND source=?",
+                               (self.dest, source)).fetchone()
+        if row is not None:
+            return int(row[0])
+        # a destination seen for the first time starts at the store's end: what was stored before MQTT was
+        # turned on for it is history, not news
+        top = self._db.execute("SELECT coalesce(max(id), 0) FROM %s" % source).fetchone()[0]
+        self._db.execute("INSERT INTO outbox_marks VALUES (?, ?, ?)", (self.dest, source, int(top)))
+        return int(top)
+
+    def acked_above(self, source: str) -> set[int]:
+        """Ids above the mark that the destination acknowledged (out of order, before a restart)."""
+        rows = self._db.execute("SELECT row_id FROM outbox_acked WHERE dest=? AND source=?", (self.dest, source))
+        return {int(r[0]) for r in rows.fetchall()}
+
+    def rows(self, source: str, after: int, limit: int = 200) -> list[dict]:
+        """Committed rows of `source` with id > `after`, oldest first (logs: all but level-1 samples)."""
+        sql, keys = _OUTBOX_ROWS[source]
+        return [dict(zip(keys, r)) for r in self._db.execute(sql, (after, limit)).fetchall()]
+
+    def latest_node_reports(self) -> list[dict]:
+        """Each node's newest NODE report line (its health) and its board and uid, for the retained status."""
+        sql = ("SELECT nodes.name, nodes.board_id, nodes.uid, l.id, l.wall_ms, l.text FROM nodes LEFT JOIN logs l "
+               "ON l.id=(SELECT max(id) FROM logs WHERE logs.node=nodes.id AND level=0 AND text LIKE 'NODE %') "
+               "ORDER BY nodes.id")
+        keys = ("node", "board", "uid", "id", "wall_ms", "text")
+        return [dict(zip(keys, r)) for r in self._db.execute(sql).fetchall()]
+
+    def ack(self, source: str, ids: list[int], through: int) -> None:
+        """Record acknowledged `ids` and move the mark to `through` (every row up to it is done), in one
+        transaction."""
+        with_ids = [(self.dest, source, int(i)) for i in ids if i > through]
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.executemany("INSERT OR IGNORE INTO outbox_acked VALUES (?, ?, ?)", with_ids)
+            if through != self.marks[source]:
+                self._db.execute("UPDATE outbox_marks SET acked_through=? WHERE dest=? AND source=?",
+                                 (through, self.dest, source))
+                self._db.execute("DELETE FROM outbox_acked WHERE dest=? AND source=? AND row_id<=?",
+                                 (self.dest, source, through))
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self.marks[source] = through
+
+    def close(self) -> None:
+        try:
+            self._db.close()
+        except sqlite3.Error:
+            pass

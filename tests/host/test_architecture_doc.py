@@ -15,7 +15,7 @@ def rows() -> list[tuple[list[str], list[str]]]:
     out = []
     for line in DOC.read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 3 or not re.match(r"\d+\.", cells[0]):
+        if len(cells) != 3 or not re.match(r"\d+[a-z]?\.", cells[0]):  # 7b., 23b.: a branch off a step
             continue
         files = re.findall(r"`([\w/]+\.py)`", cells[1])
         names = [n for n in re.findall(r"`([\w.]+)`", cells[2]) if not n.endswith(".py")]

@@ -19,7 +19,8 @@ def test_doctor_json_on_this_machine() -> None:
                          cwd=ROOT, timeout=120)
     report = json.loads(out.stdout)
     by_name = {c["name"]: c for c in report["checks"]}
-    for name in ("python", "micropython", "mpy-cross", "mpremote", "sqlite fts5", "board profiles", "target model"):
+    for name in ("python", "micropython", "mpy-cross", "mpremote", "sqlite fts5", "board profiles", "target model",
+                 "paho-mqtt", "mosquitto"):
         assert by_name[name]["status"] == "ok", by_name[name]
     assert "viper works" in by_name["micropython"]["detail"]
     assert "rp2040_pico" in by_name["board profiles"]["detail"]
