@@ -127,7 +127,7 @@ class Subscriber:
         with self.lock:
             return [p for t, p, _ in self.got if t.endswith(suffix)]
 
-    def wait(self, pred, timeout: float = 15.0) -> bool:
+    def wait(self, pred, timeout: float = 45.0) -> bool:
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
             if pred():
@@ -249,7 +249,7 @@ def test_rows_committed_while_the_broker_is_down_all_arrive_after_it_returns(tmp
         assert sub.wait(lambda: not pub.connected)
         broker.start()  # the same port
         sub = Subscriber(broker.port)
-        assert sub.wait(lambda: pub.counts["acked"] >= len(logs1 + logs2) + len(notes1 + notes2), timeout=20)
+        assert sub.wait(lambda: pub.counts["acked"] >= len(logs1 + logs2) + len(notes1 + notes2), timeout=60)
         got = sub.of("/alarm") + sub.of("/trip") + sub.of("/annotation")
         assert set(logs2) <= set(ids_of(got, "logs")) and set(notes2) <= set(ids_of(got, "annotations"))
         assert pub.counts["disconnects"] >= 1 and pub.counts["connects"] >= 2
@@ -468,7 +468,7 @@ def test_edgetwin_gateway_mqtt_publishes_a_nodes_alarms_and_its_will(tmp_path: P
         node = NodeEnd(m, board_id=b"pico-test")
         sent = 0
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 20 and len(sub.of("/alarm")) < 10:
+        while time.monotonic() - t0 < 60 and len(sub.of("/alarm")) < 10:
             node.lk.poll(mqtt_ticks())
             if node.lk.established and sent < 10 and node.lk.free_slots():
                 body = frame_host.pack_body(frame.LOG, ts=sent, level=2, text=ALARM % sent)
@@ -522,7 +522,7 @@ def test_edgetwin_gateway_stores_while_the_broker_is_down_and_sends_it_when_back
 
         sent = 0
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 20 and stored() < 10:
+        while time.monotonic() - t0 < 60 and stored() < 10:
             node.lk.poll(mqtt_ticks())
             if node.lk.established and sent < 10 and node.lk.free_slots():
                 if node.lk.send(frame.LOG, frame_host.pack_body(frame.LOG, ts=sent, level=2, text=ALARM % sent)):
@@ -533,7 +533,7 @@ def test_edgetwin_gateway_stores_while_the_broker_is_down_and_sends_it_when_back
         broker.start()
         sub = Subscriber(broker.port, "edgetwin/hall-3/#")
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 30 and len(sub.of("/alarm")) < 10:  # paho retries after 1, 2, 4... s
+        while time.monotonic() - t0 < 60 and len(sub.of("/alarm")) < 10:  # paho retries after 1, 2, 4... s
             node.lk.poll(mqtt_ticks())
             time.sleep(0.01)
         assert sorted(a["text"] for a in sub.of("/alarm")) == sorted(ALARM % i for i in range(10))
