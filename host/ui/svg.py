@@ -2,7 +2,7 @@
 
 The x axis is the plant's own time (the lines' timestamps) over the samples kept (host/ui/feed.SERIES); each
 signal gets its own row and scale, labelled with its latest value. An alarm raise is an amber line across
-all rows, a trip a red one, each with its text as a tooltip (<title>). The root element carries
+all rows, a trip a red one, each with its text as a tooltip (<title>); a missing reading breaks its line. The root element carries
 data-points (the samples drawn) and data-events, which the browser test reads.
 """
 
@@ -57,8 +57,14 @@ def machine_plot(machine: str, samples, events) -> str:
             def y(v: float) -> float:  # a flat signal runs along the middle of its row
                 return y0 + ROW - 6 - ((v - lo) / rng if rng else 0.5) * (ROW - 10)
 
-            path = " ".join("%.1f,%.1f" % (x(t), y(v)) for t, v in pts)
-            out.append('<polyline class="sig sig-%s" points="%s"/>' % (escape(k), path))
+            seg: list[str] = []
+            for t, _s, vals in samples + [(None, "", {})]:  # a sample without the reading ("V=?") breaks the line
+                if k in vals:
+                    seg.append("%.1f,%.1f" % (x(t), y(vals[k][0])))
+                    continue
+                if seg:
+                    out.append('<polyline class="sig sig-%s" points="%s"/>' % (escape(k), " ".join(seg)))
+                seg = []
             out.append('<text x="%d" y="%d" class="label">%s %g%s</text>'
                        % (WIDTH - RIGHT + 6, y0 + ROW // 2, escape(k), pts[-1][1], escape(unit)))
             out.append('<text x="%d" y="%d" class="range">%g..%g</text>' % (WIDTH - RIGHT + 6, y0 + ROW // 2 + 12,

@@ -210,6 +210,9 @@ def test_dashboard_follows_a_node_live_and_answers_a_question(tmp_path: Path) ->
         assert all(re.search(r"2026-11-30T\d\d:\d\d:\d\dZ ", t) for t in texts), texts  # the log text itself
         drv.execute_script("document.getElementById('notes').scrollIntoView()")
         drv.save_screenshot(str(SHOTS / "dashboard-answer.png"))
+        drv.set_window_size(1280, min(3000, int(js("return document.body.scrollHeight;")) + 140))
+        drv.execute_script("window.scrollTo(0, 0)")
+        drv.save_screenshot(str(SHOTS / "dashboard-full.png"))  # the whole page (docs/dashboard.png is one)
     finally:
         if drv is not None:
             drv.quit()
