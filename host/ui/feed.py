@@ -101,14 +101,21 @@ class Feed:
         self._conn = self._connect()
         self._start()
 
+    def _wal(self) -> Path:
+        return self.db.with_name(self.db.name + "-wal")
+
+    def _file_stamp(self) -> tuple:
+        st = self.db.stat()
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
     def _connect(self) -> sqlite3.Connection:
+        # No -wal: no gateway has the store open. Read it as immutable (as LogStore's readers do), so the
+        # dashboard leaves no -wal/-shm beside a closed store; poll() reconnects once a gateway opens it.
         path = urllib.parse.quote(str(self.db.resolve()))
-        try:
-            c = sqlite3.connect("file:%s?mode=ro" % path, uri=True, check_same_thread=False)
-            c.execute("SELECT 1 FROM meta").fetchone()
-        except sqlite3.DatabaseError:
-            # a store in WAL mode whose -shm nobody made (no gateway has it open) in a folder we may not write
-            c = sqlite3.connect("file:%s?mode=ro&immutable=1" % path, uri=True, check_same_thread=False)
+        self._immutable = not self._wal().exists()
+        self._stamp = self._file_stamp()
+        c = sqlite3.connect("file:%s?mode=ro%s" % (path, "&immutable=1" if self._immutable else ""), uri=True,
+                            check_same_thread=False)
         c.execute("PRAGMA busy_timeout=5000")
         return c
 
@@ -139,6 +146,10 @@ class Feed:
 
     def poll(self) -> bool:
         """Read what was committed since the last call; True when anything changed."""
+        if self._immutable and (self._wal().exists() or self._file_stamp() != self._stamp):
+            # a gateway opened the store (follow its WAL from now on), or a writer came and went meanwhile
+            self._conn.close()
+            self._conn = self._connect()
         db = self._conn
         rows = db.execute("SELECT id, node, wall_ms, level, text, %s FROM logs WHERE id>? ORDER BY id LIMIT 5000"
                           % self._lines_col, (self._log_id,)).fetchall()

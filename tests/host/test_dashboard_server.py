@@ -163,7 +163,8 @@ def read_event(r: http.client.HTTPResponse, timeout: float = 20) -> dict:
 
 def test_edgetwin_ui_on_a_store_follows_new_rows(store: Path) -> None:
     """`edgetwin ui --db` alone: the page, then the event stream sends the plot, the trip, the annotation with
-    its draft and correction pieces, and then what a writer commits later (a sample, an unverified note)."""
+    its draft and correction pieces, and then what a writer commits later (a sample, an unverified note),
+    though the writer came and went between two of its polls."""
     p, url = start_ui(["--db", str(store)])
     try:
         port = int(url.rsplit(":", 1)[1].strip("/"))
@@ -193,3 +194,5 @@ def test_edgetwin_ui_on_a_store_follows_new_rows(store: Path) -> None:
         assert "unverified" in got["notes"][0] and "drafted alone" in got["notes"][0]
     finally:
         stop(p)
+    # a reader: a store no gateway holds open is left as it was found (no -wal, no -shm beside it)
+    assert sorted(os.listdir(store.parent)) == ["plant.db"]
