@@ -96,19 +96,23 @@ class Node(threading.Thread):
                 pass
 
 
-def listening_addresses(port: int) -> list[str]:
-    """The local addresses of the sockets listening on `port` (from /proc/net/tcp and tcp6)."""
-    out = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+def listening_sockets(pid: int) -> list[tuple[str, int]]:
+    """(local address as /proc/net writes it, port) of every TCP socket process `pid` listens on."""
+    inodes = set()
+    for fd in os.listdir("/proc/%d/fd" % pid):
         try:
-            rows = Path(table).read_text().splitlines()[1:]
+            target = os.readlink("/proc/%d/fd/%s" % (pid, fd))
         except OSError:
             continue
-        for row in rows:
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
             f = row.split()
-            addr, p = f[1].split(":")
-            if int(p, 16) == port and f[3] == "0A":  # LISTEN
-                out.append(addr)
+            addr, port = f[1].split(":")
+            if f[3] == "0A" and f[9] in inodes:  # LISTEN, this process's
+                out.append((addr, int(port, 16)))
     return out
 
 
@@ -148,8 +152,9 @@ def test_dashboard_follows_a_node_live_and_answers_a_question(tmp_path: Path) ->
         assert url is not None, gw.stderr.read() if gw.poll() is not None else "no dashboard address printed"
         threading.Thread(target=gw.stdout.read, daemon=True).start()  # keep draining it
         port = int(url.rsplit(":", 1)[1].strip("/"))
-        # it listens on loopback only: the socket's own address, and the machine's other addresses refuse
-        assert listening_addresses(port) == ["0100007F"], listening_addresses(port)
+        # it listens on loopback only: the gateway's one listening socket is 127.0.0.1's, and the machine's
+        # other addresses refuse
+        assert listening_sockets(gw.pid) == [("0100007F", port)], listening_sockets(gw.pid)
         for addr in other_addresses():
             with pytest.raises(OSError):
                 import socket
