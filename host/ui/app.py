@@ -8,6 +8,7 @@
     /static/...           the page's own JS and CSS (shipped in the package: nothing from a network)
 
 The HTML is rendered here (escaped); the page's script only swaps what an event carries into place.
+Bound to loopback, a request must be addressed to it (Host 127.0.0.1, localhost or ::1: no DNS rebinding).
 With a token (host/ui/serve.py: required off loopback), every request needs it: an Authorization: Bearer
 header, or the cookie a first visit to /?token=... sets (then the address bar drops it).
 """
@@ -24,6 +25,7 @@ from typing import Callable
 from urllib.parse import quote
 
 from starlette.applications import Starlette
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, StreamingResponse
 from starlette.routing import Mount, Route
@@ -45,8 +47,9 @@ class Dashboard:
     """The app's state: the store's feed, the gateway's status (a callable), the question box."""
 
     def __init__(self, feed: Feed, status: Callable[[], dict | None], asker=None, title: str = "edgetwin",
-                 token: str | None = None) -> None:
+                 token: str | None = None, hosts: tuple = ()) -> None:
         self.feed = feed
+        self.hosts = hosts  # the Host headers accepted (loopback names); () accepts any
         self.status = status
         self.asker = asker
         self.title = title
@@ -236,6 +239,10 @@ def make_app(dash: Dashboard) -> Starlette:
     routes = [Route("/", index), Route("/node/{name}", node_page), Route("/events", events), Route("/ask", ask),
               Route("/api/status", api_status), Mount("/static", StaticFiles(directory=str(STATIC)), name="static")]
     app = Starlette(routes=routes)
+    if dash.hosts:
+        # bound to loopback: only requests addressed to it (a page elsewhere whose name resolves to 127.0.0.1,
+        # DNS rebinding, gets 400 and reads nothing)
+        app = TrustedHostMiddleware(app, allowed_hosts=list(dash.hosts))
     return TokenGate(app, dash.token) if dash.token else app
 
 

@@ -133,7 +133,8 @@ def start(db: str | Path, bind: dict, status: Callable[[], dict | None], asker=N
     except BaseException:
         server.stop()
         raise
-    dash = Dashboard(feed, status, asker=asker, title=title, token=bind["token"])
+    hosts = ("127.0.0.1", "localhost", "[::1]", "::1") if is_loopback(bind["host"]) else ()
+    dash = Dashboard(feed, status, asker=asker, title=title, token=bind["token"], hosts=hosts)
 
     def close() -> None:
         dash.closing = True

@@ -36,6 +36,7 @@ def browser(tmp_path: Path):
     """A headless Chromium under selenium; fails (never skips) when the Makefile's ui-setup has not run."""
     if not (os.path.exists(CHROMEDRIVER) and (shutil.which("chromium") or os.path.exists("/usr/bin/chromium"))):
         pytest.fail("Debian's chromium and chromium-driver are not installed: run `make ui-setup` (make test does)")
+    os.environ.setdefault("SE_OFFLINE", "true")  # selenium's manager, should anything call it: no network
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

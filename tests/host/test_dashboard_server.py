@@ -172,6 +172,16 @@ def test_edgetwin_ui_on_a_store_follows_new_rows(store: Path) -> None:
         c.request("GET", "/")
         page = c.getresponse().read().decode()
         assert "pump-room" in page and "/static/dashboard.js" in page and "http" not in page.split("<body", 1)[1]
+        for path, code in (("/node/pump-room", 200), ("/node/nope", 404), ("/api/status", 200)):
+            c.request("GET", path)
+            r = c.getresponse()
+            body = r.read().decode()
+            assert r.status == code, (path, r.status)
+        assert json.loads(body)["nodes"][0]["lines"] == 22
+        # a page elsewhere whose name resolves here (DNS rebinding) is refused: the Host must be loopback's
+        c.request("GET", "/api/status", headers={"Host": "evil.example:%d" % port})
+        r = c.getresponse()
+        assert r.status == 400 and "pump-room" not in r.read().decode()
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         c.request("GET", "/events")
         r = c.getresponse()
