@@ -231,3 +231,10 @@ def test_dashboard_follows_a_node_live_and_answers_a_question(tmp_path: Path) ->
             gw.kill()
             gw.wait(5)
     assert gw.returncode == 0, gw.stderr.read()
+
+
+def test_without_chromium_the_browser_tests_fail_naming_the_setup_step(tmp_path: Path, monkeypatch) -> None:
+    """A machine without Debian's chromium or its driver fails these tests (never skips them), saying what to run."""
+    monkeypatch.setattr(sys.modules[__name__], "CHROMEDRIVER", str(tmp_path / "no-chromedriver"))
+    with pytest.raises(pytest.fail.Exception, match="make ui-setup"):
+        browser(tmp_path)
