@@ -154,10 +154,6 @@ def _mqtt_config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from host.gateway import Gateway
-    from host.session import PortError
-    from host.store import StoreError, remove_files, side_files
-
     pairs = [_split(p) for p in args.port]
     if len(args.name) > len(pairs):
         raise UserError("%d --name options for %d --port options" % (len(args.name), len(pairs)))
@@ -192,6 +188,24 @@ def run(args: argparse.Namespace) -> int:
     ui_bind = _ui_bind(args)
     db = Path(args.db)
     _check_out_path("--db", db)
+    ui_server = None
+    if ui_bind is not None:  # bound before anything is created: a port in use fails with nothing to undo
+        from host.ui import serve
+
+        ui_server = serve.listen(ui_bind)
+    try:
+        return _run(args, ports, names, db, mqtt_config, ui_bind, ui_server)
+    finally:
+        if ui_server is not None:
+            ui_server.stop()
+
+
+def _run(args: argparse.Namespace, ports: list[str], names: list[str], db: Path, mqtt_config, ui_bind: dict | None,
+         ui_server) -> int:
+    from host.gateway import Gateway
+    from host.session import PortError
+    from host.store import StoreError, remove_files, side_files
+
     publisher = None
     if mqtt_config is not None:  # before the model loads: bad TLS files fail at once
         from host import mqtt
@@ -266,8 +280,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             ui = serve.start(db, ui_bind, lambda: gw.snapshot,
                              asker=asking.Asker(db, target=args.ui_target, reranker=args.ui_reranker),
-                             title="edgetwin gateway: %s" % db.name)
-        except UserError:
+                             title="edgetwin gateway: %s" % db.name, server=ui_server)
+        except BaseException:
             gw.close()
             raise
         print("edgetwin gateway: dashboard on %s" % ui[0].url, flush=True)
@@ -281,7 +295,7 @@ def run(args: argparse.Namespace) -> int:
         return gw.run(seconds=args.seconds)
     finally:
         if ui is not None:
-            ui[0].stop(ui[1].close)
+            ui[0].stop(ui[1].close)  # the event streams end, then the server (run() closes its socket again)
 
 
 def _ui_bind(args: argparse.Namespace) -> dict | None:

@@ -122,12 +122,20 @@ class UiServer:
         self.sock.close()
 
 
-def start(db: str | Path, bind: dict, status: Callable[[], dict | None], asker=None, title: str = "edgetwin"):
-    """(server, dashboard) serving the store `db`: started; stop with server.stop(dashboard.close)."""
+def listen(bind: dict) -> UiServer:
+    """The socket bound (UserError if it cannot be), nothing served yet: a caller binds before it creates files."""
+    return UiServer(bind["host"], bind["port"], bind["cert"], bind["key"])
+
+
+def start(db: str | Path, bind: dict, status: Callable[[], dict | None], asker=None, title: str = "edgetwin",
+          server: UiServer | None = None):
+    """(server, dashboard) serving the store `db` (on `server` if bound already): started; stop with
+    server.stop(dashboard.close)."""
     from host.ui.app import Dashboard, make_app
     from host.ui.feed import Feed
 
-    server = UiServer(bind["host"], bind["port"], bind["cert"], bind["key"])  # first: nothing opened if it fails
+    if server is None:
+        server = listen(bind)  # first: nothing opened if it fails
     try:
         feed = Feed(db).start()
     except BaseException:

@@ -208,12 +208,17 @@ def test_dashboard_follows_a_node_live_and_answers_a_question(tmp_path: Path) ->
                  "the streamed answer", gw)
         progress = drv.find_element(By.ID, "ask-progress").text
         answer = drv.find_element(By.ID, "answer").text
-        assert progress == "answered; the cited windows are marked", (progress, answer)
-        cites = set(re.findall(r"\[(\d)\]", answer))
-        cited = drv.find_elements(By.CSS_SELECTOR, "#windows li.window.cited")
-        assert cites and {e.get_attribute("id")[len("window-"):] for e in cited} == cites, (answer, cites)
-        texts = [e.find_element(By.TAG_NAME, "pre").text for e in cited]
-        assert all(re.search(r"2026-11-30T\d\d:\d\d:\d\dZ ", t) for t in texts), texts  # the log text itself
+        # the windows the answer cites are marked (the domain target cited [1] in every run here; whether it
+        # cites depends on the windows, which depend on how far the node got: a run that cites none says so)
+        shown = {e.get_attribute("id")[len("window-"):] for e in drv.find_elements(By.CSS_SELECTOR, "#windows li")}
+        cites = set(re.findall(r"\[(\d+)\]", answer)) & shown
+        cited = {e.get_attribute("id")[len("window-"):] for e in
+                 drv.find_elements(By.CSS_SELECTOR, "#windows li.window.cited")}
+        assert answer.strip() and cited == cites, (answer, cites, cited)
+        assert progress == ("answered; the cited windows are marked" if cites else
+                            "answered; the answer cites no window (it was given those below)"), (progress, answer)
+        texts = [e.text for e in drv.find_elements(By.CSS_SELECTOR, "#windows li.window pre")]
+        assert texts and all(re.search(r"2026-11-30T\d\d:\d\d:\d\dZ ", t) for t in texts), texts  # log text
         drv.execute_script("document.getElementById('notes').scrollIntoView()")
         drv.save_screenshot(str(SHOTS / "dashboard-answer.png"))
         drv.set_window_size(1280, min(3000, int(js("return document.body.scrollHeight;")) + 140))

@@ -73,6 +73,7 @@ def test_bad_dashboard_options_are_one_line_and_exit_2(tmp_path: Path, store: Pa
         (gw + ["--ui-port", "0"], "needs --ui"),
         (gw + ["--ui-token", TOKEN], "needs --ui"),
         (gw + ["--ui", "--ui-host", "0.0.0.0"], "reachable from other machines"),
+        (gw + ["--ui", "--ui-port", str(busy.getsockname()[1])], "cannot listen"),  # before the store is made
     ]
     before = sorted(os.listdir(tmp_path))
     try:
