@@ -57,6 +57,11 @@ class Dashboard:
         self.closing = False
         self._rates: dict[str, tuple[float, int, float]] = {}  # node -> (when, tokens verified, rate)
 
+    def close(self) -> None:
+        """The event streams end at their next tick; the store's feed stops."""
+        self.closing = True
+        self.feed.close()
+
     # ---- the plant table ----
 
     def plant_rows(self) -> list[dict]:

@@ -143,10 +143,4 @@ def start(db: str | Path, bind: dict, status: Callable[[], dict | None], asker=N
         raise
     hosts = ("127.0.0.1", "localhost", "[::1]", "::1") if is_loopback(bind["host"]) else ()
     dash = Dashboard(feed, status, asker=asker, title=title, token=bind["token"], hosts=hosts)
-
-    def close() -> None:
-        dash.closing = True
-        feed.close()
-
-    dash.close = close  # type: ignore[attr-defined]
     return server.start(make_app(dash)), dash
