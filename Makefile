@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # /opt/wheels; point pip there even where PIP_FIND_LINKS is not set, so it never fetches a CUDA build.
 FIND_LINKS := $(if $(wildcard /opt/wheels/torch-*),--find-links /opt/wheels,)
 
-.PHONY: demo test models venv clean firmware firmware-stock firmware-toolchain emulator-setup mqtt-setup
+.PHONY: demo test models venv clean firmware firmware-stock firmware-toolchain emulator-setup mqtt-setup ui-setup
 
 venv: $(STAMP)
 
@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/edgetwin demo
 
-test: $(STAMP) emulator-setup mqtt-setup
+test: $(STAMP) emulator-setup mqtt-setup ui-setup
 	$(BIN)/python -m pytest
 
 # Rebuild every shipped model artifact from scratch (long: corpus, distillation, fine-tuning; not part of
@@ -76,6 +76,18 @@ mqtt-setup:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(MQTT_DEBS) \
 		|| (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(MQTT_DEBS)); \
 	else echo "mqtt-setup: mosquitto or openssl not found; run: sudo apt-get install -y $(MQTT_DEBS)"; fi
+
+# The dashboard's browser tests (tests/host/test_dashboard*.py) drive Debian's headless Chromium through its
+# chromedriver (selenium never downloads a driver). Installed with apt-get where this runs as root and one is
+# missing (apt-get update first when the package lists are stale); elsewhere it says which command to run, and
+# those tests fail naming this step.
+UI_DEBS := chromium chromium-driver
+ui-setup:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(UI_DEBS) \
+		|| (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(UI_DEBS)); \
+	else echo "ui-setup: chromium or chromedriver not found; run: sudo apt-get install -y $(UI_DEBS)"; fi
 
 clean:
 	rm -rf build vboards .pytest_cache .hypothesis tools/board/emulator/node_modules

@@ -45,6 +45,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         '{"node", "kind": "prompt"|"verdict", "end": committed count after it, "ids"} (to replay '
                         "or audit what was committed)")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors (no sessions up/down, no status lines)")
+    u = p.add_argument_group("dashboard (off by default; docs/DASHBOARD.md)")
+    u.add_argument("--ui", action="store_true",
+                   help="serve the dashboard beside the gateway: nodes, machines' plots, annotations, questions; "
+                        "on 127.0.0.1 only unless told otherwise (its address is printed)")
+    from host.cmd_ui import add_ask_arguments
+    from host.ui import serve
+
+    serve.add_arguments(u)
+    add_ask_arguments(u, "--ui-")
     m = p.add_argument_group("MQTT (off by default; docs/MQTT.md)")
     m.add_argument("--mqtt", default=None, metavar="URL",
                    help="publish committed annotations, alarms, trips and node status to this broker: mqtt://HOST:PORT "
@@ -145,10 +154,6 @@ def _mqtt_config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from host.gateway import Gateway
-    from host.session import PortError
-    from host.store import StoreError, remove_files, side_files
-
     pairs = [_split(p) for p in args.port]
     if len(args.name) > len(pairs):
         raise UserError("%d --name options for %d --port options" % (len(args.name), len(pairs)))
@@ -180,8 +185,27 @@ def run(args: argparse.Namespace) -> int:
     if args.seconds is not None and not 0 < args.seconds < float("inf"):
         raise UserError("--seconds must be a positive number, got %s" % args.seconds)
     mqtt_config = _mqtt_config(args)
+    ui_bind = _ui_bind(args)
     db = Path(args.db)
     _check_out_path("--db", db)
+    ui_server = None
+    if ui_bind is not None:  # bound before anything is created: a port in use fails with nothing to undo
+        from host.ui import serve
+
+        ui_server = serve.listen(ui_bind)
+    try:
+        return _run(args, ports, names, db, mqtt_config, ui_bind, ui_server)
+    finally:
+        if ui_server is not None:
+            ui_server.stop()
+
+
+def _run(args: argparse.Namespace, ports: list[str], names: list[str], db: Path, mqtt_config, ui_bind: dict | None,
+         ui_server) -> int:
+    from host.gateway import Gateway
+    from host.session import PortError
+    from host.store import StoreError, remove_files, side_files
+
     publisher = None
     if mqtt_config is not None:  # before the model loads: bad TLS files fail at once
         from host import mqtt
@@ -247,10 +271,47 @@ def run(args: argparse.Namespace) -> int:
         gw.close()
         remove_files(ours)
         raise UserError(str(e)) from None
+    ui = None
+    if ui_bind is not None:
+        from host.ui import asking, serve
+
+        gw.keep_status = True
+        gw.write_status(force=True)
+        try:
+            ui = serve.start(db, ui_bind, lambda: gw.snapshot,
+                             asker=asking.Asker(db, target=args.ui_target, reranker=args.ui_reranker),
+                             title="edgetwin gateway: %s" % db.name, server=ui_server)
+        except BaseException:
+            gw.close()
+            raise
+        print("edgetwin gateway: dashboard on %s" % ui[0].url, flush=True)
     if not args.quiet:
         print("edgetwin gateway: %d port(s), store %s%s; a status line every %g s (--quiet: none)"
               % (len(ports), args.db, ", model %s" % args.model if args.model else "", args.status_every), flush=True)
         if mqtt_config is not None:
             print("edgetwin gateway: publishing to %s under %s/ (the store is the outbox)"
                   % (args.mqtt, mqtt_config.prefix), flush=True)
-    return gw.run(seconds=args.seconds)
+    try:
+        return gw.run(seconds=args.seconds)
+    finally:
+        if ui is not None:
+            ui[0].stop(ui[1].close)  # the event streams end, then the server (run() closes its socket again)
+
+
+def _ui_bind(args: argparse.Namespace) -> dict | None:
+    """The dashboard's bind settings with --ui (host/ui/serve.check), None without; UserError for a bad one."""
+    from host.cmd_ui import check_target
+    from host.ui import serve
+
+    if not args.ui:
+        given = [o for o, default in (("ui_port", serve.DEFAULT_PORT), ("ui_host", "127.0.0.1"), ("ui_token", None),
+                                      ("ui_cert", None), ("ui_key", None), ("ui_target", "domain"),
+                                      ("ui_reranker", None)) if getattr(args, o) != default]
+        if given:
+            raise UserError("--%s needs --ui" % given[0].replace("_", "-"))
+        return None
+    bind = serve.check(args)
+    check_target("--ui-target", args.ui_target)
+    if args.ui_reranker is not None and not Path(args.ui_reranker).is_dir():
+        raise UserError("--ui-reranker %s: no such directory" % args.ui_reranker)
+    return bind

@@ -20,6 +20,9 @@ With `status_path`, a JSON snapshot of every session (and its stream) is written
 With `publisher` (host/mqtt.Publisher, `edgetwin gateway --mqtt`), the committed rows go to an MQTT broker from
 the publisher's own thread; the loop only tells it when a node comes or goes and prints its notices.
 
+With `keep_status` (`edgetwin gateway --ui`), the same snapshot is kept in `snapshot` for the dashboard
+(host/ui), which serves it from its own thread.
+
 With `out` (a text stream: `edgetwin gateway` gives stdout unless --quiet), the operator sees the sessions come
 and go ("node NAME connected (board B, uid U) on PORT", "node NAME lost on PORT: why") and, every
 `status_every` seconds, one status line: nodes up, lines stored, annotations, the draft acceptance rate and
@@ -63,6 +66,8 @@ class Gateway:
         self.verify = verify
         self.publisher = publisher  # host/mqtt.Publisher or None; started by open()
         self.status_path = Path(status_path) if status_path else None
+        self.keep_status = False  # True: keep the latest status() in self.snapshot even without status_path
+        self.snapshot: dict | None = None
         self.status_s = status_s
         self.tick_s = tick_s
         self._stop = False
@@ -205,14 +210,18 @@ class Gateway:
                 **({"mqtt": self.publisher.status()} if self.publisher is not None else {})}
 
     def write_status(self, force: bool = False) -> None:
-        if self.status_path is None:
+        if self.status_path is None and not self.keep_status:
             return
         now = time.monotonic()
         if not force and now - self._last_status < self.status_s:
             return
         self._last_status = now
+        snap = self.status()
+        self.snapshot = snap  # replaced whole: another thread (the dashboard, host/ui) reads it as it is
+        if self.status_path is None:
+            return
         tmp = self.status_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.status()))
+        tmp.write_text(json.dumps(snap))
         os.replace(tmp, self.status_path)
 
     def close(self) -> None:
@@ -262,6 +271,7 @@ class NodeStream:
         self.fresh = True  # adopted mid-stream, the node's resend (UNVERIFIED PROMPT) not yet in
         self.desynced = False
         self.ann: list[int] = []
+        self.ann_runs: list[list] = []  # [kind, count] runs of self.ann: draft / fix / unverified (store.SPAN_KINDS)
         self.ann_t0 = 0
         self.ann_verified = True
         # the wall time of the lines the current episode annotates (its PROMPT's log lines, looked up in
@@ -310,7 +320,7 @@ class NodeStream:
             if not self.ann:
                 self.ann_t0 = self.session.wall()
             self.ann_verified = False
-            self.ann += list(ids)
+            self._add(list(ids), "unverified")
         else:
             self._flush()
             t0 = self._lines_wall(ids)
@@ -331,8 +341,8 @@ class NodeStream:
     def on_verdict(self, body: bytes, ids: list[int]) -> None:
         self.counts["verdicts"] += 1
         self.counts["tokens_verified"] += len(ids)
-        if self.hook is not None:
-            v = frame_host.parse_body(frame.VERDICT, body)
+        v = frame_host.parse_body(frame.VERDICT, body) if body else None  # (None: a test's stand-in verdict)
+        if self.hook is not None and v is not None:
             self.hook("verdict", self, {"ids": list(ids), "accepted": v["accepted"],
                                         "correction": bool(v["flags"] & frame.VD_CORRECTION)})
         if self.ann and not self.ann_verified:
@@ -341,7 +351,12 @@ class NodeStream:
             self.ann_t0 = self.episode_t0 or self.session.wall()
         self.prompting = False
         self.ann_verified = True
-        self.ann += list(ids)
+        if v is None:
+            self._add(list(ids), "")  # who wrote them is not known: the annotation's spans stay unknown
+        else:
+            acc = min(len(ids), int(v["accepted"]))  # ids: the accepted draft tokens, then the correction (if any)
+            self._add(list(ids[:acc]), "draft")
+            self._add(list(ids[acc:]), "fix")
         if ids and "\n" in self.decode([int(ids[-1])]):
             # the note's stop token (shared/episode.is_stop): store it now, not at the next episode's PROMPT,
             # which on a quiet plant comes a summary_s later
@@ -423,6 +438,34 @@ class NodeStream:
         self.order.clear()
         self.claims.clear()
 
+    def _add(self, ids: list[int], kind: str) -> None:
+        if not ids:
+            return
+        self.ann += ids
+        if self.ann_runs and self.ann_runs[-1][0] == kind:
+            self.ann_runs[-1][1] += len(ids)
+        else:
+            self.ann_runs.append([kind, len(ids)])
+
+    def _spans(self, text: str) -> list | None:
+        """The annotation's text cut at its runs' token boundaries (decoding each prefix, so a character split
+        across two runs goes with the later one); None when the prefixes do not decode to prefixes of text."""
+        out, done, n = [], "", 0
+        if any(not kind for kind, _count in self.ann_runs):
+            return None
+        for kind, count in self.ann_runs:
+            n += count
+            upto = text if n == len(self.ann) else self.decode(self.ann[:n]).rstrip("\ufffd")
+            if not text.startswith(upto) or len(upto) < len(done):
+                return None
+            if len(upto) > len(done):
+                if out and out[-1][0] == kind:
+                    out[-1][1] += upto[len(done):]
+                else:
+                    out.append([kind, upto[len(done):]])
+            done = upto
+        return out
+
     def _flush(self) -> None:
         if not self.ann:
             return
@@ -430,13 +473,17 @@ class NodeStream:
         if self.hook is not None:
             self.hook("note", self, text)
         self.session.store.add_annotation(self.session.name, self.ann_t0, max(self.ann_t0, self.session.wall()),
-                                          text, self.ann_verified, len(self.ann), commit=False)
+                                          text, self.ann_verified, len(self.ann), commit=False,
+                                          spans=self._spans(text))
         self.counts["annotations"] += 1
         self.ann = []
+        self.ann_runs = []
 
     def status(self) -> dict:
         st = dict(self.counts)
         st["committed"] = self.stream.committed
+        st["drafted"] = self.stream.stats.get("drafted", 0)  # draft tokens judged, and those accepted
+        st["accepted"] = self.stream.stats.get("accepted", 0)
         ids = self.stream.ids.tolist()
         st["live"] = len(ids)
         st["live_crc"] = "%08x" % _crc_ids(ids)

@@ -18,7 +18,12 @@ What it holds (schema version 2; a version-1 store is upgraded in place when the
   NODE reports), ``line_loss(node)`` both;
 - ``logs_fts``: an FTS5 index (external content) over ``logs.text``, filled by a trigger;
 - ``annotations``: committed annotation text per node: wall span t0..t1 (ms), text, verified flag
-  (0: the node drafted it alone while the gateway was away), token count.
+  (0: the node drafted it alone while the gateway was away), token count, and ``spans``: the text cut by
+  who wrote it, as JSON ``[[kind, text], ...]`` with kind ``draft`` (draft tokens the target accepted),
+  ``fix`` (the target's correction after a rejection) or ``unverified`` (drafted while the gateway was
+  away); the pieces join to ``text``. The column is added (NULL for older rows) when a gateway opens a
+  store made before it, without changing the schema version: older gateways and readers ignore it, and a
+  reader of an older store sees NULL.
 
 Durability: ``journal_mode=WAL`` with ``synchronous=FULL``, so every committed transaction survives a
 crash of the process or the machine. ``add_log(..., commit=False)`` batches lines in one transaction;
@@ -46,6 +51,7 @@ that exists; an open that fails removes what it created and leaves a file it fou
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sqlite3
@@ -61,6 +67,7 @@ _ALARM_LEVELS = tuple(x.decode() for x in plant_alarms.LEVELS)  # the line's lev
 
 SCHEMA_NAME = "edgetwin-store"
 SCHEMA_VERSION = 2
+SPAN_KINDS = ("draft", "fix", "unverified")  # who wrote a piece of an annotation (annotations.spans)
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "LEVEL5", "LEVEL6", "LEVEL7")
 
 _SCHEMA = """
@@ -103,7 +110,8 @@ CREATE TABLE annotations (
     text TEXT NOT NULL,
     verified INTEGER NOT NULL,
     tokens INTEGER NOT NULL,
-    created_ms INTEGER NOT NULL
+    created_ms INTEGER NOT NULL,
+    spans TEXT
 );
 CREATE INDEX annotations_node_time ON annotations (node, t0_ms);
 """
@@ -300,6 +308,11 @@ class LogStore:
         if rows.get("version") != str(SCHEMA_VERSION) and self._lines:
             raise StoreError("%s is an edgetwin log store of version %s; this gateway reads version %d"
                              % (self.path, rows.get("version"), SCHEMA_VERSION))
+        cols = {r[1] for r in self._db.execute("PRAGMA table_info(annotations)").fetchall()}
+        self._spans = "spans" in cols
+        if not self._spans and not self.readonly:  # a store made before the spans column: add it (NULL = unknown)
+            self._db.execute("ALTER TABLE annotations ADD COLUMN spans TEXT")
+            self._spans = True
         ok = self._db.execute("PRAGMA quick_check").fetchone()[0]
         if ok != "ok":
             raise StoreError("log store %s is corrupt (%s): move it away and restore a backup" % (self.path, ok))
@@ -444,20 +457,28 @@ class LogStore:
         return None if row is None or row[0] is None else int(row[0])
 
     def add_annotation(self, node: str, t0_ms: int, t1_ms: int, text: str, verified: bool, tokens: int,
-                       commit: bool = True) -> int:
-        """Store one committed annotation; returns its id."""
+                       commit: bool = True, spans: list | None = None) -> int:
+        """Store one committed annotation; returns its id. spans: [(kind, text), ...] (see the module
+        docstring) whose texts join to `text`, or None when unknown."""
         self._writable()
         _check_int("t0_ms", t0_ms, 0, (1 << 63) - 1)
         _check_int("t1_ms", t1_ms, t0_ms, (1 << 63) - 1)
         _check_int("tokens", tokens, 0, 1 << 31)
         if not isinstance(text, str):
             raise StoreError("text must be a str, got %s" % type(text).__name__)
+        js = None
+        if spans is not None:
+            if not all(isinstance(p, (tuple, list)) and len(p) == 2 and p[0] in SPAN_KINDS and isinstance(p[1], str)
+                       for p in spans) or "".join(p[1] for p in spans) != text:
+                raise StoreError("spans must be (kind, text) pairs, kind one of %s, whose texts join to the text"
+                                 % ", ".join(SPAN_KINDS))
+            js = json.dumps([[k, t] for k, t in spans])
         with self._lock:
             nid = self.node_id(node)
             self._begin()
-            cur = self._db.execute("INSERT INTO annotations (node, t0_ms, t1_ms, text, verified, tokens, created_ms) "
-                                   "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                                   (nid, t0_ms, t1_ms, text, 1 if verified else 0, tokens, now_ms()))
+            cur = self._db.execute("INSERT INTO annotations (node, t0_ms, t1_ms, text, verified, tokens, created_ms, "
+                                   "spans) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                                   (nid, t0_ms, t1_ms, text, 1 if verified else 0, tokens, now_ms(), js))
             if commit:
                 self.commit()
             return int(cur.lastrowid)
@@ -539,15 +560,19 @@ class LogStore:
                 "reported": self.reported_dropped(node), "spilled": spilled}
 
     def annotations(self, node: str | None = None) -> list[dict]:
-        sql = ("SELECT nodes.name, t0_ms, t1_ms, text, verified, tokens FROM annotations "
-               "JOIN nodes ON nodes.id=annotations.node")
+        """Stored annotations in commit order; "spans" is the decoded list of [kind, text] or None."""
+        sql = ("SELECT nodes.name, t0_ms, t1_ms, text, verified, tokens, %s FROM annotations "
+               "JOIN nodes ON nodes.id=annotations.node" % ("spans" if self._spans else "NULL"))
         args: tuple = ()
         if node is not None:
             sql += " WHERE nodes.name=?"
             args = (node,)
-        keys = ("node", "t0_ms", "t1_ms", "text", "verified", "tokens")
+        keys = ("node", "t0_ms", "t1_ms", "text", "verified", "tokens", "spans")
         with self._lock:
-            return [dict(zip(keys, r)) for r in self._db.execute(sql + " ORDER BY annotations.id", args).fetchall()]
+            rows = [dict(zip(keys, r)) for r in self._db.execute(sql + " ORDER BY annotations.id", args).fetchall()]
+        for r in rows:
+            r["spans"] = json.loads(r["spans"]) if r["spans"] else None
+        return rows
 
     def count_logs(self) -> int:
         with self._lock:

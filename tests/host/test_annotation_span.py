@@ -107,3 +107,51 @@ def test_remembered_lines_are_bounded(stream) -> None:
         sp.on_log("2026-11-30T06:00:00Z M-201 RUNNING N=%drpm" % i, i)
     assert len(sp.recent) == gateway.NodeStream.RECENT
     assert "M-201 RUNNING N=499rpm" in sp.recent and "M-201 RUNNING N=0rpm" not in sp.recent
+
+
+def _verdict(sp, ids: list[int], accepted: int, correction: bool) -> None:
+    body = frame_host.pack_verdict(1, sp.stream.committed, accepted, correction=ids[-1] if correction else None,
+                                   committed=sp.stream.committed + len(ids))
+    sp.on_verdict(body, ids)
+
+
+def test_the_store_tells_accepted_draft_tokens_from_corrections_and_offline_text(stream) -> None:
+    """An annotation's spans (host/store.py): the draft tokens a verdict accepted, the target's correction after
+    a rejection, and the text the node drafted while the gateway was away, in order, joining to its text."""
+    sp, store, now = stream
+    _log(store, sp, now, LINE_P, 10_000, 1)
+    _prompt(sp, [1, 2, 3])
+    _verdict(sp, [4], accepted=0, correction=True)  # the draft's first token rejected: the target's own
+    _verdict(sp, [5, 2], accepted=2, correction=False)  # then two draft tokens accepted (the stop)
+    a = store.annotations()[-1]
+    assert a["text"] == PIECES[4] + PIECES[5] + "\n"
+    assert a["spans"] == [["fix", PIECES[4]], ["draft", PIECES[5] + "\n"]]
+    # the node alone (its gateway away): an UNVERIFIED prompt's ids are its own text
+    sp.on_prompt(verifier.pack_prompt(sp.stream.committed, [4, 2], unverified=True))
+    sp._flush()
+    assert store.annotations()[-1]["spans"] == [["unverified", PIECES[4] + "\n"]]
+    assert store.annotations()[-1]["verified"] == 0
+
+
+def test_a_store_made_before_the_spans_column_stays_readable(tmp_path: Path) -> None:
+    """A store without annotations.spans (an older gateway's): read as it is (spans None), and a gateway that
+    opens it adds the column, keeping the rows it had."""
+    import sqlite3
+
+    db = tmp_path / "old.db"
+    s = LogStore(db)
+    s.add_annotation("n1", 1, 2, "an old note", True, 3)
+    s.close()
+    c = sqlite3.connect(db)
+    c.execute("ALTER TABLE annotations DROP COLUMN spans")
+    c.commit()
+    c.close()
+    ro = LogStore(db, readonly=True)
+    assert [(a["text"], a["spans"]) for a in ro.annotations()] == [("an old note", None)]
+    ro.close()
+    s = LogStore(db)
+    s.add_annotation("n1", 3, 4, "ab", True, 2, spans=[("draft", "a"), ("fix", "b")])
+    assert [a["spans"] for a in s.annotations()] == [None, [["draft", "a"], ["fix", "b"]]]
+    with pytest.raises(ValueError):
+        s.add_annotation("n1", 3, 4, "ab", True, 2, spans=[("draft", "a")])  # the pieces must join to the text
+    s.close()

@@ -74,6 +74,11 @@ def test_references_point_inside_the_repository() -> None:
             continue
         text = (ROOT / f).read_text(errors="replace")
         for m in re.finditer(r"\bdocs/([\w-]+)(\.md)?\b", text):
+            other = re.match(r"\.(?!md\b)[A-Za-z]\w*", text[m.end():m.end() + 8])
+            if other:  # another kind of file under docs/ (the README's docs/dashboard.png): it must exist too
+                if not (ROOT / "docs" / (m.group(1) + other.group(0))).is_file():
+                    bad.append("%s names docs/%s%s, which does not exist" % (f, m.group(1), other.group(0)))
+                continue
             if not (ROOT / "docs" / (m.group(1) + ".md")).is_file():
                 bad.append("%s names docs/%s, which does not exist" % (f, m.group(1)))
         for m in re.finditer(r"\bDESIGN(\.md)?\s+\d|\bDESIGN\.md\b|/work contract", text):
