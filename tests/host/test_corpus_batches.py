@@ -1,5 +1,6 @@
 """tools/train/corpus.py's lockstep grouping, the part of the draft's recipe that decides its streams' bits:
-the same batches whether the corpus is made in one process or several (make_draft --jobs)."""
+the same batches whether the corpus is made in one process or several (make_draft --jobs); and
+tools/environ.py, which gives those processes one BLAS thread each."""
 
 from __future__ import annotations
 
@@ -35,3 +36,19 @@ def test_generate_default_starts_no_process_when_every_stream_is_made(tmp_path, 
     corpus.generate_default(logs.append, jobs=2)
     corpus.generate_default(logs.append, jobs=1)
     assert made == [] and logs == []
+
+
+def test_environ_sets_for_the_block_and_puts_back_what_was_there(monkeypatch):
+    import os
+
+    from tools.environ import ONE_BLAS_THREAD, environ
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    try:
+        with environ(ONE_BLAS_THREAD):
+            assert all(os.environ[k] == "1" for k in ONE_BLAS_THREAD)
+            raise RuntimeError("the block fails")
+    except RuntimeError:
+        pass
+    assert os.environ["OMP_NUM_THREADS"] == "4" and "OPENBLAS_NUM_THREADS" not in os.environ

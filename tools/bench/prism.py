@@ -306,16 +306,10 @@ def compare(full: dict, prism: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Set the thread/offline environment (before numpy loads: this module imports it lazily), run, restore it."""
-    saved = {k: os.environ.get(k) for k in _ENV}
-    os.environ.update(_ENV)
-    try:
+    from tools.environ import environ
+
+    with environ(_ENV):
         return _main(argv)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _main(argv: list[str] | None = None) -> int:

@@ -474,20 +474,14 @@ def generate_default(log=print, jobs: int = 1) -> None:
     todo = [b for b in batches if not all(stream_path(s).is_file() for s in b)]
     if not todo:
         return
+    from tools.environ import ONE_BLAS_THREAD, environ
+
     # the workers read these when they import numpy (spawned processes inherit the environment)
-    saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
-    os.environ.update({k: "1" for k in saved})
-    try:
+    with environ(ONE_BLAS_THREAD):
         ctx = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
             for _ in pool.map(_generate_group, todo):
                 pass
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     log("corpus: %d lockstep batches made in %d processes" % (len(todo), jobs))
 
 
