@@ -187,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
     mqtt_config = _mqtt_config(args)
     ui_bind = _ui_bind(args)
     db = Path(args.db)
-    _check_out_path("--db", db)
+    _check_out_path("--db", db)  # before the model loads (seconds): a bad path fails at once
     ui_server = None
     if ui_bind is not None:  # bound before anything is created: a port in use fails with nothing to undo
         from host.ui import serve
@@ -215,7 +215,7 @@ def _run(args: argparse.Namespace, ports: list[str], names: list[str], db: Path,
         except (OSError, ValueError) as e:  # ssl.SSLError is an OSError: a CA or key that is not PEM
             files = ", ".join("%s %s" % (o, v) for o, v in (("--mqtt-ca", mqtt_config.ca), ("--mqtt-cert", mqtt_config.cert),
                                                              ("--mqtt-key", mqtt_config.key)) if v)
-            raise UserError("%s: cannot set up TLS with %s: %s" % (args.mqtt, files or "the system's CAs", e)) from None  # before the model loads (seconds): a bad path fails at once
+            raise UserError("%s: cannot set up TLS with %s: %s" % (args.mqtt, files or "the system's CAs", e)) from None
     status = Path(args.status) if args.status else None
     if status is not None:
         _check_out_path("--status", status)

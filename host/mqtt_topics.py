@@ -16,8 +16,9 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 
+from host.plantlines import ALARM_VERBS, REPORT, is_trip, report_pairs
+
 PAYLOAD_VERSION = 1
-ALARM_VERBS = ("ALARM", "ACK", "CLEAR", "SHELVE", "UNSHELVE")  # docs/PLANT.md, Log grammar
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
@@ -108,7 +109,7 @@ def classify(text: str) -> str | None:
     f = text.split()
     if len(f) >= 8 and f[1] in ALARM_VERBS:
         return "alarm"
-    if len(f) >= 5 and f[1] == "STATE" and f[3].endswith("->TRIPPED"):
+    if is_trip(f):
         return "trip"
     return None
 
@@ -127,14 +128,9 @@ def _line_fields(kind: str, text: str) -> dict:
 def health_fields(text: str) -> dict:
     """A NODE report's key=value fields ("NODE heap=1234 dropped=0 ...", firmware/node.py), numbers as ints;
     any other NODE line (a notice at boot: "NODE model error: ...; running logs-only") as {"notice": its text}."""
-    if not text.startswith("NODE heap="):
+    if not text.startswith(REPORT):
         return {"notice": text[5:]}
-    out: dict = {}
-    for kv in text.split()[1:]:
-        if "=" in kv:
-            k, v = kv.split("=", 1)
-            out[k] = int(v) if v.isdigit() else v
-    return out
+    return {k: int(v) if v.isdigit() else v for k, v in report_pairs(text)}
 
 
 def gateway_status(gateway: str, since_ms: int, online: bool, reason: str) -> bytes:

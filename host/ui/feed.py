@@ -21,14 +21,14 @@ import urllib.parse
 from datetime import datetime, timezone
 from pathlib import Path
 
+from host.plantlines import PLC_STATES, REPORT, is_trip, report_pairs
+
 SERIES = 240  # samples kept per machine (the plot's width)
 EVENTS = 60  # alarm raises and trips kept per machine
 NOTES = 200  # annotations kept
 HISTORY = 20000  # at start, the lines read back (a store of months is not read whole)
 _ID = re.compile(r"(?:CV|P|M|C)-\d{3}\Z")
-_PLC = frozenset(("STOPPED", "STARTING", "RUNNING", "STOPPING", "TRIPPED"))
 _VALUE = re.compile(r"(-?\d+(?:\.\d+)?)([A-Za-z0-9/]*)\Z")
-ALARM_VERBS = frozenset(("ALARM", "ACK", "CLEAR", "SHELVE", "UNSHELVE"))
 
 
 def line_time(text: str) -> float | None:
@@ -42,7 +42,7 @@ def line_time(text: str) -> float | None:
 def parse_sample(text: str) -> tuple[str, str, dict] | None:
     """(machine, PLC state, {key: (value, unit)}) of a sample line, or None for any other line."""
     f = text.split()
-    if len(f) < 4 or not _ID.match(f[1]) or f[2] not in _PLC:
+    if len(f) < 4 or not _ID.match(f[1]) or f[2] not in PLC_STATES:
         return None
     vals = {}
     for kv in f[3:]:
@@ -58,7 +58,7 @@ def parse_event(text: str) -> tuple[str, str, str] | None:
     f = text.split()
     if len(f) >= 8 and f[1] == "ALARM" and f[-1] == "RAISED":
         return f[3], "alarm", "%s %s %s" % (f[2], f[4], f[5])
-    if len(f) >= 5 and f[1] == "STATE" and f[3].endswith("->TRIPPED"):
+    if is_trip(f):
         return f[2], "trip", "TRIPPED %s" % f[4]
     return None
 
@@ -180,8 +180,8 @@ class Feed:
         node.lines += 1
         node.spilled += 1 if spilled else 0
         if text.startswith("NODE "):
-            if text.startswith("NODE heap="):
-                node.report = {k: v for k, _, v in (kv.partition("=") for kv in text.split()[1:]) if v}
+            if text.startswith(REPORT):
+                node.report = {k: v for k, v in report_pairs(text) if v}
                 node.report_ms = wall_ms
             else:
                 node.notice = text[5:]
