@@ -41,6 +41,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
+def check_store(db: Path) -> None:
+    """UserError unless `db` is a readable log store (what --db of `ask` and `edgetwin ui` must name)."""
+    if db.is_dir():
+        raise UserError("--db %s is a directory, not a log store (give the gateway's --db file)" % db)
+    if not db.is_file():
+        raise UserError("log store %s does not exist (give the gateway's --db file)" % db)
+    if not os.access(db, os.R_OK):
+        raise UserError("--db %s: not readable (permission denied)" % db)
+    from host.store import LogStore, StoreError
+
+    try:  # a file that is not a log store is refused here, not by a traceback later
+        LogStore(db, readonly=True).close()
+    except StoreError as e:
+        raise UserError(str(e)) from None
+
+
 def _reranker_dir(arg: str | None) -> str:
     if arg:
         return arg
@@ -94,18 +110,7 @@ def run(args: argparse.Namespace) -> int:
     if args.k > args.candidates:
         raise UserError("--k %d is larger than --candidates %d" % (args.k, args.candidates))
     db = Path(args.db)
-    if db.is_dir():
-        raise UserError("--db %s is a directory, not a log store (give the gateway's --db file)" % db)
-    if not db.is_file():
-        raise UserError("log store %s does not exist (give the gateway's --db file)" % db)
-    if not os.access(db, os.R_OK):
-        raise UserError("--db %s: not readable (permission denied)" % db)
-    from host.store import LogStore, StoreError
-
-    try:  # a file that is not a log store is refused before any progress line or model load
-        LogStore(db, readonly=True).close()
-    except StoreError as e:
-        raise UserError(str(e)) from None
+    check_store(db)  # before any progress line or model load
     out, err = sys.stdout, sys.stderr
 
     def progress(line: str) -> None:

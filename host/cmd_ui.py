@@ -59,25 +59,13 @@ def check_target(opt: str, target: str) -> None:
         raise UserError("%s %s: give domain, stock or a GGUF file" % (opt, target))
 
 
-def check_db(db: Path) -> None:
-    from host.store import LogStore, StoreError
-
-    if db.is_dir():
-        raise UserError("--db %s is a directory, not a log store (give the gateway's --db file)" % db)
-    if not db.is_file():
-        raise UserError("log store %s does not exist (give the gateway's --db file)" % db)
-    try:
-        LogStore(db, readonly=True).close()
-    except StoreError as e:
-        raise UserError(str(e)) from None
-
-
 def run(args: argparse.Namespace) -> int:
+    from host.cmd_ask import check_store
     from host.ui import asking, serve
 
     bind = serve.check(args)
     db = Path(args.db)
-    check_db(db)
+    check_store(db)
     if args.seconds is not None and not 0 < args.seconds < float("inf"):
         raise UserError("--seconds must be a positive number, got %s" % args.seconds)
     check_target("--target", args.target)
