@@ -168,7 +168,9 @@ def run(args: argparse.Namespace) -> int:
         out.write("\nAnswer: ")
     out.write("\n\n")
     chosen, cited = res["chosen"], res["cited"]
-    if cited:
+    if res["by_record"]:
+        out.write("Answered from the plant's record: the store holds no line of that kind (%s).\n" % res["how"])
+    elif cited:
         out.write("Sources cited:\n")
         for s in cited:
             out.write("  [%d] %s\n" % (s.n, s.span()))

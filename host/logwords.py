@@ -120,6 +120,33 @@ def alarm_follow(question: str) -> dict | None:
             "minute": "%s:%s" % t.groups() if t else None}
 
 
+# The alarm tags a process fault raises first, by the plant's record (docs/PLANT.md): its onset is the machine's
+# first HI/LO raise of one of these (a BAD raise is a sensor fault's). Over the 254 onsets of training seeds 0-59
+# (tools/train/qa_corpus) every non-BAD first alarm's tag is in its fault's row; tests/host/test_logwords.py
+# checks that against the simulator. Bearing wear and cavitation both show first as vibration.
+FAULT_TAGS = {"overheating": ("bearing_temp", "winding_temp", "discharge_temp", "gearbox_temp"),
+              "bearing_wear": ("vibration",),
+              "cavitation": ("vibration",),
+              "clogged_filter": ("strainer_dp", "intake_filter_dp", "flow", "air_flow")}
+FAULT_WORDS = {"overheating": "overheating", "bearing_wear": "bearing wear", "cavitation": "cavitation",
+               "clogged_filter": "a clogged filter"}
+FAULT_SIGNS = {"overheating": "temperature", "bearing_wear": "vibration", "cavitation": "vibration",
+               "clogged_filter": "filter differential pressure or flow"}
+# the operator's words for each, temperature first: "the bearing temperature" is heat, not bearing wear
+_FAULT = [(re.compile(p), f) for p, f in (
+    (r"overheat\w*|running hot|\bhot\b|\bheat\b|temperature", "overheating"),
+    (r"cavitat\w*", "cavitation"),
+    (r"\bbearing", "bearing_wear"),
+    (r"clog\w*|\bblock\w*|\bfilter|strainer", "clogged_filter"),
+)]
+
+
+def fault(question: str) -> str | None:
+    """The process fault the question names (a FAULT_TAGS key), or None."""
+    low = question.lower()
+    return next((f for pat, f in _FAULT if pat.search(low)), None)
+
+
 _ONSET = re.compile(r"first sign|first show\w*|\bstart(?:s|ed)? \w+ing\b|\bbegin\w*|\bbegan\b|\bonset\b|"
                     r"\bstart(?:s|ed)? (?:developing|showing|to)\b")
 _ASKS_WHEN = re.compile(r"^\s*(?:when|at what time|what time)\b")
@@ -127,15 +154,30 @@ _ASKS_WHEN = re.compile(r"^\s*(?:when|at what time|what time)\b")
 
 def onset(question: str) -> dict | None:
     """For "when did M-201 start running hot?" / "when was the first sign of ... on P-101?": {"machine", "words"
-    (as alarm_follow's)}: the answer is the machine's first alarm raised (LogStore.first_raise). None for any
-    other question: not a when, not one machine, a start-up ("start up", "started"), an alarm's handling."""
+    (as alarm_follow's), "fault" (fault()), "tags" (FAULT_TAGS of it, None when no fault is named)}: the answer
+    is the machine's first alarm raised of those tags (LogStore.first_raise), and none at all when it raised
+    none. None for any other question: not a when, not one machine, a start-up ("start up", "started"), an
+    alarm's handling."""
     low = question.lower()
     ids = named_ids(question)
     if len(ids) != 1 or not _ASKS_WHEN.search(low) or not _ONSET.search(low) or re.search(r"\bstart\w* up\b", low):
         return None
     if alarm_follow(question) is not None:
         return None
-    return {"machine": ids[0], "words": _log_words(question)}
+    f = fault(question)
+    return {"machine": ids[0], "words": _log_words(question), "fault": f, "tags": FAULT_TAGS[f] if f else None}
+
+
+_TRIP = re.compile(r"\btrip(?:s|ped|ping)?\b|\binterlock\w*|what stopped")
+
+
+def trip(question: str) -> str | None:
+    """The one machine a question about its trip names ("why did P-101 trip?", "which interlock stopped the
+    conveyor CV-401?"), or None: no trip words, no machine or more than one, or an alarm's handling."""
+    ids = named_ids(question)
+    if len(ids) != 1 or not _TRIP.search(question.lower()) or alarm_follow(question) is not None:
+        return None
+    return ids[0]
 
 
 # "the motor", not "the motors", "the motor 2" or "the motor M-201"

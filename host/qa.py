@@ -22,7 +22,11 @@ Words (host/logwords.py): the question is searched in the log's own words as wel
 
 Record: "when was the HI vibration alarm on CV-401 acknowledged?" and "when did M-201 start running hot?"
 are answered by one line the alarm's lifecycle finds (its ACK or CLEAR after its raise; the machine's first
-raise) better than words do; retrieve() puts that window first (Retrieval.pinned) and rerank() keeps it.
+raise of the alarms its fault raises first, logwords.FAULT_TAGS) better than words do; retrieve() puts that
+window first (Retrieval.pinned) and rerank() keeps it. When the record proves there is no such line (M-201
+never raised a temperature alarm; P-102 never tripped), that is the answer (Retrieval.answer: "Nothing of
+the kind in the log since ..."), given without the target: three windows cannot show an absence, and the
+target, shown another alarm of the machine, took it for the fault.
 
 Fallback: when no log line holds the question's words (nothing has tripped yet, a word the logs never use),
 retrieve() returns the most recent alarm/state windows instead (or the most recent lines, if there are no
@@ -133,6 +137,7 @@ class Retrieval:
     how: str
     labels: dict
     pinned: int = 0  # the first `pinned` windows were found by an alarm's own record: rerank always keeps them
+    answer: str = ""  # the plant's record answers it already (no such trip or fault alarm): no target needed
 
 
 _PORTLIKE = re.compile(r"^(/|[A-Za-z][A-Za-z0-9+.-]*://|COM\d+$)")
@@ -189,20 +194,41 @@ def _with_sole_ids(store, question: str) -> str:
     return logwords.with_sole_ids(question, sole) if sole else question
 
 
+def _nothing(store, machine: str, what: str) -> str:
+    """The record's answer when `machine` logged nothing of the kind: since when the log says so."""
+    since = store.since_ms(machine)
+    if since is None:
+        return "Nothing of the kind in the log: no line names %s." % machine
+    return "Nothing of the kind in the log since %s UTC on %s: %s." % (
+        fmt_ms(since, time_only=True)[:5], fmt_ms(since)[:10], what)
+
+
 def _by_record(store, question: str, lines: int):
-    """(the window of the line that answers by the plant's record, what it is), or None: the ACK or CLEAR line
-    of the one alarm the question names (logwords.alarm_follow -> LogStore.alarm_follow), or the first alarm
-    a machine raised for "when did it start ..." (logwords.onset -> LogStore.first_raise)."""
+    """(the window of the line that answers by the plant's record, what it is, "") or (None, what, the answer)
+    when the record proves that nothing of the kind happened, or None: the ACK or CLEAR line of the one alarm
+    the question names (logwords.alarm_follow -> LogStore.alarm_follow); for "when did it start ...", the first
+    alarm the machine raised of those its fault raises first (logwords.onset -> LogStore.first_raise), and
+    none of them ever raised is the answer; for "why did P-101 trip?", no trip of it ever logged is."""
     from host import logwords
 
     f = logwords.alarm_follow(question)
     if f is not None:
         w = store.alarm_follow(f["machine"], f["verb"], f["level"], f["words"], f["minute"], lines=lines)
-        return None if w is None else (w, "the alarm's %s line" % f["verb"])
+        return None if w is None else (w, "the alarm's %s line" % f["verb"], "")
     f = logwords.onset(question)
     if f is not None:
-        w = store.first_raise(f["machine"], f["words"], lines=lines)
-        return None if w is None else (w, "%s's first alarm" % f["machine"])
+        m = f["machine"]
+        w = store.first_raise(m, f["words"], lines=lines, tags=f["tags"])
+        if w is not None:
+            return w, "%s's first alarm" % m, ""
+        if f["fault"] is None:
+            return None
+        what = "%s raised no %s alarm, the first sign of %s" % (m, logwords.FAULT_SIGNS[f["fault"]],
+                                                                  logwords.FAULT_WORDS[f["fault"]])
+        return None, "no %s alarm of %s" % (logwords.FAULT_SIGNS[f["fault"]], m), _nothing(store, m, what)
+    m = logwords.trip(question)
+    if m is not None and not store.tripped(m):
+        return None, "no trip of %s" % m, _nothing(store, m, "no trip of %s" % m)
     return None
 
 
@@ -216,8 +242,14 @@ def retrieve(store_path: str | Path, question: str, limit: int = 20, lines: int 
         question = _with_sole_ids(store, question)
         found = _windows(store, question, limit, lines)
         record = _by_record(store, question, lines)
+        if record is not None and record[0] is None:
+            _, what, answer = record
+            how = "the plant's record answers it: %s" % what
+            if found:
+                return Retrieval(found, True, how, labels, answer=answer)
+            return Retrieval(_recent_lines(store, limit, lines), False, how, labels, answer=answer)
         if record is not None:
-            w0, what = record
+            w0, what, _ = record
             # windows overlapping it would repeat its lines in the prompt's budget
             found = [w0] + [w for w in found if not (w.node == w0.node and w.first_id <= w0.last_id
                                                       and w0.first_id <= w.last_id)][:limit - 1]
@@ -535,10 +567,17 @@ def ask(question: str, store_path: str | Path, prism, answerer: Optional[Callabl
     rep("progress", "reranked in %.2f s" % (t2 - t1))
     rep("chosen", (found, chosen, ranking))
     res = {"question": question, "matched": found.matched, "how": found.how, "candidates": len(found.windows),
-           "chosen": chosen, "ranking": ranking, "answer": None, "cited": [],
+           "chosen": chosen, "ranking": ranking, "answer": None, "cited": [], "by_record": bool(found.answer),
            "times": {"retrieve_s": round(t1 - t0, 3), "rerank_s": round(t2 - t1, 3)}}
     if answerer is None:
         res["times"]["total_s"] = round(time.perf_counter() - t0, 3)
+        return res
+    if found.answer:  # the record proves the absence; a target reading three windows cannot
+        rep("text", found.answer)
+        res["answer"] = found.answer
+        res["times"].update(wait_target_s=0.0, answer_s=0.0, total_s=round(time.perf_counter() - t0, 3),
+                            prompt_tokens=0, answer_tokens=0, prefill_s=0.0, decode_s=0.0, prompt_lines=0,
+                            ended="the plant's record")
         return res
     if not hasattr(answerer, "answer"):
         rep("progress", "waiting for the target model to load")

@@ -694,17 +694,53 @@ class LogStore:
         best = max((r[0] for r in raises), default=0)
         return [r for r in raises if r[0] == best]
 
-    def first_raise(self, machine: str, words: tuple | list | set = (), lines: int = 8) -> Window | None:
-        """The window around `machine`'s first "ALARM ... RAISED" line, of the tags that hold most of `words`
-        (any tag when none holds one): when a machine "first showed" a fault. None when it never raised one."""
+    def first_raise(self, machine: str, words: tuple | list | set = (), lines: int = 8,
+                    tags: tuple | list | set | None = None) -> Window | None:
+        """The window around `machine`'s first "ALARM ... RAISED" line: when a machine "first showed" a fault.
+        With `tags` (logwords.FAULT_TAGS: the alarms a fault raises first), only a HI, HIHI, LO or LOLO raise of
+        one of them counts (a BAD raise is a sensor's fault, not the machine's); else the tags that hold most of
+        `words` (any tag when none holds one). None when it never raised one."""
         _check_machine(machine)
         _check_int("lines", lines, 1, 1000)
+        if tags is not None:
+            if not isinstance(tags, (tuple, list, set)) or not all(isinstance(t, str) for t in tags):
+                raise StoreError("tags must be a list of alarm tags or None, got %r" % (tags,))
+            want = set(tags)
         with self._lock:
-            picked = self._raises(machine, None, words, None)
+            if tags is None:
+                picked = self._raises(machine, None, words, None)
+            else:
+                picked = [r for r in self._raises(machine, None, (), None) if r[4] in want and r[3] != "BAD"]
             if not picked:
                 return None
             _, lid, nid, _, _ = picked[0]
             return self._record_window(nid, lid, lines)
+
+    def tripped(self, machine: str) -> bool:
+        """Whether any node logged `machine` tripping ("STATE <machine> <state>->TRIPPED ...")."""
+        _check_machine(machine)
+        with self._lock:
+            for _, _, text in self._lines_holding("state", "tripped", machine):
+                f = text.split()
+                if len(f) > 3 and f[1] == "STATE" and f[2] == machine and f[3].endswith("->TRIPPED"):
+                    return True
+        return False
+
+    def since_ms(self, machine: str | None = None) -> int | None:
+        """The wall time (ms) of the earliest line of the nodes that log `machine` (of every node when None):
+        how far back "nothing of the kind in the log" reaches. None when no line names it (or none is stored)."""
+        if machine is not None:
+            _check_machine(machine)
+        with self._lock:
+            nids = [n for (n,) in self._db.execute("SELECT id FROM nodes")]
+            if machine is not None:
+                nids = [n for n in nids if self._db.execute(
+                    "SELECT 1 FROM logs_fts JOIN logs ON logs.id=logs_fts.rowid WHERE logs_fts MATCH ? AND "
+                    "logs.node=? LIMIT 1", ('"%s"' % machine.lower(), n)).fetchone()]
+            # one index seek per node (logs_node_time), not a scan of the lines
+            firsts = [self._db.execute("SELECT min(wall_ms) FROM logs WHERE node=?", (n,)).fetchone()[0] for n in nids]
+        firsts = [t for t in firsts if t is not None]
+        return min(firsts) if firsts else None
 
     def machines(self, prefix: str, lines: int = 20000) -> list[str]:
         """The machine ids of a kind ("M" -> M-201, M-202...) that the latest `lines` plant lines name, sorted."""

@@ -241,7 +241,40 @@ def test_retrieval_follows_the_alarms_record_and_pins_it(plant, tmp_path):
     assert first.pinned == 1 and "06:05:30Z ALARM HI C-301" in first.windows[0].text.splitlines()[2]
     for other in ("why does the compressor vibrate?", "when was the alarm on C-301 raised at 06:30 acknowledged?"):
         r = qa.retrieve(db, other, limit=4, lines=6)
-        assert r.pinned == 0 and r.windows, other
+        assert r.pinned == 0 and r.windows and not r.answer, other
+
+
+def test_the_record_answers_what_never_happened_without_the_target(plant):
+    """P-101 overheats and trips in the plant log: no vibration alarm, and M-201 never trips. Those answers
+    come from the plant's record, streamed as the target's would be, and the target is never asked."""
+    def no_target():
+        raise AssertionError("the target was asked")
+
+    for q, words in (("when was the first sign of a worn bearing on P-101?", "P-101 raised no vibration alarm"),
+                     ("why did M-201 trip?", "no trip of M-201")):
+        found = qa.retrieve(plant["db"], q, limit=4, lines=6)
+        assert found.answer.startswith("Nothing of the kind in the log since 06:00 UTC on ") and words in found.answer
+        assert found.pinned == 0 and found.windows, q  # the windows still shown to the operator
+        pieces = []
+        res = qa.ask(q, plant["db"], FakePrism(), no_target, report=lambda k, d: pieces.append(d) if k == "text"
+                     else None)
+        assert res["answer"] == found.answer == "".join(pieces) and res["by_record"] and res["cited"] == []
+    nowhere = qa.retrieve(plant["db"], "why did P-102 trip?").answer
+    assert nowhere == "Nothing of the kind in the log: no line names P-102."
+    # what did happen is the target's to say
+    for q in ("when did P-101 start overheating?", "why did P-101 trip?"):
+        found = qa.retrieve(plant["db"], q, limit=4, lines=6)
+        assert not found.answer, q
+    assert qa.retrieve(plant["db"], "when did P-101 start overheating?", limit=4, lines=6).pinned == 1
+
+
+class FakePrism:
+    """Ranks windows in the order given: the record test is about what ask does after retrieval, not PRISM."""
+
+    def rank(self, question, texts, k):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(top=list(range(k)), probs=np.linspace(0.9, 0.1, len(texts)))
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -368,3 +401,11 @@ def test_ask_answers_with_smollm2(plant):
     answer = out.split("Answer: ", 1)[1].split("\n\n")[0]
     assert len(answer.strip()) > 0
     assert "Sources cited:" in out or "cites no window" in out
+
+
+def test_ask_command_says_when_the_record_answered(plant, capsys):
+    code, out, err = ask(capsys, "why did M-201 trip?", "--db", str(plant["db"]), "--reranker", str(plant["model"]),
+                         "--target", "stock")
+    assert code == 0, err
+    assert "Answer: Nothing of the kind in the log since 06:00 UTC on 2026-11-30: no trip of M-201." in out, out
+    assert "Answered from the plant's record" in out and "ended: the plant's record" in err

@@ -65,3 +65,45 @@ def test_onset_questions_and_the_one_machine_of_a_kind() -> None:
     assert logwords.with_sole_ids(q, {"M": "M-201"}) == q
     for q in ("did the pumps trip?", "did the pump 2 trip?", "did the motor M-201 trip?", "did pump P-101 trip?"):
         assert logwords.unnamed_kinds(q) == [], q
+
+
+def test_the_fault_a_question_names_and_the_alarms_it_raises_first() -> None:
+    for q, fault in (("when did M-201 start running hot?", "overheating"),
+                     ("when did the bearing temperature of P-101 start rising?", "overheating"),  # heat, not wear
+                     ("at what time did pump P-101 first show bearing damage?", "bearing_wear"),
+                     ("when did P-101 start cavitating?", "cavitation"),
+                     ("when did a blocked filter begin on compressor C-302?", "clogged_filter"),
+                     ("when did P-101 first show a problem?", None)):
+        assert logwords.fault(q) == fault, q
+    f = logwords.onset("when was the first sign of a worn bearing on motor M-201?")
+    assert f is not None and (f["machine"], f["fault"], f["tags"]) == ("M-201", "bearing_wear", ("vibration",))
+    assert logwords.onset("when did P-101 first show a problem?")["tags"] is None
+
+
+def test_trip_questions_name_one_machine() -> None:
+    for q in ("why did P-101 trip?", "Which interlock stopped the conveyor CV-401 at about 08:10?",
+              "reason for the pump 2 trip (06:21)?"):
+        assert logwords.trip(q) in ("P-101", "CV-401", "P-102"), q
+    for q in ("did the pumps trip?", "why did P-101 and P-102 trip?", "when was the HIHI alarm on P-101 that "
+              "tripped it acknowledged?", "when did M-201 start running hot?"):
+        assert logwords.trip(q) is None, q
+
+
+def test_fault_tags_hold_every_first_alarm_the_simulator_raises() -> None:
+    """FAULT_TAGS against the plant's ground truth: on training seeds, the first alarm after each process
+    fault's onset (qa_corpus's onset answer) is one of its fault's tags, unless a sensor fault's BAD came first.
+    A fault whose physics changed (cavitation first showing as low flow) fails here."""
+    from tools.train import qa_corpus
+
+    seen: dict[str, set] = {}
+    for seed in range(8):
+        node = qa_corpus.node_log(seed)
+        for q in qa_corpus._questions_of(node):  # noqa: SLF001 - the generator's own answers
+            if q["type"] != "onset":
+                continue
+            fields = node["lines"][q["answer"][0]].split()
+            fault = q["key"].split(":")[1].split("@")[0]
+            if fields[2] != "BAD":
+                assert fields[4] in logwords.FAULT_TAGS[fault], (seed, q["question"], fields)
+                seen.setdefault(fault, set()).add(fields[4])
+    assert set(seen) == set(logwords.FAULT_TAGS), seen  # every fault was seen at least once

@@ -302,8 +302,32 @@ def test_first_raise_and_the_machines_of_a_kind(tmp_path: Path) -> None:
     assert w is not None and w.text.endswith("ALARM HI M-201 winding_temp 121.2C prio=2 RAISED")
     assert s.first_raise("M-201", ["flux"], lines=1).text.endswith("ALARM HI M-201 current 31A prio=2 RAISED")
     assert s.first_raise("M-202", ["temp"]) is None
+    # by the fault's tags: only those count (no fallback to another tag), and a BAD raise is a sensor's fault
+    s.add_log("n1", 1, 6, 6, 6 * 60000, 2, "2026-11-30T06:06:00Z ALARM BAD M-201 vibration ? prio=1 RAISED")
+    assert s.first_raise("M-201", tags=("vibration",)) is None
+    assert s.first_raise("M-201", tags=("winding_temp",), lines=1).text.endswith("winding_temp 121.2C prio=2 RAISED")
+    assert s.first_raise("M-201", ["current"], tags=("winding_temp",), lines=1).text.endswith("121.2C prio=2 RAISED")
+    with pytest.raises(StoreError):
+        s.first_raise("M-201", tags="winding_temp")
     assert s.machines("M") == ["M-201", "M-202"] and s.machines("CV") == ["CV-401"] and s.machines("C") == []
     for bad in (lambda: s.machines("X"), lambda: s.first_raise("M201"), lambda: s.machines("M", lines=0)):
+        with pytest.raises(StoreError):
+            bad()
+    s.close()
+
+
+def test_tripped_and_since_when_a_machine_is_logged(tmp_path: Path) -> None:
+    s = LogStore(tmp_path / "g.db")
+    assert s.since_ms() is None and s.since_ms("P-101") is None and not s.tripped("P-101")
+    s.add_log("n1", 1, 1, 1, 5000, 1, "2026-11-30T06:00:05Z P-101 RUNNING T=50.0C")
+    s.add_log("n1", 1, 2, 2, 9000, 2, "2026-11-30T06:00:09Z ALARM HIHI P-101 vibration 11.2mm/s prio=4 RAISED")
+    s.add_log("n2", 1, 1, 1, 2000, 1, "2026-11-30T06:00:02Z M-201 RUNNING T=60.0C")
+    s.add_log("n2", 1, 2, 2, 3000, 2, "2026-11-30T06:00:03Z STATE M-201 RUNNING->TRIPPED interlock=HIHI_TEMP")
+    s.add_log("n2", 1, 3, 3, 4000, 2, "2026-11-30T06:00:04Z NOTE P-101 RUNNING->TRIPPED is what we feared")
+    assert s.tripped("M-201") and not s.tripped("P-101")  # only a STATE line of P-101 itself is a trip
+    assert s.since_ms("P-101") == 2000  # n2's NOTE names it too: both nodes' first lines count
+    assert s.since_ms("M-201") == 2000 and s.since_ms() == 2000 and s.since_ms("C-301") is None
+    for bad in (lambda: s.tripped("P101"), lambda: s.since_ms("x")):
         with pytest.raises(StoreError):
             bad()
     s.close()

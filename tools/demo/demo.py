@@ -431,8 +431,13 @@ class Demo:
                         sys.stdout.write(piece)
                         sys.stdout.flush()
 
-                text = self.models.answerer.answer(q, chosen, max_tokens=self.max_answer, on_text=show,
-                                                   note="" if found.matched else qa.NO_MATCH_NOTE)
+                if found.answer:  # the plant's record answers it (no such trip or alarm), as `ask` does
+                    show(found.answer)
+                    text = found.answer
+                    entry["by_record"] = True
+                else:
+                    text = self.models.answerer.answer(q, chosen, max_tokens=self.max_answer, on_text=show,
+                                                       note="" if found.matched else qa.NO_MATCH_NOTE)
                 entry["answer"] = text.strip()
                 cited = qa.cited_sources(text, chosen)
                 entry["cited_by_answer"] = bool(cited)

@@ -523,6 +523,7 @@ def ask_windows(db: Path, question: str, prism, count: Callable[[str], int]) -> 
     fitted = qa.fit_sources(question, chosen, count, qa.PROMPT_BUDGET)
     note = "" if found.matched else qa.NO_MATCH_NOTE
     return {"prompt": qa.prompt_text(question, fitted, note), "note": note, "matched": found.matched,
+            "record_answer": found.answer,
             "sources": [{"n": s.n, "node": s.node, "t0_ms": s.t0_ms, "t1_ms": s.t1_ms, "text": s.text,
                          "prob": round(s.prob, 6)} for s in fitted]}
 
@@ -564,7 +565,8 @@ def examples_of(seed: int, specs: list[tuple[str, str, dict[str, Any]]]) -> list
         for text, kind, truth in specs:
             got = ask_windows(db, text, _prism(), count)
             out.append({"seed": seed, "question": text, "kind": kind, "truth": truth, "prompt": got["prompt"],
-                        "note": got["note"], "matched": got["matched"], "sources": got["sources"]})
+                        "note": got["note"], "matched": got["matched"], "sources": got["sources"],
+                        "record_answer": got["record_answer"]})
             say("qa: seed %d, %d of %d questions retrieved" % (seed, len(out), len(specs)))
     return out
 

@@ -41,7 +41,7 @@ if __package__ in (None, ""):  # run as a script: make `shared` and `host` impor
 
 from shared import plant  # noqa: E402
 
-VERSION = 1  # bump when the generation changes: it names the cache directory
+VERSION = 2  # bump when the generation changes: it names the cache directory
 HOURS = 6
 N_MACHINES = 5
 SAMPLE_EVERY = 60
@@ -278,7 +278,8 @@ def _questions_of(node: dict[str, Any]) -> list[dict[str, Any]]:
     faults_by_type: dict[str, int] = {}
     for f in node["truth"]:
         faults_by_type[f["fault"]] = faults_by_type.get(f["fault"], 0) + 1
-    for f in node["truth"]:
+    onsets: set[tuple[str, str]] = set()  # (machine, fault) whose first episode was asked about
+    for f in sorted(node["truth"], key=lambda f: f["since_tick"]):
         m, kind, ft = f["machine"], kind_of[f["machine"]], f["fault"]
         lo = f["since_tick"]
         hi = f["until_tick"] if f["until_tick"] is not None else ticks[-1]
@@ -294,7 +295,10 @@ def _questions_of(node: dict[str, Any]) -> list[dict[str, Any]]:
                 add(trip_question(rng, who, at), m, [trip["i"]], lo, end, "trip", "%s@%d" % (m, trip["tick"]))
             if before:
                 who = machine_name(rng, m, kind, ids)
-                add(onset_question(rng, who, ft), m, [before[0]["i"]], lo, end, "onset", "%s:%s@%d" % (m, ft, lo))
+                text = onset_question(rng, who, ft)  # drawn either way: the questions after it stay the same
+                if (m, ft) not in onsets:  # "when did P-101 start cavitating?" asks for the first time it did
+                    add(text, m, [before[0]["i"]], lo, end, "onset", "%s:%s@%d" % (m, ft, lo))
+                onsets.add((m, ft))
                 if rng.random() < 0.6:
                     at = _at(rng, _hhmm(node, before[0]["tick"]), faults_by_type[ft] > 1)
                     noun = rng.choice(("machine", "machine", kind))
