@@ -575,8 +575,11 @@ class LogStore:
         return rows
 
     def count_logs(self) -> int:
+        """The number of lines stored. Lines are never deleted and take rowid max + 1 (no AUTOINCREMENT; an
+        ignored duplicate or a rolled-back insert takes none), so it is the largest id: one index seek, where
+        count(*) reads every line (the gateway's status asks twice a second; a month of lines is millions)."""
         with self._lock:
-            return int(self._db.execute("SELECT count(*) FROM logs").fetchone()[0])
+            return int(self._db.execute("SELECT coalesce(max(id), 0) FROM logs").fetchone()[0])
 
     def windows(self, query: str, limit: int = 20, lines: int = 8, minutes: tuple | list = (),
                 machines: tuple | list = ()) -> list[Window]:

@@ -36,6 +36,11 @@ def test_idempotent_insert_and_nodes(tmp_path: Path) -> None:
     assert s.add_log("n1", b"\x09\x02\x03\x04", 7, 0, 0, 1, "same seq, new boot epoch")
     assert s.add_log("n2", b"\x01\x02\x03\x04", 7, 0, 0, 3, b"other node, bytes text \xff")
     assert s.count_logs() == 42
+    # count_logs is the largest id: an ignored duplicate or a rolled-back insert must not move it
+    s.add_log("n3", 1, 1, 0, 0, 1, "in a transaction that is rolled back", commit=False)
+    s.rollback()
+    assert s.add_log("n3", 1, 2, 0, 0, 1, "kept")
+    assert s.count_logs() == 43 == s._db.execute("SELECT count(*) FROM logs").fetchone()[0]  # noqa: SLF001
     assert s.last_seq("n1", b"\x01\x02\x03\x04") == 39 and s.last_seq("n1", 5) is None
     logs = s.logs("n1")
     assert [r["seq"] for r in logs[:3]] == [0, 1, 2] and logs[7]["text"].endswith("T=40.7C V=1.1mm/s")
@@ -46,7 +51,7 @@ def test_idempotent_insert_and_nodes(tmp_path: Path) -> None:
     assert names["n1"]["logs"] == 41 and names["n2"]["logs"] == 1
     s.close()
     r = LogStore(tmp_path / "g.db", readonly=True)
-    assert r.count_logs() == 42 and r.rx_state("n1") == (b"\xaa\xbb\xcc\xdd", 65535)
+    assert r.count_logs() == 43 and r.rx_state("n1") == (b"\xaa\xbb\xcc\xdd", 65535)
     with pytest.raises(StoreError, match="read-only"):
         r.add_log("n1", 1, 1000, 0, 0, 1, "x")
     r.close()
