@@ -55,8 +55,14 @@ def status_reader(path: Path | None):
 
 
 def check_target(opt: str, target: str) -> None:
-    if target not in ("domain", "stock") and not Path(target).is_file():
-        raise UserError("%s %s: give domain, stock or a GGUF file" % (opt, target))
+    """The target choice `ask` will load (host/target_delta.choose, its one rule), checked before the server
+    starts: a missing file or model is the operator's one line now, not an error in the question box later."""
+    from host import target_delta
+
+    try:
+        target_delta.choose(target)
+    except OSError as e:  # ModelNotInstalled is a FileNotFoundError
+        raise UserError("%s %s: %s" % (opt, target, e)) from None
 
 
 def run(args: argparse.Namespace) -> int:
