@@ -144,6 +144,16 @@ def check_prefix(prefix: str) -> str:
     return prefix
 
 
+def check_filter(topic: str) -> str:
+    """A topic filter to subscribe to (the fleet view's --mqtt-topic): '+' a whole level, '#' the last one."""
+    levels = topic.split("/")
+    if (not topic or len(topic.encode()) > 200 or "\x00" in topic
+            or any(("+" in lv and lv != "+") or ("#" in lv and lv != "#") for lv in levels) or "#" in levels[:-1]):
+        raise MqttConfigError("--mqtt-topic %r: a topic filter: '+' stands for one whole level, '#' for the rest "
+                              "and only at the end (e.g. edgetwin/# or site-3/+/node/#)" % topic)
+    return topic
+
+
 def default_gateway_name() -> str:
     """The host's name made into one topic level (the default --mqtt-gateway)."""
     name = re.sub(r"[^A-Za-z0-9_.-]", "-", socket.gethostname().split(".")[0])[:64]
