@@ -3,7 +3,7 @@
 A live view (rich) of each gateway (online, or why not), its nodes (link up or down, board, health) and their
 latest notes and alarms, refreshed in place; `--jsonl FILE` (or `-`) appends each distinct event once as one
 JSON line, for a program to read. The subscription is a persistent session (host/fleet.py): nothing is missed
-while the broker restarts or this view is away. docs/MQTT.md 7.
+while the broker restarts or this view is away. docs/MQTT.md 6.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The fleet view's model: every gateway's nodes and notes, from what the gateways publish (docs/MQTT.md 7).
+"""The fleet view's model: every gateway's nodes and notes, from what the gateways publish (docs/MQTT.md 6).
 
 The contract:
 

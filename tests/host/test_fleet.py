@@ -1,4 +1,4 @@
-"""`edgetwin fleet` (host/fleet.py, host/cmd_fleet.py, docs/MQTT.md 7): the fleet view over a real broker.
+"""`edgetwin fleet` (host/fleet.py, host/cmd_fleet.py, docs/MQTT.md 6): the fleet view over a real broker.
 
 The end-to-end run: one Mosquitto with persistence, three real `edgetwin gateway --mqtt` processes with four
 nodes each (one drafting node per gateway: firmware/node.py with the tiny draft against `--model tiny:3`; three
@@ -356,5 +356,5 @@ def test_three_gateways_a_broker_restart_and_a_gateway_crash_every_note_arrives_
     wall = time.monotonic() - t_start
     print("\ntest_fleet: %.0f s; phases at %s; %d events (%s annotations by gateway), %d duplicates dropped (%d "
           "replayed by the test, %d from the run itself); %d lines sent by the logs-only nodes"
-          % (wall, phases, len(got), notes, dups, len(replays), dups - len(replays),
-             logs.sent))
+          % (wall, phases, len(got), notes, dups, len(replays), dups - len(replays), logs.sent))
+    print("\n".join(ln for ln in out.splitlines() if ln.startswith(("edgetwin fleet: ", "0", "1", "2"))))
