@@ -97,6 +97,44 @@ def test_a_refused_login_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.C
     assert not (tmp_path / "ev.jsonl").exists()
 
 
+def test_jsonl_to_stdout_and_sigint_stop_it_cleanly(tmp_path: Path) -> None:
+    """`--jsonl -`: stdout carries the events alone (one JSON object a line, each once), the messages and the
+    summary go to stderr; SIGINT stops it with exit status 0."""
+    from test_mqtt import Broker, fill, publisher
+
+    from host.store import LogStore
+
+    b = Broker(tmp_path)
+    b.start()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen([sys.executable, "-m", "host.cli", "fleet", "--mqtt", "mqtt://127.0.0.1:%d" % b.port,
+                          "--jsonl", "-", "--client-id", "fleet-sigint"], cwd=str(ROOT), env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    store = LogStore(tmp_path / "g.db")
+    pub = None
+    try:
+        assert p.stderr.readline().startswith("edgetwin fleet: connected to")  # subscribed from here on
+        pub = publisher(tmp_path / "g.db", b.port)
+        logs, notes = fill(store, "pump-room", 1, 10)
+        lines = [p.stdout.readline() for _ in logs + notes]
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=20)
+    finally:
+        if pub is not None:
+            pub.stop()
+        store.close()
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+        b.stop()
+    assert p.returncode == 0 and "Traceback" not in err, err
+    events = [json.loads(ln) for ln in lines + out.splitlines()]
+    assert sorted(e["id"] for e in events if e["table"] == "logs") == logs
+    assert sorted(e["id"] for e in events if e["table"] == "annotations") == notes
+    assert re.search(r"edgetwin fleet: stopped after \d+ s: 1 gateways \(1 online\), 1 nodes \(0 online\), %d events "
+                     r"\(0 duplicates dropped\)" % len(events), err), err
+
+
 # ---- the end-to-end run ----
 
 GATEWAYS = ("hall-1", "hall-2", "hall-3")
