@@ -43,6 +43,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "docs/MQTT.md 3), to FILE, or to stdout with '-' (then the live view is off)")
     p.add_argument("--for", dest="seconds", type=float, default=None, metavar="SECONDS",
                    help="stop after this long (default: until Ctrl-C or SIGTERM)")
+    from host.ui import serve
+
+    u = p.add_argument_group("web view (off by default; docs/MQTT.md 6, docs/DASHBOARD.md)")
+    u.add_argument("--ui", action="store_true",
+                   help="serve the same view as a web page, live (server-sent events), on 127.0.0.1 only unless told "
+                        "otherwise (its address is printed)")
+    serve.add_arguments(u)
 
 
 def _check(args: argparse.Namespace):
@@ -72,14 +79,81 @@ def _check(args: argparse.Namespace):
     return config, topics, client_id, int(args.session_expiry)
 
 
+def _ui_bind(args: argparse.Namespace) -> dict | None:
+    """The web view's bind settings with --ui (host/ui/serve.check), None without; UserError for a bad one."""
+    from host.ui import serve
+
+    if not args.ui:
+        given = serve.given_options(args)
+        if given:
+            raise UserError("%s needs --ui" % given[0])
+        return None
+    return serve.check(args)
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.live import Live
-
-    from host import mqtt_topics
-    from host.fleet import ConnectError, Fleet, JsonlSink, Listener
 
     config, topics, client_id, expiry = _check(args)
+    bind = _ui_bind(args)
+    fleet, sink = _fleet(args)
+    listener = _listener(args, config, topics, client_id, expiry, fleet)
+    server = None
+    if bind is not None:  # bound before the broker is tried: a port in use fails with nothing to undo
+        from host.ui import serve
+
+        server = serve.listen(bind)
+    # with --jsonl - stdout carries the events: the messages go to stderr and there is no live view
+    console = Console(stderr=args.jsonl == "-", highlight=False)
+    page = None
+    try:
+        from host.fleet import ConnectError
+
+        try:
+            listener.connect()
+        except ConnectError as e:
+            raise UserError(str(e)) from None
+        t0 = time.monotonic()
+        console.print("edgetwin fleet: connected to %s, session %s (kept %d s), subscribed to %s%s"
+                      % (listener.where, client_id, expiry, ", ".join(topics),
+                         "; %d events already in %s" % (fleet.known, args.jsonl) if fleet.known else ""),
+                      soft_wrap=True)
+        if server is not None:
+            from host.ui import serve
+            from host.ui.fleet_page import FleetPage, make_fleet_app
+
+            page = FleetPage(fleet, listener.where, lambda: listener.connected, token=bind["token"],
+                             hosts=serve.allowed_hosts(bind))
+            server.start(make_fleet_app(page))
+            console.print("edgetwin fleet: web view on %s" % server.url, soft_wrap=True)
+        try:
+            _follow(args, console, fleet, listener, t0)
+        finally:
+            listener.stop()
+            if sink is not None:
+                sink.close()
+    finally:
+        if server is not None:
+            server.stop(page.close if page is not None else None)
+    tot = fleet.totals()
+    # one line, never wrapped (soft_wrap): a script reads it
+    console.print("edgetwin fleet: stopped after %.0f s: %d gateways (%d online), %d nodes (%d online), %d events "
+                  "(%d duplicates dropped), %d statuses, %d other messages ignored, %d messages, %d connects"
+                  % (time.monotonic() - t0, tot["gateways"], tot["gateways_online"], tot["nodes"], tot["nodes_online"],
+                     tot["events"], tot["duplicates"], tot["statuses"], tot["ignored"], tot["messages"],
+                     listener.connects), soft_wrap=True)
+    sys.stdout.flush()
+    if listener.error:
+        print("edgetwin fleet: error: %s; not acknowledged, the broker keeps it for the next start" % listener.error,
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _fleet(args: argparse.Namespace):
+    """(Fleet, JsonlSink or None): the model, knowing the keys an earlier run wrote to the --jsonl file."""
+    from host.fleet import Fleet, JsonlSink
+
     sink = JsonlSink(args.jsonl) if args.jsonl is not None else None
     try:
         seen = sink.keys() if sink is not None else []
@@ -87,21 +161,23 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--jsonl %s: cannot read it (%s)" % (args.jsonl, e.strerror or e)) from None
     except ValueError as e:
         raise UserError("--jsonl %s: %s" % (args.jsonl, e)) from None
-    fleet = Fleet(seen, sink=sink.write if sink is not None else None)
+    return Fleet(seen, sink=sink.write if sink is not None else None), sink
+
+
+def _listener(args: argparse.Namespace, config, topics: list[str], client_id: str, expiry: int, fleet):
+    from host import mqtt_topics
+    from host.fleet import Listener
+
     try:
-        listener = Listener(config, topics, client_id, expiry, fleet)
+        return Listener(config, topics, client_id, expiry, fleet)
     except (OSError, ValueError) as e:  # ssl.SSLError is an OSError: a CA or key that is not PEM
         raise UserError("%s: cannot set up TLS with %s: %s" % (args.mqtt, mqtt_topics.tls_files(config), e)) from None
-    # with --jsonl - stdout carries the events: the messages go to stderr and there is no live view
-    console = Console(stderr=args.jsonl == "-", highlight=False)
-    try:
-        listener.connect()
-    except ConnectError as e:
-        raise UserError(str(e)) from None
-    t0 = time.monotonic()
-    console.print("edgetwin fleet: connected to %s, session %s (kept %d s), subscribed to %s%s"
-                  % (listener.where, client_id, expiry, ", ".join(topics),
-                     "; %d events already in %s" % (len(seen), args.jsonl) if seen else ""), soft_wrap=True)
+
+
+def _follow(args: argparse.Namespace, console, fleet, listener, t0: float) -> None:
+    """The live view (and the listener's lines) until a signal, --for, or a sink that cannot write."""
+    from rich.live import Live
+
     done = threading.Event()
     old = {sig: signal.signal(sig, lambda *_: done.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     live = None if args.jsonl == "-" else Live(console=console, get_renderable=lambda: view(fleet, listener),
@@ -124,22 +200,6 @@ def run(args: argparse.Namespace) -> int:
             live.stop()  # on a terminal the view stays as it was; elsewhere (a pipe) it is printed once, here
             if not console.is_terminal:
                 console.line()
-        listener.stop()
-        if sink is not None:
-            sink.close()
-    tot = fleet.totals()
-    # one line, never wrapped (soft_wrap): a script reads it
-    console.print("edgetwin fleet: stopped after %.0f s: %d gateways (%d online), %d nodes (%d online), %d events "
-                  "(%d duplicates dropped), %d statuses, %d other messages ignored, %d messages, %d connects"
-                  % (time.monotonic() - t0, tot["gateways"], tot["gateways_online"], tot["nodes"], tot["nodes_online"],
-                     tot["events"], tot["duplicates"], tot["statuses"], tot["ignored"], tot["messages"],
-                     listener.connects), soft_wrap=True)
-    sys.stdout.flush()
-    if listener.error:
-        print("edgetwin fleet: error: %s; not acknowledged, the broker keeps it for the next start" % listener.error,
-              file=sys.stderr)
-        return 1
-    return 0
 
 
 def view(fleet, listener):

@@ -268,11 +268,10 @@ def _ui_bind(args: argparse.Namespace) -> dict | None:
     from host.ui import serve
 
     if not args.ui:
-        given = [o for o, default in (("ui_port", serve.DEFAULT_PORT), ("ui_host", "127.0.0.1"), ("ui_token", None),
-                                      ("ui_cert", None), ("ui_key", None), ("ui_target", "domain"),
-                                      ("ui_reranker", None)) if getattr(args, o) != default]
+        given = serve.given_options(args) + ["--" + o.replace("_", "-") for o, default in (
+            ("ui_target", "domain"), ("ui_reranker", None)) if getattr(args, o) != default]
         if given:
-            raise UserError("--%s needs --ui" % given[0].replace("_", "-"))
+            raise UserError("%s needs --ui" % given[0])
         return None
     bind = serve.check(args)
     check_target("--ui-target", args.ui_target)

@@ -92,6 +92,7 @@ class Fleet:
         self._seen: dict[str, None] = {}  # insertion-ordered: the oldest key is forgotten first
         for key in seen or ():
             self._remember(key)
+        self.known = len(self._seen)  # keys an earlier run passed on (the --jsonl file's)
 
     def _remember(self, key: str) -> None:
         self._seen[key] = None

@@ -115,6 +115,8 @@ CASES = [
     (FLEET + ["--jsonl", "{DIR}"], "{DIR}"),
     (FLEET + ["--jsonl", "{STORE}"], "{STORE}"),  # not a file of events: never appended to
     (FLEET + ["--jsonl", "{T}/ev.jsonl"], "127.0.0.1:{PORT}"),  # nobody listens: nothing created
+    (FLEET + ["--ui-port", "0"], "--ui"),
+    (FLEET + ["--ui", "--ui-host", "0.0.0.0"], "--ui-token"),  # off loopback: a token and TLS, or nothing
     # the others: numbers, names, unknown options
     (["demo", "--duration", "-1"], "--duration"),
     (["demo", "--nodes", "zero"], "--nodes"),

@@ -11,6 +11,7 @@ The model's own rules (statuses, de-duplication, the JSON-lines file) are checke
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 import paho.mqtt.client as paho
@@ -135,6 +137,56 @@ def test_jsonl_to_stdout_and_sigint_stop_it_cleanly(tmp_path: Path) -> None:
                      r"\(0 duplicates dropped\)" % len(events), err), err
 
 
+def _get(url: str, path: str, host: str | None = None, stream: bool = False) -> tuple[int, str]:
+    """(status, body); with stream, the body up to the end of its first server-sent event."""
+    u = urllib.parse.urlsplit(url)
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+    c.request("GET", path, headers={"Host": host} if host else {})
+    r = c.getresponse()
+    if stream:
+        lines = []
+        while not lines or lines[-1] != b"\n":
+            lines.append(r.readline())  # chunked: the response undoes it
+        body = b"".join(lines).decode()
+    else:
+        body = r.read().decode()
+    c.close()
+    return r.status, body
+
+
+def test_the_web_view_shows_the_fleet_escaped_and_live(tmp_path: Path) -> None:
+    """--ui: the page, its event stream and /api/fleet from the same model; text from the broker is escaped;
+    bound to loopback it answers only requests addressed to loopback."""
+    from host.ui import serve
+    from host.ui.fleet_page import FleetPage, make_fleet_app
+
+    f = Fleet()
+    evil = "<img src=x onerror=alert(1)>"
+    f.handle("edgetwin/gw-a/status", json.dumps({"v": 1, "gateway": "gw-a", "online": True}).encode())
+    f.handle("edgetwin/gw-a/node/x/status", json.dumps({"v": 1, "gateway": "gw-a", "node": evil, "online": True,
+                                                        "board": "rp2040_pico", "health": {"heap": 152608}}).encode())
+    f.handle("edgetwin/gw-a/node/x/annotation", _event("s1/annotations/1", node=evil, text="P-101 " + evil))
+    f.handle("edgetwin/gw-a/node/x/annotation", _event("s1/annotations/1", node=evil, text="P-101 " + evil))
+    bind = {"host": "127.0.0.1", "port": 0, "token": None, "cert": None, "key": None}
+    server = serve.listen(bind)
+    page = FleetPage(f, "127.0.0.1:1883", lambda: True, hosts=serve.allowed_hosts(bind))
+    server.start(make_fleet_app(page))
+    try:
+        status, html = _get(server.url, "/")
+        assert status == 200 and "gw-a" in html and "heap=152608" in html and "rp2040_pico" in html
+        assert evil not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+        assert "1 gateways (1 online), 1 nodes (1 online), 1 events, 1 duplicates dropped" in html
+        status, body = _get(server.url, "/api/fleet")
+        api = json.loads(body)
+        assert api["totals"]["events"] == 1 and api["gateways"]["gw-a"]["nodes"][evil]["annotations"] == 1
+        status, stream = _get(server.url, "/events", stream=True)
+        assert stream.startswith("event: fleet\ndata: ") and "gw-a" in stream and evil not in stream
+        assert _get(server.url, "/", host="evil.example")[0] == 400  # DNS rebinding reads nothing
+        assert _get(server.url, "/static/fleet.js")[0] == 200
+    finally:
+        server.stop(page.close)
+
+
 # ---- the end-to-end run ----
 
 GATEWAYS = ("hall-1", "hall-2", "hall-3")
@@ -246,10 +298,13 @@ def test_three_gateways_a_broker_restart_and_a_gateway_crash_every_note_arrives_
     jsonl = tmp_path / "events.jsonl"
     fleet_out: list[str] = []
     fleet = subprocess.Popen([sys.executable, "-m", "host.cli", "fleet", "--mqtt", url, "--jsonl", str(jsonl),
-                              "--client-id", "fleet-test-%d" % os.getpid(), "--session-expiry", "600"], cwd=str(ROOT),
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              "--client-id", "fleet-test-%d" % os.getpid(), "--session-expiry", "600", "--ui",
+                              "--ui-port", "0"], cwd=str(ROOT), env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
     first = fleet.stdout.readline()  # printed once subscribed: from here on nothing published is missed
     assert first.startswith("edgetwin fleet: connected to 127.0.0.1:%d" % broker.port), (first, fleet.poll())
+    web = re.match(r"edgetwin fleet: web view on (http://127\.0\.0\.1:\d+/)$", fleet.stdout.readline().strip())
+    assert web, fleet.poll()
     drain = threading.Thread(target=lambda: fleet_out.extend(fleet.stdout), daemon=True)
     drain.start()
 
@@ -354,6 +409,12 @@ def test_three_gateways_a_broker_restart_and_a_gateway_crash_every_note_arrives_
         c.disconnect()
         c.loop_stop()
         wait_for(lambda: "sentinel/annotations/1" in jsonl_keys(jsonl), 20, "the sentinel", [fleet])
+        api = json.loads(_get(web.group(1), "/api/fleet")[1])  # the web view shows the same model
+        assert sorted(api["gateways"]) == list(GATEWAYS)
+        assert all(sorted(api["gateways"][g]["nodes"]) == sorted(("pump-room",) + LOGS_ONLY) for g in GATEWAYS)
+        assert api["totals"]["events"] == len(jsonl_keys(jsonl))
+        assert sum(n["annotations"] for g in api["gateways"].values() for n in g["nodes"].values()) == len(
+            [k for k in jsonl_keys(jsonl) if "/annotations/" in k])
     finally:
         logs.stop()
         for n in nodes.values():
