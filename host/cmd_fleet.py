@@ -14,8 +14,15 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from host.errors import UserError
+
+if TYPE_CHECKING:  # the imports run() makes lazily: `edgetwin --help` loads neither paho nor rich's live view
+    from rich.console import Console, Group
+
+    from host.fleet import Fleet, JsonlSink, Listener
+    from host.mqtt_topics import MqttConfig
 
 HELP = "follow every gateway's nodes and notes through an MQTT broker: a live view, or each event once as JSON lines"
 DEFAULT_TOPIC = "edgetwin/#"
@@ -52,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     serve.add_arguments(u)
 
 
-def _check(args: argparse.Namespace):
+def _check(args: argparse.Namespace) -> "tuple[MqttConfig, list[str], str, int]":
     """(MqttConfig, topic filters, client id, expiry) from the options; UserError for a bad one."""
     from host import mqtt_topics
     from host.cmd_gateway import check_out_path
@@ -150,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fleet(args: argparse.Namespace):
+def _fleet(args: argparse.Namespace) -> "tuple[Fleet, JsonlSink | None]":
     """(Fleet, JsonlSink or None): the model, knowing the keys an earlier run wrote to the --jsonl file."""
     from host.fleet import Fleet, JsonlSink
 
@@ -164,7 +171,8 @@ def _fleet(args: argparse.Namespace):
     return Fleet(seen, sink=sink.write if sink is not None else None), sink
 
 
-def _listener(args: argparse.Namespace, config, topics: list[str], client_id: str, expiry: int, fleet):
+def _listener(args: argparse.Namespace, config: "MqttConfig", topics: list[str], client_id: str, expiry: int,
+              fleet: "Fleet") -> "Listener":
     from host import mqtt_topics
     from host.fleet import Listener
 
@@ -174,7 +182,7 @@ def _listener(args: argparse.Namespace, config, topics: list[str], client_id: st
         raise UserError("%s: cannot set up TLS with %s: %s" % (args.mqtt, mqtt_topics.tls_files(config), e)) from None
 
 
-def _follow(args: argparse.Namespace, console, fleet, listener, t0: float) -> None:
+def _follow(args: argparse.Namespace, console: "Console", fleet: "Fleet", listener: "Listener", t0: float) -> None:
     """The live view (and the listener's lines) until a signal, --for, or a sink that cannot write."""
     from rich.live import Live
 
@@ -202,7 +210,7 @@ def _follow(args: argparse.Namespace, console, fleet, listener, t0: float) -> No
                 console.line()
 
 
-def view(fleet, listener):
+def view(fleet: "Fleet", listener: "Listener") -> "Group":
     """The live view: a header line, then per gateway a table of its nodes (link, health, alarms, latest notes)."""
     from rich.console import Group
     from rich.table import Table

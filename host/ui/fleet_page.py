@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 from html import escape
+from typing import Callable
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -88,7 +89,8 @@ def fleet_json(fleet: Fleet) -> dict:
 class FleetPage:
     """The app's state: the fleet, the broker's name and whether the listener is connected (a callable)."""
 
-    def __init__(self, fleet: Fleet, broker: str, connected, token: str | None = None, hosts: tuple = ()) -> None:
+    def __init__(self, fleet: Fleet, broker: str, connected: Callable[[], bool], token: str | None = None,
+                 hosts: tuple = ()) -> None:
         self.fleet = fleet
         self.broker = broker
         self.connected = connected
@@ -110,6 +112,7 @@ class FleetPage:
 
 
 def make_fleet_app(page: FleetPage):
+    """The ASGI app: Starlette's routes inside the dashboard's access rules (app.guard)."""
     async def index(request: Request):
         return HTMLResponse(page.page())
 

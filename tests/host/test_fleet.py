@@ -81,6 +81,18 @@ def test_the_model_keeps_state_and_passes_each_event_once(tmp_path: Path) -> Non
         JsonlSink(str(tmp_path / "other.txt")).keys()
 
 
+def test_the_keys_remembered_are_bounded_oldest_forgotten_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    from host import fleet as hfleet
+
+    monkeypatch.setattr(hfleet, "SEEN_MAX", 100)
+    f = Fleet(["s1/annotations/%d" % i for i in range(50)])
+    for i in range(50, 250):
+        assert f.handle("x/annotation", _event("s1/annotations/%d" % i)) is not None
+    assert f.handle("x/annotation", _event("s1/annotations/249")) is None  # recent: still a repeat
+    assert f.handle("x/annotation", _event("s1/annotations/10")) is not None  # long forgotten: passed on again
+    assert f.totals()["duplicates"] == 1
+
+
 def test_a_refused_login_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from test_mqtt import Broker
 
