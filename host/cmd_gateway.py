@@ -54,24 +54,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     serve.add_arguments(u)
     add_ask_arguments(u, "--ui-")
+    from host import mqtt_topics
+
     m = p.add_argument_group("MQTT (off by default; docs/MQTT.md)")
-    m.add_argument("--mqtt", default=None, metavar="URL",
-                   help="publish committed annotations, alarms, trips and node status to this broker: mqtt://HOST:PORT "
-                        "(default port 1883) or mqtts://HOST:PORT (TLS, default 8883). The store is the outbox: "
-                        "nothing committed is lost while the broker is away")
+    mqtt_topics.add_broker_arguments(
+        m, "publish committed annotations, alarms, trips and node status to this broker: mqtt://HOST:PORT "
+           "(default port 1883) or mqtts://HOST:PORT (TLS, default 8883). The store is the outbox: nothing "
+           "committed is lost while the broker is away")
     m.add_argument("--mqtt-gateway", default=None, metavar="NAME",
                    help="this gateway's name in topics and payloads (default: the host name)")
     m.add_argument("--mqtt-prefix", default=None, metavar="PREFIX",
                    help="topic prefix (default edgetwin/NAME: a fleet view subscribes to edgetwin/+/...)")
-    m.add_argument("--mqtt-user", default=None, metavar="USER", help="broker user name")
-    m.add_argument("--mqtt-password-file", default=None, metavar="FILE",
-                   help="a file holding the broker password (first line); or set EDGETWIN_MQTT_PASSWORD")
-    m.add_argument("--mqtt-ca", default=None, metavar="FILE",
-                   help="with mqtts://: the CA certificate(s) that signed the broker's (default: the system's)")
-    m.add_argument("--mqtt-cert", default=None, metavar="FILE",
-                   help="with mqtts://: a client certificate (PEM), if the broker asks for one")
-    m.add_argument("--mqtt-key", default=None, metavar="FILE", help="with --mqtt-cert: its private key (PEM)")
-
 
 def _trace_writer(path: Path):
     """A NodeStream hook appending each PROMPT's and VERDICT's committed ids to path as a JSON line."""
@@ -95,7 +88,7 @@ def _split(spec: str) -> tuple[str | None, str]:
     return None, spec
 
 
-def _check_out_path(opt: str, path: Path) -> None:
+def check_out_path(opt: str, path: Path) -> None:
     """A file the gateway writes: an existing file, or a new one in an existing directory (none is created)."""
     if path.exists() and not path.is_file():
         raise UserError("%s %s: not a file" % (opt, path))
@@ -103,9 +96,6 @@ def _check_out_path(opt: str, path: Path) -> None:
         raise UserError("%s %s: directory %s does not exist (create it first)" % (opt, path, path.parent))
     if not os.access(path if path.exists() else path.parent, os.W_OK):
         raise UserError("%s %s: not writable" % (opt, path))
-
-
-PASSWORD_ENV = "EDGETWIN_MQTT_PASSWORD"
 
 
 def _mqtt_config(args: argparse.Namespace):
@@ -119,38 +109,13 @@ def _mqtt_config(args: argparse.Namespace):
     from host import mqtt_topics
 
     try:
-        tls, host, port = mqtt_topics.parse_url(args.mqtt)
+        broker = mqtt_topics.broker_settings(args)
         gateway = mqtt_topics.check_gateway_name(args.mqtt_gateway if args.mqtt_gateway is not None
                                                  else mqtt_topics.default_gateway_name())
         prefix = mqtt_topics.check_prefix(args.mqtt_prefix if args.mqtt_prefix is not None else "edgetwin/" + gateway)
     except mqtt_topics.MqttConfigError as e:
         raise UserError(str(e)) from None
-    for opt, v in (("--mqtt-ca", args.mqtt_ca), ("--mqtt-cert", args.mqtt_cert), ("--mqtt-key", args.mqtt_key)):
-        if v is None:
-            continue
-        if not tls:
-            raise UserError("%s is for TLS: give an mqtts:// URL" % opt)
-        if not Path(v).is_file():
-            raise UserError("%s %s: no such file" % (opt, v))
-    if (args.mqtt_cert is None) != (args.mqtt_key is None):
-        raise UserError("--mqtt-cert and --mqtt-key go together")
-    password = os.environ.get(PASSWORD_ENV)
-    if args.mqtt_password_file is not None:
-        f = Path(args.mqtt_password_file)
-        try:
-            lines = f.read_text().splitlines()
-        except (OSError, UnicodeDecodeError) as e:
-            raise UserError("--mqtt-password-file %s: cannot read it (%s)" % (f, getattr(e, "strerror", None) or e)) from None
-        if not lines or not lines[0]:
-            raise UserError("--mqtt-password-file %s: the first line (the password) is empty" % f)
-        password = lines[0]
-    if password is not None and args.mqtt_user is None:
-        raise UserError("a broker password (%s or --mqtt-password-file) needs --mqtt-user" % PASSWORD_ENV)
-    if args.mqtt_user is not None and not args.mqtt_user:
-        raise UserError("--mqtt-user must not be empty")
-    return mqtt_topics.MqttConfig(host=host, port=port, tls=tls, ca=args.mqtt_ca, cert=args.mqtt_cert,
-                                  key=args.mqtt_key, username=args.mqtt_user, password=password, gateway=gateway,
-                                  prefix=prefix)
+    return mqtt_topics.MqttConfig(gateway=gateway, prefix=prefix, **broker)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -187,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     mqtt_config = _mqtt_config(args)
     ui_bind = _ui_bind(args)
     db = Path(args.db)
-    _check_out_path("--db", db)  # before the model loads (seconds): a bad path fails at once
+    check_out_path("--db", db)  # before the model loads (seconds): a bad path fails at once
     ui_server = None
     if ui_bind is not None:  # bound before anything is created: a port in use fails with nothing to undo
         from host.ui import serve
@@ -208,17 +173,16 @@ def _run(args: argparse.Namespace, ports: list[str], names: list[str], db: Path,
 
     publisher = None
     if mqtt_config is not None:  # before the model loads: bad TLS files fail at once
-        from host import mqtt
+        from host import mqtt, mqtt_topics
 
         try:
             publisher = mqtt.Publisher(db, mqtt_config)
         except (OSError, ValueError) as e:  # ssl.SSLError is an OSError: a CA or key that is not PEM
-            files = ", ".join("%s %s" % (o, v) for o, v in (("--mqtt-ca", mqtt_config.ca), ("--mqtt-cert", mqtt_config.cert),
-                                                             ("--mqtt-key", mqtt_config.key)) if v)
-            raise UserError("%s: cannot set up TLS with %s: %s" % (args.mqtt, files or "the system's CAs", e)) from None
+            raise UserError("%s: cannot set up TLS with %s: %s"
+                            % (args.mqtt, mqtt_topics.tls_files(mqtt_config), e)) from None
     status = Path(args.status) if args.status else None
     if status is not None:
-        _check_out_path("--status", status)
+        check_out_path("--status", status)
     for p in ports:  # before the store opens (a session records its node there): a typo changes no file
         if "://" not in p and not os.path.exists(p):
             raise UserError("serial port %s does not exist: is the board plugged in (or the virtual board running)?"
@@ -227,7 +191,7 @@ def _run(args: argparse.Namespace, ports: list[str], names: list[str], db: Path,
     trace_hook = None
     if args.trace is not None:
         trace = Path(args.trace)
-        _check_out_path("--trace", trace)
+        check_out_path("--trace", trace)
         if args.model is None:
             raise UserError("--trace records the token streams the target verifies: give --model too")
         trace_hook = _trace_writer(trace)
@@ -304,11 +268,10 @@ def _ui_bind(args: argparse.Namespace) -> dict | None:
     from host.ui import serve
 
     if not args.ui:
-        given = [o for o, default in (("ui_port", serve.DEFAULT_PORT), ("ui_host", "127.0.0.1"), ("ui_token", None),
-                                      ("ui_cert", None), ("ui_key", None), ("ui_target", "domain"),
-                                      ("ui_reranker", None)) if getattr(args, o) != default]
+        given = serve.given_options(args) + ["--" + o.replace("_", "-") for o, default in (
+            ("ui_target", "domain"), ("ui_reranker", None)) if getattr(args, o) != default]
         if given:
-            raise UserError("--%s needs --ui" % given[0].replace("_", "-"))
+            raise UserError("%s needs --ui" % given[0])
         return None
     bind = serve.check(args)
     check_target("--ui-target", args.ui_target)

@@ -39,6 +39,15 @@ from host.mqtt_topics import (PAYLOAD_VERSION, MqttConfig, classify, gateway_sta
 from host.store import Outbox
 
 
+def login(client: paho.Client, config: MqttConfig) -> None:
+    """The user, password and TLS files of `config` on a paho client (the publisher's and the fleet view's).
+    ssl.SSLError (an OSError) or ValueError for a CA, certificate or key that is not PEM."""
+    if config.username is not None:
+        client.username_pw_set(config.username, config.password)
+    if config.tls:
+        client.tls_set(ca_certs=config.ca, certfile=config.cert, keyfile=config.key)
+
+
 class Publisher:
     """Publishes the store's committed rows to one broker; see the module docstring. Construct, start(),
     feed node_state() from the gateway's loop, stop() at the end (or kill() to vanish like a crash)."""
@@ -93,10 +102,7 @@ class Publisher:
         client = paho.Client(callback_api_version=paho.CallbackAPIVersion.VERSION2,
                              client_id=c.client_id or "edgetwin-%s-%d" % (c.gateway, os.getpid()),
                              protocol=paho.MQTTv5)
-        if c.username is not None:
-            client.username_pw_set(c.username, c.password)
-        if c.tls:
-            client.tls_set(ca_certs=c.ca, certfile=c.cert, keyfile=c.key)
+        login(client, c)
         client.will_set(self.topic("status"), self._gateway_status(False, "connection lost"), qos=1, retain=True)
         client.reconnect_delay_set(1, max(1, int(self.reconnect_max_s)))
         client.max_inflight_messages_set(self.window)

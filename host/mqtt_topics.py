@@ -1,6 +1,7 @@
 """MQTT for the gateway: the --mqtt options, the topic scheme and every payload (docs/MQTT.md), in one place.
 
-host/mqtt.py publishes with these; a consumer reads what they write. Topics, under the prefix (default
+host/mqtt.py publishes with these; a consumer (host/fleet.py) reads what they write. The broker options (URL,
+user, password, TLS files) are the gateway's and the fleet view's alike. Topics, under the prefix (default
 ``edgetwin/<gateway>``): ``status`` (the gateway, retained, its last will), ``node/<node>/status`` (retained),
 ``node/<node>/annotation``, ``.../alarm``, ``.../trip`` (QoS 1). Payloads are JSON with ``v`` = 1; events carry
 their store row (``store``, ``table``, ``id``, joined as ``key``) so a consumer drops repeats.
@@ -8,6 +9,7 @@ their store row (``store``, ``table``, ``id``, joined as ``key``) so a consumer 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -19,6 +21,8 @@ from dataclasses import dataclass, field
 from host.plantlines import ALARM_VERBS, REPORT, is_trip, report_pairs
 
 PAYLOAD_VERSION = 1
+PASSWORD_ENV = "EDGETWIN_MQTT_PASSWORD"
+EVENT_KINDS = ("annotation", "alarm", "trip")  # the QoS 1 events, each carrying its store row as `key`
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
@@ -71,6 +75,60 @@ def parse_url(url: str) -> tuple[bool, str, int]:
     return u.scheme == "mqtts", u.hostname, port or (8883 if u.scheme == "mqtts" else 1883)
 
 
+def add_broker_arguments(g: "argparse._ActionsContainer", url_help: str, user_help: str = "broker user name") -> None:
+    """--mqtt URL and the options to reach it (user, password file, TLS files): the same for every command."""
+    g.add_argument("--mqtt", default=None, metavar="URL", help=url_help)
+    g.add_argument("--mqtt-user", default=None, metavar="USER", help=user_help)
+    g.add_argument("--mqtt-password-file", default=None, metavar="FILE",
+                   help="a file holding the broker password (first line); or set %s" % PASSWORD_ENV)
+    g.add_argument("--mqtt-ca", default=None, metavar="FILE",
+                   help="with mqtts://: the CA certificate(s) that signed the broker's (default: the system's)")
+    g.add_argument("--mqtt-cert", default=None, metavar="FILE",
+                   help="with mqtts://: a client certificate (PEM), if the broker asks for one")
+    g.add_argument("--mqtt-key", default=None, metavar="FILE", help="with --mqtt-cert: its private key (PEM)")
+
+
+def broker_settings(args: argparse.Namespace) -> dict:
+    """MqttConfig's broker fields (host, port, tls, ca, cert, key, username, password) from the options
+    add_broker_arguments added (args.mqtt given); MqttConfigError for a bad one. The password comes from
+    --mqtt-password-file, else PASSWORD_ENV: never from the command line, where ps shows it."""
+    tls, host, port = parse_url(args.mqtt)
+    for opt, v in (("--mqtt-ca", args.mqtt_ca), ("--mqtt-cert", args.mqtt_cert), ("--mqtt-key", args.mqtt_key)):
+        if v is None:
+            continue
+        if not tls:
+            raise MqttConfigError("%s is for TLS: give an mqtts:// URL" % opt)
+        if not os.path.isfile(v):
+            raise MqttConfigError("%s %s: no such file" % (opt, v))
+    if (args.mqtt_cert is None) != (args.mqtt_key is None):
+        raise MqttConfigError("--mqtt-cert and --mqtt-key go together")
+    password = os.environ.get(PASSWORD_ENV)
+    if args.mqtt_password_file is not None:
+        f = args.mqtt_password_file
+        try:
+            with open(f, encoding="utf-8") as fh:
+                lines = fh.read().splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise MqttConfigError("--mqtt-password-file %s: cannot read it (%s)"
+                                  % (f, getattr(e, "strerror", None) or e)) from None
+        if not lines or not lines[0]:
+            raise MqttConfigError("--mqtt-password-file %s: the first line (the password) is empty" % f)
+        password = lines[0]
+    if password is not None and args.mqtt_user is None:
+        raise MqttConfigError("a broker password (%s or --mqtt-password-file) needs --mqtt-user" % PASSWORD_ENV)
+    if args.mqtt_user is not None and not args.mqtt_user:
+        raise MqttConfigError("--mqtt-user must not be empty")
+    return {"host": host, "port": port, "tls": tls, "ca": args.mqtt_ca, "cert": args.mqtt_cert, "key": args.mqtt_key,
+            "username": args.mqtt_user, "password": password}
+
+
+def tls_files(config: MqttConfig) -> str:
+    """The TLS files a config names, for an error line ("--mqtt-ca ca.pem, ..." or "the system's CAs")."""
+    files = ", ".join("%s %s" % (o, v) for o, v in (("--mqtt-ca", config.ca), ("--mqtt-cert", config.cert),
+                                                     ("--mqtt-key", config.key)) if v)
+    return files or "the system's CAs"
+
+
 def check_gateway_name(name: str) -> str:
     if not _NAME.fullmatch(name or ""):
         raise MqttConfigError("--mqtt-gateway %r: 1..64 letters, digits, '_', '.' or '-' (one topic level)" % name)
@@ -84,6 +142,16 @@ def check_prefix(prefix: str) -> str:
         raise MqttConfigError("--mqtt-prefix %r: topic levels without '+', '#', NUL or empty levels, not starting "
                               "with '$' (e.g. edgetwin/pump-hall)" % prefix)
     return prefix
+
+
+def check_filter(topic: str) -> str:
+    """A topic filter to subscribe to (the fleet view's --mqtt-topic): '+' a whole level, '#' the last one."""
+    levels = topic.split("/")
+    if (not topic or len(topic.encode()) > 200 or "\x00" in topic
+            or any(("+" in lv and lv != "+") or ("#" in lv and lv != "#") for lv in levels) or "#" in levels[:-1]):
+        raise MqttConfigError("--mqtt-topic %r: a topic filter: '+' stands for one whole level, '#' for the rest "
+                              "and only at the end (e.g. edgetwin/# or site-3/+/node/#)" % topic)
+    return topic
 
 
 def default_gateway_name() -> str:

@@ -243,12 +243,17 @@ def make_app(dash: Dashboard) -> Starlette:
 
     routes = [Route("/", index), Route("/node/{name}", node_page), Route("/events", events), Route("/ask", ask),
               Route("/api/status", api_status), Mount("/static", StaticFiles(directory=str(STATIC)), name="static")]
-    app = Starlette(routes=routes)
-    if dash.hosts:
+    return guard(Starlette(routes=routes), dash.hosts, dash.token)
+
+
+def guard(app, hosts: tuple, token: str | None):
+    """The access rules around an app (this one, and the fleet view's, host/ui/fleet_page.py): bound to loopback,
+    only requests addressed to it; with a token, only requests that carry it."""
+    if hosts:
         # bound to loopback: only requests addressed to it (a page elsewhere whose name resolves to 127.0.0.1,
         # DNS rebinding, gets 400 and reads nothing)
-        app = TrustedHostMiddleware(app, allowed_hosts=list(dash.hosts))
-    return TokenGate(app, dash.token) if dash.token else app
+        app = TrustedHostMiddleware(app, allowed_hosts=list(hosts))
+    return TokenGate(app, token) if token else app
 
 
 class TokenGate:

@@ -35,6 +35,13 @@ def add_arguments(g, prefix_help: str = "") -> None:
     g.add_argument("--ui-key", default=None, metavar="FILE", help="and its private key (PEM)")
 
 
+def given_options(args: argparse.Namespace) -> list[str]:
+    """The options add_arguments added that are set away from their defaults (an error without --ui)."""
+    defaults = (("ui_port", DEFAULT_PORT), ("ui_host", "127.0.0.1"), ("ui_token", None), ("ui_cert", None),
+                ("ui_key", None))
+    return ["--" + o.replace("_", "-") for o, default in defaults if getattr(args, o) != default]
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -122,6 +129,12 @@ class UiServer:
         self.sock.close()
 
 
+def allowed_hosts(bind: dict) -> tuple:
+    """The Host headers a server bound to loopback accepts (no DNS rebinding); () (any) elsewhere, where the
+    token guards it."""
+    return ("127.0.0.1", "localhost", "[::1]", "::1") if is_loopback(bind["host"]) else ()
+
+
 def listen(bind: dict) -> UiServer:
     """The socket bound (UserError if it cannot be), nothing served yet: a caller binds before it creates files."""
     return UiServer(bind["host"], bind["port"], bind["cert"], bind["key"])
@@ -141,6 +154,5 @@ def start(db: str | Path, bind: dict, status: Callable[[], dict | None], asker=N
     except BaseException:
         server.stop()
         raise
-    hosts = ("127.0.0.1", "localhost", "[::1]", "::1") if is_loopback(bind["host"]) else ()
-    dash = Dashboard(feed, status, asker=asker, title=title, token=bind["token"], hosts=hosts)
+    dash = Dashboard(feed, status, asker=asker, title=title, token=bind["token"], hosts=allowed_hosts(bind))
     return server.start(make_app(dash)), dash

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import stat
 from pathlib import Path
 
@@ -36,7 +37,10 @@ def files(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "dir").mkdir()
     store = tmp_path / "store.db"
     LogStore(store).close()
-    return {k: str(tmp_path / v) for k, v in (("T", ""), ("TRUNC", "trunc.mbf"), ("HEAD", "head.mbf"),
+    with socket.socket() as s:  # a port nothing listens on: the fleet view's unreachable broker
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return {"PORT": str(port)} | {k: str(tmp_path / v) for k, v in (("T", ""), ("TRUNC", "trunc.mbf"), ("HEAD", "head.mbf"),
                                               ("TEXT", "text.txt"), ("TGGUF", "trunc.gguf"), ("ZGGUF", "zero.gguf"),
                                               ("HOSTILE", "hostile.bin"), ("DIR", "dir"), ("STORE", "store.db"))}
 
@@ -44,6 +48,7 @@ def files(tmp_path: Path) -> dict[str, str]:
 NOPORT = "/dev/edgetwin-no-such-port"
 GW = ["gateway", "--port", "/dev/null"]  # exists, so the other mistakes are found; /dev/null is no serial port
 ASK = ["ask", "why did P-101 trip?", "--no-answer"]
+FLEET = ["fleet", "--mqtt", "mqtt://127.0.0.1:{PORT}"]
 
 # (argv with {NAME} placeholders, a word the error line must contain)
 CASES = [
@@ -97,6 +102,21 @@ CASES = [
     (["convert", "{HOSTILE}", "{T}/out.mbf", "--from", "llama2c"], "{HOSTILE}"),
     (["convert", "{TEXT}", "{T}/out.mbf"], "{TEXT}"),
     (["convert", "{TGGUF}", "{T}/out.mbf", "--max-error", "x"], "--max-error"),
+    # fleet: the broker's options, a broker nothing answers at, the --jsonl file, numbers
+    (["fleet"], "--mqtt"),
+    (["fleet", "--mqtt", "http://127.0.0.1"], "mqtt://"),
+    (FLEET + ["--mqtt-topic", "edgetwin/#/x"], "--mqtt-topic"),
+    (FLEET + ["--mqtt-ca", "{TEXT}"], "mqtts://"),
+    (["fleet", "--mqtt", "mqtts://127.0.0.1:{PORT}", "--mqtt-ca", "{TEXT}"], "{TEXT}"),
+    (FLEET + ["--mqtt-password-file", "{TEXT}"], "--mqtt-user"),
+    (FLEET + ["--for", "0"], "--for"),
+    (FLEET + ["--session-expiry", "0"], "--session-expiry"),
+    (FLEET + ["--jsonl", "{T}/none/ev.jsonl"], "--jsonl"),
+    (FLEET + ["--jsonl", "{DIR}"], "{DIR}"),
+    (FLEET + ["--jsonl", "{STORE}"], "{STORE}"),  # not a file of events: never appended to
+    (FLEET + ["--jsonl", "{T}/ev.jsonl"], "127.0.0.1:{PORT}"),  # nobody listens: nothing created
+    (FLEET + ["--ui-port", "0"], "--ui"),
+    (FLEET + ["--ui", "--ui-host", "0.0.0.0"], "--ui-token"),  # off loopback: a token and TLS, or nothing
     # the others: numbers, names, unknown options
     (["demo", "--duration", "-1"], "--duration"),
     (["demo", "--nodes", "zero"], "--nodes"),
