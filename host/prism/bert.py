@@ -188,6 +188,23 @@ class LayerWeights:
     bf: np.ndarray
     ln2_g: np.ndarray
     ln2_b: np.ndarray
+    wqkv: np.ndarray  # [3H, H]: wq, wk, wv stacked (they are views into it), one product per sequence
+    bqkv: np.ndarray  # [3H]
+
+
+def stack_qkv(t: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """t (the 16 tensors by LayerWeights field) plus wqkv / bqkv, with wq..bv made views into them.
+
+    Done once per layer when the weights are fetched, so every sequence runs one [T, H] x [H, 3H] product
+    instead of three."""
+    h = t["wq"].shape[1]
+    out = dict(t)
+    out["wqkv"] = np.concatenate([t["wq"], t["wk"], t["wv"]])
+    out["bqkv"] = np.concatenate([t["bq"], t["bk"], t["bv"]])
+    for j, f in enumerate("qkv"):
+        out["w" + f] = out["wqkv"][j * h:(j + 1) * h]
+        out["b" + f] = out["bqkv"][j * h:(j + 1) * h]
+    return out
 
 
 # Field of LayerWeights -> tensor name suffix under "<prefix>encoder.layer.<l>."
@@ -235,13 +252,44 @@ def embedding_shapes(cfg: BertConfig) -> dict[str, tuple[int, ...]]:
 
 
 # ---------------------------------------------------------------------------------------------- kernels
+#
+# One encoder layer runs one sequence at a time (encoder_layer), and inside a sequence the elementwise
+# passes (GELU, layer norm) run over blocks of ROW_BLOCK rows: numpy makes one pass over memory per
+# operation, so on the whole batch every pass streams a 60 MB temporary through DRAM, while on a block the
+# ~20 passes of the erf-GELU hit L2. Matrix products stay per sequence (486 rows): smaller products would
+# repack the weights too often. Scratch buffers come from a Workspace allocated once per layer call.
+
+ROW_BLOCK = 64  # rows per elementwise block: [64, 1536] float32 = 384 KB, three of them fit in a 2 MB L2
+
+
+def layer_norm_into(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float, out: np.ndarray,
+                    tmp: np.ndarray) -> np.ndarray:
+    """out = LayerNorm(x) over the last axis for a 2-D block; tmp is scratch shaped like x. out may be x."""
+    h = x.shape[-1]
+    mean = x.sum(axis=-1, keepdims=True)
+    mean *= F32(1.0 / h)
+    np.subtract(x, mean, out=out)
+    np.multiply(out, out, out=tmp)
+    var = tmp.sum(axis=-1, keepdims=True)
+    var *= F32(1.0 / h)
+    var += F32(eps)
+    np.sqrt(var, out=var)
+    np.divide(F32(1.0), var, out=var)
+    out *= var
+    out *= gamma
+    out += beta
+    return out
 
 
 def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
-    mean = x.mean(axis=-1, keepdims=True)
-    centred = x - mean
-    var = np.mean(centred * centred, axis=-1, keepdims=True)
-    return centred / np.sqrt(var + F32(eps)) * gamma + beta
+    """LayerNorm over the last axis of any [..., H] array, ROW_BLOCK rows at a time into a new array."""
+    flat = x.reshape(-1, x.shape[-1])
+    out = np.empty(flat.shape, F32)
+    tmp = np.empty((min(ROW_BLOCK, flat.shape[0]), flat.shape[1]), F32)
+    for a in range(0, flat.shape[0], ROW_BLOCK):
+        e = min(flat.shape[0], a + ROW_BLOCK)
+        layer_norm_into(flat[a:e], gamma, beta, eps, out[a:e], tmp[: e - a])
+    return out.reshape(x.shape)
 
 
 def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -251,15 +299,23 @@ def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     return y
 
 
+def linear_into(x: np.ndarray, w: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """out = x [n, in] @ w[out, in]^T + b, without a temporary (w.T is a view: BLAS reads it transposed)."""
+    np.matmul(x, w.T, out=out)
+    out += b
+    return out
+
+
+# erf by Abramowitz & Stegun 7.1.26: 1 - erf(z) = poly(s) exp(-z^2), s = 1 / (1 + p z), z >= 0.
 _ERF_P = F32(0.3275911)
 _ERF_A = tuple(F32(c) for c in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592))
+# The same for GELU's z = |x| / sqrt 2, with GELU's 1/2 folded into the coefficients (exact: a power of 2).
+_GELU_P = F32(0.3275911 / math.sqrt(2.0))
+_GELU_A = tuple(F32(0.5 * c) for c in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592))
 
 
 def erf(x: np.ndarray) -> np.ndarray:
-    """Error function in float32 (Abramowitz & Stegun 7.1.26), |error| < 5e-7 including float32 rounding.
-
-    Written with in-place updates: on a [20, 512, 1536] activation every temporary is 63 MB.
-    """
+    """Error function in float32 (Abramowitz & Stegun 7.1.26), |error| < 5e-7 including float32 rounding."""
     a = np.abs(x)
     t = a * _ERF_P
     t += F32(1.0)
@@ -276,13 +332,34 @@ def erf(x: np.ndarray) -> np.ndarray:
     return np.copysign(poly, x, out=poly)
 
 
+def gelu_erf_inplace(x: np.ndarray, s: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """x = x * Phi(x) (HF "gelu", the exact erf GELU) in place on a block; s and q are scratch like x.
+
+    With q = (1 - erf(|x| / sqrt 2)) / 2 = poly(s) exp(-x^2 / 2), GELU is max(x, 0) - |x| q for either sign,
+    which needs no sign fix-up and no third buffer.
+    """
+    np.abs(x, out=s)
+    s *= _GELU_P
+    s += F32(1.0)
+    np.reciprocal(s, out=s)
+    np.multiply(s, _GELU_A[0], out=q)
+    for c in _GELU_A[1:]:
+        q += c
+        q *= s
+    np.multiply(x, x, out=s)
+    s *= F32(-0.5)
+    np.exp(s, out=s)
+    q *= s
+    np.abs(x, out=s)
+    q *= s  # |x| q
+    np.maximum(x, F32(0.0), out=x)
+    x -= q
+    return x
+
+
 def gelu_erf(x: np.ndarray) -> np.ndarray:
-    """HF "gelu": x * Phi(x) = x/2 * (1 + erf(x / sqrt 2)), the exact (erf) normal CDF."""
-    y = erf(x * F32(1.0 / math.sqrt(2.0)))
-    y += F32(1.0)
-    y *= x
-    y *= F32(0.5)
-    return y
+    """HF "gelu": x * Phi(x) = x/2 * (1 + erf(x / sqrt 2)), the exact (erf) normal CDF, into a new array."""
+    return _blockwise(gelu_erf_inplace, x.copy(), scratch=2)
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -293,6 +370,28 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
 
 def relu(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, F32(0.0))
+
+
+def _blockwise(fn: Callable[..., np.ndarray], x: np.ndarray, scratch: int) -> np.ndarray:
+    """fn(block, *scratch blocks) in place over ROW_BLOCK rows of x at a time; returns x."""
+    flat = x.reshape(-1, x.shape[-1])
+    bufs = [np.empty((min(ROW_BLOCK, flat.shape[0]), flat.shape[1]), F32) for _ in range(scratch)]
+    for a in range(0, flat.shape[0], ROW_BLOCK):
+        e = min(flat.shape[0], a + ROW_BLOCK)
+        fn(flat[a:e], *(s[: e - a] for s in bufs))
+    return x
+
+
+def _act_inplace(name: str) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """In-place block activation fn(x, s, q) for config hidden_act `name`."""
+    if name == "gelu":
+        return gelu_erf_inplace
+
+    def other(x: np.ndarray, s: np.ndarray, q: np.ndarray) -> np.ndarray:
+        x[...] = ACTIVATIONS[name](x)
+        return x
+
+    return other
 
 
 ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -316,32 +415,109 @@ def attention_bias(mask: np.ndarray) -> np.ndarray:
     return ((1.0 - mask.astype(F32)) * np.finfo(F32).min)[:, None, None, :]
 
 
-def self_attention(x: np.ndarray, lw: LayerWeights, bias: np.ndarray, heads: int) -> np.ndarray:
-    """Multi-head scaled dot-product attention over x [B, T, H]; returns the context [B, T, H]."""
-    b, t, h = x.shape
+def key_lengths(bias: np.ndarray) -> Optional[np.ndarray]:
+    """Real tokens per sequence when every mask is ones then zeros (right padding), else None.
+
+    Padded keys get weight exp(float32 min) = 0 exactly, so attending over the first n keys only is the
+    same softmax with less work; any other mask keeps the additive bias."""
+    real = bias[:, 0, 0, :] == 0
+    n = real.sum(axis=1)
+    if not n.all() or not (real == (np.arange(real.shape[1])[None, :] < n[:, None])).all():
+        return None
+    return n
+
+
+class Workspace:
+    """Scratch buffers for one encoder layer over sequences of T tokens, allocated once per layer call."""
+
+    def __init__(self, cfg: BertConfig, t: int):
+        h, i, r = cfg.hidden_size, cfg.intermediate_size, min(ROW_BLOCK, t)
+        self.qkv = np.empty((t, 3 * h), F32)  # one sequence's Q | K | V
+        self.scores = np.empty(t * t, F32)  # one head's [T, n] scores (n <= T keys)
+        self.head = np.empty((t, cfg.head_dim), F32)  # one head's unnormalised context
+        self.ctx = np.empty((t, h), F32)  # all heads' context
+        self.a = np.empty((t, h), F32)  # attention block output (after LayerNorm 1)
+        self.y = np.empty((t, h), F32)  # a projection + residual, before its LayerNorm
+        self.inter = np.empty((t, i), F32)  # feed-forward activation
+        self.s = np.empty((r, i), F32)  # elementwise scratch for one row block
+        self.q = np.empty((r, i), F32)
+        self.norm = np.empty((r, h), F32)
+
+
+def attend(ws: Workspace, heads: int, n: int, bias_row: Optional[np.ndarray]) -> np.ndarray:
+    """ws.ctx = multi-head attention of one sequence from ws.qkv (Q already scaled), over its first n keys.
+
+    One head at a time: its [T, n] score block (under 1 MB at T = 486) stays in L2 through the softmax.
+    The softmax's division is applied to the [T, d] product instead of the [T, n] probabilities."""
+    t, h3 = ws.qkv.shape
+    h = h3 // 3
     d = h // heads
+    scores = ws.scores[: t * n].reshape(t, n)
+    for j in range(heads):
+        q = ws.qkv[:, j * d:(j + 1) * d]
+        k = ws.qkv[:n, h + j * d:h + (j + 1) * d]
+        v = ws.qkv[:n, 2 * h + j * d:2 * h + (j + 1) * d]
+        np.matmul(q, k.T, out=scores)
+        if bias_row is not None:
+            scores += bias_row
+        top = scores.max(axis=1, keepdims=True)
+        np.subtract(scores, top, out=scores)
+        np.exp(scores, out=scores)
+        total = scores.sum(axis=1, keepdims=True)
+        np.matmul(scores, v, out=ws.head)
+        np.divide(ws.head, total, out=ws.ctx[:, j * d:(j + 1) * d])
+    return ws.ctx
 
-    def heads_first(y: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-        # contiguous copies: numpy's stacked matmul is ~2x faster on them than on transposed views
-        return np.ascontiguousarray(y.reshape(b, t, heads, d).transpose(axes))
 
-    q = heads_first(linear(x, lw.wq, lw.bq) * F32(1.0 / math.sqrt(d)), (0, 2, 1, 3))  # [B, heads, T, d]
-    k_t = heads_first(linear(x, lw.wk, lw.bk), (0, 2, 3, 1))  # [B, heads, d, T]
-    v = heads_first(linear(x, lw.wv, lw.bv), (0, 2, 1, 3))  # [B, heads, T, d]
-    ctx = np.empty((b, t, heads, d), dtype=F32)
-    for i in range(b):  # one sequence at a time: its [heads, T, T] scores stay cache-sized
-        scores = q[i] @ k_t[i]
-        scores += bias[i]
-        ctx[i] = (softmax(scores) @ v[i]).transpose(1, 0, 2)
-    return ctx.reshape(b, t, h)
+def feed_forward(ws: Workspace, lw: LayerWeights, cfg: BertConfig, out: np.ndarray) -> np.ndarray:
+    """out = LayerNorm(a + W2 . act(W1 . a)) for one sequence, a = ws.a; elementwise work in row blocks."""
+    t = ws.a.shape[0]
+    act = _act_inplace(cfg.hidden_act)
+    linear_into(ws.a, lw.wi, lw.bi, ws.inter)
+    for r in range(0, t, ROW_BLOCK):
+        e = min(t, r + ROW_BLOCK)
+        act(ws.inter[r:e], ws.s[: e - r], ws.q[: e - r])
+    linear_into(ws.inter, lw.wf, lw.bf, ws.y)
+    ws.y += ws.a
+    return _norm_rows(ws.y, lw.ln2_g, lw.ln2_b, cfg.layer_norm_eps, out, ws.norm)
 
 
-def encoder_layer(x: np.ndarray, lw: LayerWeights, bias: np.ndarray, cfg: BertConfig) -> np.ndarray:
-    """One post-LN BERT layer."""
-    eps = cfg.layer_norm_eps
-    a = layer_norm(x + linear(self_attention(x, lw, bias, cfg.num_heads), lw.wo, lw.bo), lw.ln1_g, lw.ln1_b, eps)
-    ff = linear(ACTIVATIONS[cfg.hidden_act](linear(a, lw.wi, lw.bi)), lw.wf, lw.bf)
-    return layer_norm(a + ff, lw.ln2_g, lw.ln2_b, eps)
+def _norm_rows(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float, out: np.ndarray,
+               tmp: np.ndarray) -> np.ndarray:
+    """out = LayerNorm(x) for a [T, H] array, ROW_BLOCK rows at a time."""
+    for r in range(0, x.shape[0], ROW_BLOCK):
+        e = min(x.shape[0], r + ROW_BLOCK)
+        layer_norm_into(x[r:e], gamma, beta, eps, out[r:e], tmp[: e - r])
+    return out
+
+
+def sequence_layer(x: np.ndarray, lw: LayerWeights, cfg: BertConfig, ws: Workspace, n: int,
+                   bias_row: Optional[np.ndarray], out: np.ndarray) -> np.ndarray:
+    """One post-LN BERT layer on one sequence x [T, H] (n real keys) into out [T, H] (out may be x)."""
+    h = cfg.hidden_size
+    linear_into(x, lw.wqkv, lw.bqkv, ws.qkv)
+    ws.qkv[:, :h] *= F32(1.0 / math.sqrt(cfg.head_dim))
+    attend(ws, cfg.num_heads, n, bias_row)
+    linear_into(ws.ctx, lw.wo, lw.bo, ws.y)
+    ws.y += x
+    _norm_rows(ws.y, lw.ln1_g, lw.ln1_b, cfg.layer_norm_eps, ws.a, ws.norm)
+    return feed_forward(ws, lw, cfg, out)
+
+
+def encoder_layer(x: np.ndarray, lw: LayerWeights, bias: np.ndarray, cfg: BertConfig,
+                  out: Optional[np.ndarray] = None) -> np.ndarray:
+    """One post-LN BERT layer on x [B, T, H] with additive bias [B, 1, 1, T], one sequence at a time.
+
+    Sequences are independent, so each is written to out (a new array, or x itself) as soon as it is done:
+    the temporaries are one sequence's, whatever the batch."""
+    b, t, _ = x.shape
+    out = np.empty_like(x) if out is None else out
+    ws = Workspace(cfg, t)
+    lengths = key_lengths(bias)
+    for i in range(b):
+        n = t if lengths is None else int(lengths[i])
+        sequence_layer(x[i], lw, cfg, ws, max(n, 1), None if lengths is not None else bias[i, 0], out[i])
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- model
@@ -514,7 +690,7 @@ class BertCrossEncoder:
         if not 0 <= l < self.config.num_layers:
             raise PrismInputError("layer %d out of range 0..%d" % (l, self.config.num_layers - 1))
         base = "%sencoder.layer.%d." % (self.prefix, l)
-        return LayerWeights(**{f: self.weights.get(base + s) for f, s in _LAYER_TENSORS.items()})
+        return LayerWeights(**stack_qkv({f: self.weights.get(base + s) for f, s in _LAYER_TENSORS.items()}))
 
     # -- steps
 
