@@ -444,6 +444,12 @@ class Workspace:
         self.norm = np.empty((r, h), F32)
 
 
+def workspace_bytes(cfg: BertConfig, t: int) -> int:
+    """Bytes of one layer's Workspace for sequences of t tokens (the same for any number of sequences)."""
+    h, i, r = cfg.hidden_size, cfg.intermediate_size, min(ROW_BLOCK, t)
+    return 4 * (t * (6 * h + cfg.head_dim + i) + t * t + r * (2 * i + h))
+
+
 def attend(ws: Workspace, heads: int, n: int, bias_row: Optional[np.ndarray]) -> np.ndarray:
     """ws.ctx = multi-head attention of one sequence from ws.qkv (Q already scaled), over its first n keys.
 
