@@ -259,7 +259,8 @@ def embedding_shapes(cfg: BertConfig) -> dict[str, tuple[int, ...]]:
 # ~20 passes of the erf-GELU hit L2. Matrix products stay per sequence (486 rows): smaller products would
 # repack the weights too often. Scratch buffers come from a Workspace allocated once per layer call.
 
-ROW_BLOCK = 64  # rows per elementwise block: [64, 1536] float32 = 384 KB, three of them fit in a 2 MB L2
+ROW_BLOCK = 64  # rows per elementwise block: [64, 1536] float32 = 384 KB; the block and its 2 scratch ~ L2
+SCORE_BLOCK = 1 << 20  # bytes of attention scores per block of heads (one core's L2: 1 MB here)
 
 
 def layer_norm_into(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float, out: np.ndarray,
@@ -427,14 +428,20 @@ def key_lengths(bias: np.ndarray) -> Optional[np.ndarray]:
     return n
 
 
+def heads_per_block(heads: int, t: int, n: int) -> int:
+    """Heads whose [T, n] score blocks together fit SCORE_BLOCK bytes (at least one)."""
+    return max(1, min(heads, SCORE_BLOCK // (4 * t * n)))
+
+
 class Workspace:
     """Scratch buffers for one encoder layer over sequences of T tokens, allocated once per layer call."""
 
     def __init__(self, cfg: BertConfig, t: int):
         h, i, r = cfg.hidden_size, cfg.intermediate_size, min(ROW_BLOCK, t)
         self.qkv = np.empty((t, 3 * h), F32)  # one sequence's Q | K | V
-        self.scores = np.empty(t * t, F32)  # one head's [T, n] scores (n <= T keys)
-        self.head = np.empty((t, cfg.head_dim), F32)  # one head's unnormalised context
+        g = heads_per_block(cfg.num_heads, t, t)
+        self.scores = np.empty(g * t * t, F32)  # a block of heads' [T, n] scores (n <= T keys)
+        self.head = np.empty((g, t, cfg.head_dim), F32)  # their unnormalised context
         self.ctx = np.empty((t, h), F32)  # all heads' context
         self.a = np.empty((t, h), F32)  # attention block output (after LayerNorm 1)
         self.y = np.empty((t, h), F32)  # a projection + residual, before its LayerNorm
@@ -447,31 +454,38 @@ class Workspace:
 def workspace_bytes(cfg: BertConfig, t: int) -> int:
     """Bytes of one layer's Workspace for sequences of t tokens (the same for any number of sequences)."""
     h, i, r = cfg.hidden_size, cfg.intermediate_size, min(ROW_BLOCK, t)
-    return 4 * (t * (6 * h + cfg.head_dim + i) + t * t + r * (2 * i + h))
+    g = heads_per_block(cfg.num_heads, t, t)
+    return 4 * (t * (6 * h + g * cfg.head_dim + i) + g * t * t + r * (2 * i + h))
 
 
 def attend(ws: Workspace, heads: int, n: int, bias_row: Optional[np.ndarray]) -> np.ndarray:
     """ws.ctx = multi-head attention of one sequence from ws.qkv (Q already scaled), over its first n keys.
 
-    One head at a time: its [T, n] score block (under 1 MB at T = 486) stays in L2 through the softmax.
-    The softmax's division is applied to the [T, d] product instead of the [T, n] probabilities."""
+    A block of heads at a time, as many as keep their [heads, T, n] scores within SCORE_BLOCK (one head at
+    486 tokens, all twelve at 150), so the softmax's passes stay in L2. Q, K and V are strided views of
+    ws.qkv (no transposed copies). The softmax's division is applied to the [T, d] product instead of the
+    [T, n] probabilities."""
     t, h3 = ws.qkv.shape
     h = h3 // 3
     d = h // heads
-    scores = ws.scores[: t * n].reshape(t, n)
-    for j in range(heads):
-        q = ws.qkv[:, j * d:(j + 1) * d]
-        k = ws.qkv[:n, h + j * d:h + (j + 1) * d]
-        v = ws.qkv[:n, 2 * h + j * d:2 * h + (j + 1) * d]
-        np.matmul(q, k.T, out=scores)
+    q = ws.qkv[:, :h].reshape(t, heads, d).transpose(1, 0, 2)  # [heads, T, d]
+    k = ws.qkv[:n, h:2 * h].reshape(n, heads, d).transpose(1, 2, 0)  # [heads, d, n]
+    v = ws.qkv[:n, 2 * h:].reshape(n, heads, d).transpose(1, 0, 2)  # [heads, n, d]
+    ctx = ws.ctx.reshape(t, heads, d).transpose(1, 0, 2)
+    g = ws.head.shape[0]  # heads per block, sized for n = T keys
+    for j in range(0, heads, g):
+        e = min(heads, j + g)
+        scores = ws.scores[:(e - j) * t * n].reshape(e - j, t, n)
+        np.matmul(q[j:e], k[j:e], out=scores)
         if bias_row is not None:
             scores += bias_row
-        top = scores.max(axis=1, keepdims=True)
+        top = scores.max(axis=2, keepdims=True)
         np.subtract(scores, top, out=scores)
         np.exp(scores, out=scores)
-        total = scores.sum(axis=1, keepdims=True)
-        np.matmul(scores, v, out=ws.head)
-        np.divide(ws.head, total, out=ws.ctx[:, j * d:(j + 1) * d])
+        total = scores.sum(axis=2, keepdims=True)
+        part = ws.head[:e - j]
+        np.matmul(scores, v[j:e], out=part)
+        np.divide(part, total, out=ctx[j:e])
     return ws.ctx
 
 
