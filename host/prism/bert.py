@@ -282,10 +282,14 @@ def layer_norm_into(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: flo
     return out
 
 
-def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
-    """LayerNorm over the last axis of any [..., H] array, ROW_BLOCK rows at a time into a new array."""
+def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float,
+               out: Optional[np.ndarray] = None) -> np.ndarray:
+    """LayerNorm over the last axis of a contiguous [..., H] array, ROW_BLOCK rows at a time, into out (a new
+    array by default; x itself is allowed)."""
+    if out is not None and not out.flags.c_contiguous:
+        raise ValueError("layer_norm: out must be C-contiguous (it is written through a reshaped view)")
     flat = x.reshape(-1, x.shape[-1])
-    out = np.empty(flat.shape, F32)
+    out = np.empty(flat.shape, F32) if out is None else out.reshape(flat.shape)
     tmp = np.empty((min(ROW_BLOCK, flat.shape[0]), flat.shape[1]), F32)
     for a in range(0, flat.shape[0], ROW_BLOCK):
         e = min(flat.shape[0], a + ROW_BLOCK)
@@ -748,10 +752,11 @@ class BertCrossEncoder:
             raise PrismInputError("token_type_ids must be an integer array shaped like input_ids %s" % (ids.shape,))
         if types.min() < 0 or types.max() >= cfg.type_vocab_size:
             raise PrismInputError("token_type_ids outside 0..%d" % (cfg.type_vocab_size - 1))
-        x = self.weights.rows(p + "embeddings.word_embeddings.weight", ids)
-        x = x + self.weights.get(p + "embeddings.position_embeddings.weight")[:t]
-        x = x + self.weights.rows(p + "embeddings.token_type_embeddings.weight", types)
-        return layer_norm(x, self.weights.get(p + "embeddings.LayerNorm.weight"), self.weights.get(p + "embeddings.LayerNorm.bias"), cfg.layer_norm_eps)
+        x = self.weights.rows(p + "embeddings.word_embeddings.weight", ids)  # a new array: updated in place
+        x += self.weights.get(p + "embeddings.position_embeddings.weight")[:t]
+        x += self.weights.rows(p + "embeddings.token_type_embeddings.weight", types)
+        ln_g, ln_b = self.weights.get(p + "embeddings.LayerNorm.weight"), self.weights.get(p + "embeddings.LayerNorm.bias")
+        return layer_norm(x, ln_g, ln_b, cfg.layer_norm_eps, out=x)
 
     def layer(self, l: int, hidden: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         """Run encoder layer l on hidden [B, T, H] with attention_mask [B, T] (1 = token, 0 = padding)."""
