@@ -31,7 +31,7 @@ def test_bench_prism_numpy_vs_torch_ratios(tmp_path, capsys):
     d = make_tiny(tmp_path / "m", num_hidden_layers=2, max_position_embeddings=128)
     code = bench_prism.main(["--model", str(d), "--questions", "1", "--candidates", "6", "--threshold", "0.3",
                              "--clusters", "3", "--curve", "", "--rss-questions", "0", "--speed-reps", "3",
-                             "--speed-short-tokens", "64", "--json"])
+                             "--speed-short-tokens", "64", "--speed-min-s", "0.01", "--json"])
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     for name in ("layer", "full"):

@@ -236,22 +236,28 @@ def _spread(ratios: list[float]) -> dict:
             "p75": round(float(np.percentile(ratios, 75)), 4)}
 
 
-def _interleaved(ours, theirs, reps: int) -> list[float]:
+def _interleaved(ours, theirs, reps: int, min_s: float = 0.2) -> list[float]:
     """ours() / theirs() time per repetition, the two alternating which runs first (A B, B A, ...) so that
-    load changing on a shared machine hits both alike."""
+    load changing on a shared machine hits both alike. A call shorter than min_s (a layer on short windows)
+    is repeated within each timing, so that scheduler noise stays small next to it."""
+    t0 = time.perf_counter()
+    theirs()
+    inner = max(1, int(min_s / max(time.perf_counter() - t0, 1e-6)) + 1)
     ratios = []
     for r in range(reps):
         pair = (ours, theirs) if r % 2 == 0 else (theirs, ours)
         took = {}
         for f in pair:
             t0 = time.perf_counter()
-            f()
+            for _ in range(inner):
+                f()
             took[f] = time.perf_counter() - t0
         ratios.append(took[ours] / took[theirs])
     return ratios
 
 
-def numpy_vs_torch(model_dir: str, init_head: bool, question: dict, reps: int, threads: int) -> dict:
+def numpy_vs_torch(model_dir: str, init_head: bool, question: dict, reps: int, threads: int,
+                   min_s: float = 0.2) -> dict:
     """numpy (host/prism/bert.py) / torch (transformers, SDPA attention) time on the same candidates and
     weights, one thread each: encoder layer 0 on the same embedded input, and the whole forward (ids to
     logits, tokenization excluded). Each after one warm-up call."""
@@ -286,9 +292,10 @@ def numpy_vs_torch(model_dir: str, init_head: bool, question: dict, reps: int, t
 
     diff = float(np.abs(full_np() - full_torch().numpy()).max())
     layer_np(), layer_torch()
-    out = {"tokens": int(ids.shape[1]), "candidates": int(ids.shape[0]), "reps": reps, "max_logit_diff": diff}
+    out = {"tokens": int(ids.shape[1]), "candidates": int(ids.shape[0]), "reps": reps, "min_s": min_s,
+           "max_logit_diff": diff}
     for name, a, b in (("layer", layer_np, layer_torch), ("full", full_np, full_torch)):
-        sp = _spread(_interleaved(a, b, reps))
+        sp = _spread(_interleaved(a, b, reps, min_s))
         out[name + "_ratio"], out[name + "_ratio_p25"], out[name + "_ratio_p75"] = sp["median"], sp["p25"], sp["p75"]
     return out
 
@@ -406,6 +413,8 @@ def _main(argv: list[str] | None = None) -> int:
                     "full-model timings (default 7; 0: skip)")
     ap.add_argument("--speed-short-tokens", type=int, default=150, help="window tokens of the second numpy/torch "
                     "timing, as edgetwin ask uses (default 150; 0: skip)")
+    ap.add_argument("--speed-min-s", type=float, default=0.2, help="a timed call shorter than this is repeated "
+                    "within each repetition (default 0.2 s)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--worker", choices=("full", "prism", "torch"), help=argparse.SUPPRESS)
     ap.add_argument("--qfile", help=argparse.SUPPRESS)
@@ -490,13 +499,14 @@ def _main(argv: list[str] | None = None) -> int:
 
     if not args.no_torch and args.speed_reps > 0 and questions:
         try:
-            sp = numpy_vs_torch(model_dir, init_head, questions[0], args.speed_reps, threads)
+            sp = numpy_vs_torch(model_dir, init_head, questions[0], args.speed_reps, threads, args.speed_min_s)
             for key in ("layer_ratio", "layer_ratio_p25", "layer_ratio_p75", "full_ratio", "full_ratio_p25",
-                        "full_ratio_p75", "reps", "tokens", "max_logit_diff"):
+                        "full_ratio_p75", "reps", "min_s", "tokens", "max_logit_diff"):
                 out["numpy_vs_torch_" + key] = sp[key]
             if args.speed_short_tokens > 0:
                 short, _ = load_questions("heldout", 1, args.candidates, args.speed_short_tokens, args.seed)
-                out["numpy_vs_torch_short"] = numpy_vs_torch(model_dir, init_head, short[0], args.speed_reps, threads)
+                out["numpy_vs_torch_short"] = numpy_vs_torch(model_dir, init_head, short[0], args.speed_reps, threads,
+                                                             args.speed_min_s)
             out["numpy_vs_torch_method"] = (
                 "median over interleaved repetitions (order alternating) of numpy time / torch time, %d thread(s) "
                 "each, same weights and candidates (the first held-out question): encoder layer 0 on the same "
