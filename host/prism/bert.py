@@ -340,8 +340,8 @@ def erf(x: np.ndarray) -> np.ndarray:
 def gelu_erf_inplace(x: np.ndarray, s: np.ndarray, q: np.ndarray) -> np.ndarray:
     """x = x * Phi(x) (HF "gelu", the exact erf GELU) in place on a block; s and q are scratch like x.
 
-    With q = (1 - erf(|x| / sqrt 2)) / 2 = poly(s) exp(-x^2 / 2), GELU is max(x, 0) - |x| q for either sign,
-    which needs no sign fix-up and no third buffer.
+    With q = (1 - erf(|x| / sqrt 2)) / 2 = poly(s) exp(-x^2 / 2) (A&S with the 1/2 in the coefficients),
+    GELU is max(x, 0) - |x| q for either sign, which needs no sign fix-up and no third buffer.
     """
     np.abs(x, out=s)
     s *= _GELU_P
@@ -405,14 +405,6 @@ ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "gelu_pytorch_tanh": gelu_tanh,
     "relu": relu,
 }
-
-
-def softmax(x: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis, computed in place (x is overwritten and returned)."""
-    x -= x.max(axis=-1, keepdims=True)
-    np.exp(x, out=x)
-    x /= x.sum(axis=-1, keepdims=True)
-    return x
 
 
 def attention_bias(mask: np.ndarray) -> np.ndarray:
