@@ -253,12 +253,14 @@ def embedding_shapes(cfg: BertConfig) -> dict[str, tuple[int, ...]]:
 
 # ---------------------------------------------------------------------------------------------- kernels
 #
-# One encoder layer runs one sequence at a time (encoder_layer), and inside a sequence the elementwise
-# passes (GELU, layer norm) run over blocks of ROW_BLOCK rows: numpy makes one pass over memory per
-# operation, so on the whole batch every pass streams a 60 MB temporary through DRAM, while on a block the
-# ~20 passes of the erf-GELU hit L2. Matrix products stay per sequence (486 rows): smaller products would
-# repack the weights too often. Scratch buffers come from a Workspace allocated once per layer call.
+# One encoder layer runs one sequence at a time (encoder_layer; short sequences in groups of up to
+# GROUP_ROWS rows), and inside it the elementwise passes (GELU, layer norm) run over blocks of ROW_BLOCK
+# rows: numpy makes one pass over memory per operation, so on the whole batch every pass streams a 60 MB
+# temporary through DRAM, while on a block the ~20 passes of the erf-GELU hit L2. Matrix products stay per
+# group (~500 rows): smaller products would repack the weights too often. Scratch buffers come from a
+# Workspace allocated once per layer call.
 
+GROUP_ROWS = 512  # rows per group of short sequences run together through the products and elementwise steps
 ROW_BLOCK = 64  # rows per elementwise block: [64, 1536] float32 = 384 KB; the block and its 2 scratch ~ L2
 SCORE_BLOCK = 1 << 20  # bytes of attention scores per block of heads (one core's L2: 1 MB here)
 
@@ -429,45 +431,56 @@ def heads_per_block(heads: int, t: int, n: int) -> int:
     return max(1, min(heads, SCORE_BLOCK // (4 * t * n)))
 
 
-class Workspace:
-    """Scratch buffers for one encoder layer over sequences of T tokens, allocated once per layer call."""
+def sequences_per_group(t: int, b: int) -> int:
+    """Sequences of t tokens run together (at most b): as many as fill GROUP_ROWS rows, at least one."""
+    return max(1, min(b, GROUP_ROWS // t))
 
-    def __init__(self, cfg: BertConfig, t: int):
-        h, i, r = cfg.hidden_size, cfg.intermediate_size, min(ROW_BLOCK, t)
-        self.qkv = np.empty((t, 3 * h), F32)  # one sequence's Q | K | V
+
+class Workspace:
+    """Scratch buffers for one encoder layer over groups of g sequences of T tokens, allocated once per call."""
+
+    def __init__(self, cfg: BertConfig, t: int, g: int = 1):
+        h, i = cfg.hidden_size, cfg.intermediate_size
+        rows = g * t
+        r = min(ROW_BLOCK, rows)
+        self.qkv = np.empty((rows, 3 * h), F32)  # the group's Q | K | V
         g = heads_per_block(cfg.num_heads, t, t)
         self.scores = np.empty(g * t * t, F32)  # a block of heads' [T, n] scores (n <= T keys)
         self.head = np.empty((g, t, cfg.head_dim), F32)  # their unnormalised context
-        self.ctx = np.empty((t, h), F32)  # all heads' context
-        self.a = np.empty((t, h), F32)  # attention block output (after LayerNorm 1)
-        self.y = np.empty((t, h), F32)  # a projection + residual, before its LayerNorm
-        self.inter = np.empty((t, i), F32)  # feed-forward activation
+        self.ctx = np.empty((rows, h), F32)  # all heads' context
+        self.a = np.empty((rows, h), F32)  # attention block output (after LayerNorm 1)
+        self.y = np.empty((rows, h), F32)  # a projection + residual, before its LayerNorm
+        self.inter = np.empty((rows, i), F32)  # feed-forward activation
         self.s = np.empty((r, i), F32)  # elementwise scratch for one row block
         self.q = np.empty((r, i), F32)
         self.norm = np.empty((r, h), F32)
 
 
 def workspace_bytes(cfg: BertConfig, t: int) -> int:
-    """Bytes of one layer's Workspace for sequences of t tokens (the same for any number of sequences)."""
-    h, i, r = cfg.hidden_size, cfg.intermediate_size, min(ROW_BLOCK, t)
+    """Most bytes of one layer's Workspace for sequences of t tokens (for any number of sequences)."""
+    h, i = cfg.hidden_size, cfg.intermediate_size
+    rows = sequences_per_group(t, GROUP_ROWS) * t
+    r = min(ROW_BLOCK, rows)
     g = heads_per_block(cfg.num_heads, t, t)
-    return 4 * (t * (6 * h + g * cfg.head_dim + i) + g * t * t + r * (2 * i + h))
+    return 4 * (rows * (6 * h + i) + g * t * (t + cfg.head_dim) + r * (2 * i + h))
 
 
-def attend(ws: Workspace, heads: int, n: int, bias_row: Optional[np.ndarray]) -> np.ndarray:
-    """ws.ctx = multi-head attention of one sequence from ws.qkv (Q already scaled), over its first n keys.
+def attend(qkv: np.ndarray, ctx: np.ndarray, ws: Workspace, heads: int, n: int,
+           bias_row: Optional[np.ndarray]) -> np.ndarray:
+    """ctx [T, H] = multi-head attention of one sequence from qkv [T, 3H] (Q already scaled), over its first
+    n keys; ws holds the scores.
 
     A block of heads at a time, as many as keep their [heads, T, n] scores within SCORE_BLOCK (one head at
     486 tokens, all twelve at 150), so the softmax's passes stay in L2. Q, K and V are strided views of
     ws.qkv (no transposed copies). The softmax's division is applied to the [T, d] product instead of the
     [T, n] probabilities."""
-    t, h3 = ws.qkv.shape
+    t, h3 = qkv.shape
     h = h3 // 3
     d = h // heads
-    q = ws.qkv[:, :h].reshape(t, heads, d).transpose(1, 0, 2)  # [heads, T, d]
-    k = ws.qkv[:n, h:2 * h].reshape(n, heads, d).transpose(1, 2, 0)  # [heads, d, n]
-    v = ws.qkv[:n, 2 * h:].reshape(n, heads, d).transpose(1, 0, 2)  # [heads, n, d]
-    ctx = ws.ctx.reshape(t, heads, d).transpose(1, 0, 2)
+    q = qkv[:, :h].reshape(t, heads, d).transpose(1, 0, 2)  # [heads, T, d]
+    k = qkv[:n, h:2 * h].reshape(n, heads, d).transpose(1, 2, 0)  # [heads, d, n]
+    v = qkv[:n, 2 * h:].reshape(n, heads, d).transpose(1, 0, 2)  # [heads, n, d]
+    by_head = ctx.reshape(t, heads, d).transpose(1, 0, 2)
     g = ws.head.shape[0]  # heads per block, sized for n = T keys
     for j in range(0, heads, g):
         e = min(heads, j + g)
@@ -481,21 +494,22 @@ def attend(ws: Workspace, heads: int, n: int, bias_row: Optional[np.ndarray]) ->
         total = scores.sum(axis=2, keepdims=True)
         part = ws.head[:e - j]
         np.matmul(scores, v[j:e], out=part)
-        np.divide(part, total, out=ctx[j:e])
-    return ws.ctx
+        np.divide(part, total, out=by_head[j:e])
+    return ctx
 
 
 def feed_forward(ws: Workspace, lw: LayerWeights, cfg: BertConfig, out: np.ndarray) -> np.ndarray:
-    """out = LayerNorm(a + W2 . act(W1 . a)) for one sequence, a = ws.a; elementwise work in row blocks."""
-    t = ws.a.shape[0]
+    """out [rows, H] = LayerNorm(a + W2 . act(W1 . a)), a = ws.a[:rows]; elementwise work in row blocks."""
+    rows = out.shape[0]
+    a, inter, y = ws.a[:rows], ws.inter[:rows], ws.y[:rows]
     act = _act_inplace(cfg.hidden_act)
-    linear_into(ws.a, lw.wi, lw.bi, ws.inter)
-    for r in range(0, t, ROW_BLOCK):
-        e = min(t, r + ROW_BLOCK)
-        act(ws.inter[r:e], ws.s[: e - r], ws.q[: e - r])
-    linear_into(ws.inter, lw.wf, lw.bf, ws.y)
-    ws.y += ws.a
-    return _norm_rows(ws.y, lw.ln2_g, lw.ln2_b, cfg.layer_norm_eps, out, ws.norm)
+    linear_into(a, lw.wi, lw.bi, inter)
+    for r in range(0, rows, ROW_BLOCK):
+        e = min(rows, r + ROW_BLOCK)
+        act(inter[r:e], ws.s[: e - r], ws.q[: e - r])
+    linear_into(inter, lw.wf, lw.bf, y)
+    y += a
+    return _norm_rows(y, lw.ln2_g, lw.ln2_b, cfg.layer_norm_eps, out, ws.norm)
 
 
 def _norm_rows(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float, out: np.ndarray,
@@ -507,32 +521,46 @@ def _norm_rows(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float, o
     return out
 
 
-def sequence_layer(x: np.ndarray, lw: LayerWeights, cfg: BertConfig, ws: Workspace, n: int,
-                   bias_row: Optional[np.ndarray], out: np.ndarray) -> np.ndarray:
-    """One post-LN BERT layer on one sequence x [T, H] (n real keys) into out [T, H] (out may be x)."""
-    h = cfg.hidden_size
-    linear_into(x, lw.wqkv, lw.bqkv, ws.qkv)
-    ws.qkv[:, :h] *= F32(1.0 / math.sqrt(cfg.head_dim))
-    attend(ws, cfg.num_heads, n, bias_row)
-    linear_into(ws.ctx, lw.wo, lw.bo, ws.y)
-    ws.y += x
-    _norm_rows(ws.y, lw.ln1_g, lw.ln1_b, cfg.layer_norm_eps, ws.a, ws.norm)
-    return feed_forward(ws, lw, cfg, out)
+def group_layer(x: np.ndarray, lw: LayerWeights, cfg: BertConfig, ws: Workspace, lengths: Sequence[int],
+                bias: Optional[np.ndarray], out: np.ndarray) -> np.ndarray:
+    """One post-LN BERT layer on a group of sequences x [g, T, H] into out [g, T, H] (out may be x).
+
+    Attention goes sequence by sequence (lengths[j] real keys each, or the additive bias [g, 1, 1, T] when
+    given); the projections, layer norms and feed-forward treat the group's g * T rows as one matrix."""
+    g, t, h = x.shape
+    rows = g * t
+    x2, out2 = x.reshape(rows, h), out.reshape(rows, h)
+    qkv, ctx, y, a = ws.qkv[:rows], ws.ctx[:rows], ws.y[:rows], ws.a[:rows]
+    linear_into(x2, lw.wqkv, lw.bqkv, qkv)
+    qkv[:, :h] *= F32(1.0 / math.sqrt(cfg.head_dim))
+    for j in range(g):
+        rs = slice(j * t, (j + 1) * t)
+        attend(qkv[rs], ctx[rs], ws, cfg.num_heads, lengths[j], None if bias is None else bias[j, 0])
+    linear_into(ctx, lw.wo, lw.bo, y)
+    y += x2
+    _norm_rows(y, lw.ln1_g, lw.ln1_b, cfg.layer_norm_eps, a, ws.norm)
+    return feed_forward(ws, lw, cfg, out2)
 
 
 def encoder_layer(x: np.ndarray, lw: LayerWeights, bias: np.ndarray, cfg: BertConfig,
                   out: Optional[np.ndarray] = None) -> np.ndarray:
-    """One post-LN BERT layer on x [B, T, H] with additive bias [B, 1, 1, T], one sequence at a time.
+    """One post-LN BERT layer on x [B, T, H] with additive bias [B, 1, 1, T], a group of sequences at a time.
 
-    Sequences are independent, so each is written to out (a new array, or x itself) as soon as it is done:
-    the temporaries are one sequence's, whatever the batch."""
+    Sequences are independent, so each group is written to out (a new array, or x itself) as soon as it is
+    done: the temporaries are one group's (up to GROUP_ROWS rows: one 486-token sequence, four of 122),
+    whatever the batch. Grouping short sequences keeps the matrix products large and the numpy calls few."""
     b, t, _ = x.shape
+    x = np.ascontiguousarray(x)
     out = np.empty_like(x) if out is None else out
-    ws = Workspace(cfg, t)
+    if not out.flags.c_contiguous:
+        raise ValueError("encoder_layer: out must be C-contiguous")
+    g = sequences_per_group(t, b)
+    ws = Workspace(cfg, t, g)
     lengths = key_lengths(bias)
-    for i in range(b):
-        n = t if lengths is None else int(lengths[i])
-        sequence_layer(x[i], lw, cfg, ws, max(n, 1), None if lengths is not None else bias[i, 0], out[i])
+    for i in range(0, b, g):
+        e = min(b, i + g)
+        ns = [t] * (e - i) if lengths is None else [int(n) for n in lengths[i:e]]
+        group_layer(x[i:e], lw, cfg, ws, ns, bias[i:e] if lengths is None else None, out[i:e])
     return out
 
 

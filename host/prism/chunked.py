@@ -2,9 +2,9 @@
 
 Candidates are independent rows (each attends only to its own tokens), so running a layer chunk by
 chunk gives the same numbers as the whole batch at once. encoder_layer itself works one sequence at a
-time into preallocated scratch (bert.Workspace) and writes each chunk back into the hidden array in
-place, so what grows with the chunk is the per-candidate part: the engine's embedding of the chunk
-(word and token-type gathers, their layer norm) and the chunk's attention bias.
+time (short ones in groups of up to 512 rows) in preallocated scratch (bert.Workspace) and writes each
+chunk back into the hidden array in place, so what grows with the chunk is the per-candidate part: the
+engine's embedding of the chunk (word and token-type gathers, their layer norm) and its attention bias.
 """
 
 from __future__ import annotations
