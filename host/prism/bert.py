@@ -444,9 +444,9 @@ class Workspace:
         rows = g * t
         r = min(ROW_BLOCK, rows)
         self.qkv = np.empty((rows, 3 * h), F32)  # the group's Q | K | V
-        g = heads_per_block(cfg.num_heads, t, t)
-        self.scores = np.empty(g * t * t, F32)  # a block of heads' [T, n] scores (n <= T keys)
-        self.head = np.empty((g, t, cfg.head_dim), F32)  # their unnormalised context
+        hb = heads_per_block(cfg.num_heads, t, t)
+        self.scores = np.empty(hb * t * t, F32)  # a block of heads' [T, n] scores (n <= T keys)
+        self.head = np.empty((hb, t, cfg.head_dim), F32)  # their unnormalised context
         self.ctx = np.empty((rows, h), F32)  # all heads' context
         self.a = np.empty((rows, h), F32)  # attention block output (after LayerNorm 1)
         self.y = np.empty((rows, h), F32)  # a projection + residual, before its LayerNorm
@@ -461,8 +461,8 @@ def workspace_bytes(cfg: BertConfig, t: int) -> int:
     h, i = cfg.hidden_size, cfg.intermediate_size
     rows = sequences_per_group(t, GROUP_ROWS) * t
     r = min(ROW_BLOCK, rows)
-    g = heads_per_block(cfg.num_heads, t, t)
-    return 4 * (rows * (6 * h + i) + g * t * (t + cfg.head_dim) + r * (2 * i + h))
+    hb = heads_per_block(cfg.num_heads, t, t)
+    return 4 * (rows * (6 * h + i) + hb * t * (t + cfg.head_dim) + r * (2 * i + h))
 
 
 def attend(qkv: np.ndarray, ctx: np.ndarray, ws: Workspace, heads: int, n: int,
