@@ -188,6 +188,23 @@ class LayerWeights:
     bf: np.ndarray
     ln2_g: np.ndarray
     ln2_b: np.ndarray
+    wqkv: np.ndarray  # [3H, H]: wq, wk, wv stacked (they are views into it), one product per sequence
+    bqkv: np.ndarray  # [3H]
+
+
+def stack_qkv(t: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """t (the 16 tensors by LayerWeights field) plus wqkv / bqkv, with wq..bv made views into them.
+
+    Done once per layer when the weights are fetched, so every sequence runs one [T, H] x [H, 3H] product
+    instead of three."""
+    h = t["wq"].shape[1]
+    out = dict(t)
+    out["wqkv"] = np.concatenate([t["wq"], t["wk"], t["wv"]])
+    out["bqkv"] = np.concatenate([t["bq"], t["bk"], t["bv"]])
+    for j, f in enumerate("qkv"):
+        out["w" + f] = out["wqkv"][j * h:(j + 1) * h]
+        out["b" + f] = out["bqkv"][j * h:(j + 1) * h]
+    return out
 
 
 # Field of LayerWeights -> tensor name suffix under "<prefix>encoder.layer.<l>."
@@ -235,13 +252,51 @@ def embedding_shapes(cfg: BertConfig) -> dict[str, tuple[int, ...]]:
 
 
 # ---------------------------------------------------------------------------------------------- kernels
+#
+# One encoder layer runs one sequence at a time (encoder_layer; short sequences in groups of up to
+# GROUP_ROWS rows), and inside it the elementwise passes (GELU, layer norm) run over blocks of ROW_BLOCK
+# rows: numpy makes one pass over memory per operation, so on the whole batch every pass streams a 60 MB
+# temporary through DRAM, while on a block the ~20 passes of the erf-GELU hit L2. Matrix products stay per
+# group (~500 rows): smaller products would repack the weights too often. Scratch buffers come from a
+# Workspace allocated once per layer call.
+
+GROUP_ROWS = 512  # rows per group of short sequences run together through the products and elementwise steps
+ROW_BLOCK = 64  # rows per elementwise block: [64, 1536] float32 = 384 KB; the block and its 2 scratch ~ L2
+SCORE_BLOCK = 1 << 20  # bytes of attention scores per block of heads (one core's L2: 1 MB here)
 
 
-def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
-    mean = x.mean(axis=-1, keepdims=True)
-    centred = x - mean
-    var = np.mean(centred * centred, axis=-1, keepdims=True)
-    return centred / np.sqrt(var + F32(eps)) * gamma + beta
+def layer_norm_into(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float, out: np.ndarray,
+                    tmp: np.ndarray) -> np.ndarray:
+    """out = LayerNorm(x) over the last axis for a 2-D block; tmp is scratch shaped like x. out may be x."""
+    h = x.shape[-1]
+    mean = x.sum(axis=-1, keepdims=True)
+    mean *= F32(1.0 / h)
+    np.subtract(x, mean, out=out)
+    np.multiply(out, out, out=tmp)
+    var = tmp.sum(axis=-1, keepdims=True)
+    var *= F32(1.0 / h)
+    var += F32(eps)
+    np.sqrt(var, out=var)
+    np.divide(F32(1.0), var, out=var)
+    out *= var
+    out *= gamma
+    out += beta
+    return out
+
+
+def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float,
+               out: Optional[np.ndarray] = None) -> np.ndarray:
+    """LayerNorm over the last axis of a contiguous [..., H] array, ROW_BLOCK rows at a time, into out (a new
+    array by default; x itself is allowed)."""
+    if out is not None and not out.flags.c_contiguous:
+        raise ValueError("layer_norm: out must be C-contiguous (it is written through a reshaped view)")
+    flat = x.reshape(-1, x.shape[-1])
+    out = np.empty(flat.shape, F32) if out is None else out.reshape(flat.shape)
+    tmp = np.empty((min(ROW_BLOCK, flat.shape[0]), flat.shape[1]), F32)
+    for a in range(0, flat.shape[0], ROW_BLOCK):
+        e = min(flat.shape[0], a + ROW_BLOCK)
+        layer_norm_into(flat[a:e], gamma, beta, eps, out[a:e], tmp[: e - a])
+    return out.reshape(x.shape)
 
 
 def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -251,15 +306,23 @@ def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     return y
 
 
+def linear_into(x: np.ndarray, w: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """out = x [n, in] @ w[out, in]^T + b, without a temporary (w.T is a view: BLAS reads it transposed)."""
+    np.matmul(x, w.T, out=out)
+    out += b
+    return out
+
+
+# erf by Abramowitz & Stegun 7.1.26: 1 - erf(z) = poly(s) exp(-z^2), s = 1 / (1 + p z), z >= 0.
 _ERF_P = F32(0.3275911)
 _ERF_A = tuple(F32(c) for c in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592))
+# The same for GELU's z = |x| / sqrt 2, with GELU's 1/2 folded into the coefficients (exact: a power of 2).
+_GELU_P = F32(0.3275911 / math.sqrt(2.0))
+_GELU_A = tuple(F32(0.5 * c) for c in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592))
 
 
 def erf(x: np.ndarray) -> np.ndarray:
-    """Error function in float32 (Abramowitz & Stegun 7.1.26), |error| < 5e-7 including float32 rounding.
-
-    Written with in-place updates: on a [20, 512, 1536] activation every temporary is 63 MB.
-    """
+    """Error function in float32 (Abramowitz & Stegun 7.1.26), |error| < 5e-7 including float32 rounding."""
     a = np.abs(x)
     t = a * _ERF_P
     t += F32(1.0)
@@ -276,13 +339,34 @@ def erf(x: np.ndarray) -> np.ndarray:
     return np.copysign(poly, x, out=poly)
 
 
+def gelu_erf_inplace(x: np.ndarray, s: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """x = x * Phi(x) (HF "gelu", the exact erf GELU) in place on a block; s and q are scratch like x.
+
+    With q = (1 - erf(|x| / sqrt 2)) / 2 = poly(s) exp(-x^2 / 2) (A&S with the 1/2 in the coefficients),
+    GELU is max(x, 0) - |x| q for either sign, which needs no sign fix-up and no third buffer.
+    """
+    np.abs(x, out=s)
+    s *= _GELU_P
+    s += F32(1.0)
+    np.reciprocal(s, out=s)
+    np.multiply(s, _GELU_A[0], out=q)
+    for c in _GELU_A[1:]:
+        q += c
+        q *= s
+    np.multiply(x, x, out=s)
+    s *= F32(-0.5)
+    np.exp(s, out=s)
+    q *= s
+    np.abs(x, out=s)
+    q *= s  # |x| q
+    np.maximum(x, F32(0.0), out=x)
+    x -= q
+    return x
+
+
 def gelu_erf(x: np.ndarray) -> np.ndarray:
-    """HF "gelu": x * Phi(x) = x/2 * (1 + erf(x / sqrt 2)), the exact (erf) normal CDF."""
-    y = erf(x * F32(1.0 / math.sqrt(2.0)))
-    y += F32(1.0)
-    y *= x
-    y *= F32(0.5)
-    return y
+    """HF "gelu": x * Phi(x) = x/2 * (1 + erf(x / sqrt 2)), the exact (erf) normal CDF, into a new array."""
+    return _blockwise(gelu_erf_inplace, x.copy(), scratch=2)
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -295,6 +379,28 @@ def relu(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, F32(0.0))
 
 
+def _blockwise(fn: Callable[..., np.ndarray], x: np.ndarray, scratch: int) -> np.ndarray:
+    """fn(block, *scratch blocks) in place over ROW_BLOCK rows of x at a time; returns x."""
+    flat = x.reshape(-1, x.shape[-1])
+    bufs = [np.empty((min(ROW_BLOCK, flat.shape[0]), flat.shape[1]), F32) for _ in range(scratch)]
+    for a in range(0, flat.shape[0], ROW_BLOCK):
+        e = min(flat.shape[0], a + ROW_BLOCK)
+        fn(flat[a:e], *(s[: e - a] for s in bufs))
+    return x
+
+
+def _act_inplace(name: str) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """In-place block activation fn(x, s, q) for config hidden_act `name`."""
+    if name == "gelu":
+        return gelu_erf_inplace
+
+    def other(x: np.ndarray, s: np.ndarray, q: np.ndarray) -> np.ndarray:
+        x[...] = ACTIVATIONS[name](x)
+        return x
+
+    return other
+
+
 ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "gelu": gelu_erf,
     "gelu_new": gelu_tanh,
@@ -303,45 +409,159 @@ ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
-def softmax(x: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis, computed in place (x is overwritten and returned)."""
-    x -= x.max(axis=-1, keepdims=True)
-    np.exp(x, out=x)
-    x /= x.sum(axis=-1, keepdims=True)
-    return x
-
-
 def attention_bias(mask: np.ndarray) -> np.ndarray:
     """[B, T] 1/0 attention mask -> additive bias [B, 1, 1, T] (0 for real tokens, float32 min for padding)."""
     return ((1.0 - mask.astype(F32)) * np.finfo(F32).min)[:, None, None, :]
 
 
-def self_attention(x: np.ndarray, lw: LayerWeights, bias: np.ndarray, heads: int) -> np.ndarray:
-    """Multi-head scaled dot-product attention over x [B, T, H]; returns the context [B, T, H]."""
-    b, t, h = x.shape
+def key_lengths(bias: np.ndarray) -> Optional[np.ndarray]:
+    """Real tokens per sequence when every mask is ones then zeros (right padding), else None.
+
+    Padded keys get weight exp(float32 min) = 0 exactly, so attending over the first n keys only is the
+    same softmax with less work; any other mask keeps the additive bias."""
+    real = bias[:, 0, 0, :] == 0
+    n = real.sum(axis=1)
+    if not n.all() or not (real == (np.arange(real.shape[1])[None, :] < n[:, None])).all():
+        return None
+    return n
+
+
+def heads_per_block(heads: int, t: int, n: int) -> int:
+    """Heads whose [T, n] score blocks together fit SCORE_BLOCK bytes (at least one)."""
+    return max(1, min(heads, SCORE_BLOCK // (4 * t * n)))
+
+
+def sequences_per_group(t: int, b: int) -> int:
+    """Sequences of t tokens run together (at most b): as many as fill GROUP_ROWS rows, at least one."""
+    return max(1, min(b, GROUP_ROWS // t))
+
+
+class Workspace:
+    """Scratch buffers for one encoder layer over groups of g sequences of T tokens, allocated once per call."""
+
+    def __init__(self, cfg: BertConfig, t: int, g: int = 1):
+        h, i = cfg.hidden_size, cfg.intermediate_size
+        rows = g * t
+        r = min(ROW_BLOCK, rows)
+        self.qkv = np.empty((rows, 3 * h), F32)  # the group's Q | K | V
+        hb = heads_per_block(cfg.num_heads, t, t)
+        self.scores = np.empty(hb * t * t, F32)  # a block of heads' [T, n] scores (n <= T keys)
+        self.head = np.empty((hb, t, cfg.head_dim), F32)  # their unnormalised context
+        self.ctx = np.empty((rows, h), F32)  # all heads' context
+        self.a = np.empty((rows, h), F32)  # attention block output (after LayerNorm 1)
+        self.y = np.empty((rows, h), F32)  # a projection + residual, before its LayerNorm
+        self.inter = np.empty((rows, i), F32)  # feed-forward activation
+        self.s = np.empty((r, i), F32)  # elementwise scratch for one row block
+        self.q = np.empty((r, i), F32)
+        self.norm = np.empty((r, h), F32)
+
+
+def workspace_bytes(cfg: BertConfig, t: int) -> int:
+    """Most bytes of one layer's Workspace for sequences of t tokens (for any number of sequences)."""
+    h, i = cfg.hidden_size, cfg.intermediate_size
+    rows = sequences_per_group(t, GROUP_ROWS) * t
+    r = min(ROW_BLOCK, rows)
+    hb = heads_per_block(cfg.num_heads, t, t)
+    return 4 * (rows * (6 * h + i) + hb * t * (t + cfg.head_dim) + r * (2 * i + h))
+
+
+def attend(qkv: np.ndarray, ctx: np.ndarray, ws: Workspace, heads: int, n: int,
+           bias_row: Optional[np.ndarray]) -> np.ndarray:
+    """ctx [T, H] = multi-head attention of one sequence from qkv [T, 3H] (Q already scaled), over its first
+    n keys; ws holds the scores.
+
+    A block of heads at a time, as many as keep their [heads, T, n] scores within SCORE_BLOCK (one head at
+    486 tokens, all twelve at 150), so the softmax's passes stay in L2. Q, K and V are strided views of
+    ws.qkv (no transposed copies). The softmax's division is applied to the [T, d] product instead of the
+    [T, n] probabilities."""
+    t, h3 = qkv.shape
+    h = h3 // 3
     d = h // heads
+    q = qkv[:, :h].reshape(t, heads, d).transpose(1, 0, 2)  # [heads, T, d]
+    k = qkv[:n, h:2 * h].reshape(n, heads, d).transpose(1, 2, 0)  # [heads, d, n]
+    v = qkv[:n, 2 * h:].reshape(n, heads, d).transpose(1, 0, 2)  # [heads, n, d]
+    by_head = ctx.reshape(t, heads, d).transpose(1, 0, 2)
+    g = ws.head.shape[0]  # heads per block, sized for n = T keys
+    for j in range(0, heads, g):
+        e = min(heads, j + g)
+        scores = ws.scores[:(e - j) * t * n].reshape(e - j, t, n)
+        np.matmul(q[j:e], k[j:e], out=scores)
+        if bias_row is not None:
+            scores += bias_row
+        top = scores.max(axis=2, keepdims=True)
+        np.subtract(scores, top, out=scores)
+        np.exp(scores, out=scores)
+        total = scores.sum(axis=2, keepdims=True)
+        part = ws.head[:e - j]
+        np.matmul(scores, v[j:e], out=part)
+        np.divide(part, total, out=by_head[j:e])
+    return ctx
 
-    def heads_first(y: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-        # contiguous copies: numpy's stacked matmul is ~2x faster on them than on transposed views
-        return np.ascontiguousarray(y.reshape(b, t, heads, d).transpose(axes))
 
-    q = heads_first(linear(x, lw.wq, lw.bq) * F32(1.0 / math.sqrt(d)), (0, 2, 1, 3))  # [B, heads, T, d]
-    k_t = heads_first(linear(x, lw.wk, lw.bk), (0, 2, 3, 1))  # [B, heads, d, T]
-    v = heads_first(linear(x, lw.wv, lw.bv), (0, 2, 1, 3))  # [B, heads, T, d]
-    ctx = np.empty((b, t, heads, d), dtype=F32)
-    for i in range(b):  # one sequence at a time: its [heads, T, T] scores stay cache-sized
-        scores = q[i] @ k_t[i]
-        scores += bias[i]
-        ctx[i] = (softmax(scores) @ v[i]).transpose(1, 0, 2)
-    return ctx.reshape(b, t, h)
+def feed_forward(ws: Workspace, lw: LayerWeights, cfg: BertConfig, out: np.ndarray) -> np.ndarray:
+    """out [rows, H] = LayerNorm(a + W2 . act(W1 . a)), a = ws.a[:rows]; elementwise work in row blocks."""
+    rows = out.shape[0]
+    a, inter, y = ws.a[:rows], ws.inter[:rows], ws.y[:rows]
+    act = _act_inplace(cfg.hidden_act)
+    linear_into(a, lw.wi, lw.bi, inter)
+    for r in range(0, rows, ROW_BLOCK):
+        e = min(rows, r + ROW_BLOCK)
+        act(inter[r:e], ws.s[: e - r], ws.q[: e - r])
+    linear_into(inter, lw.wf, lw.bf, y)
+    y += a
+    return _norm_rows(y, lw.ln2_g, lw.ln2_b, cfg.layer_norm_eps, out, ws.norm)
 
 
-def encoder_layer(x: np.ndarray, lw: LayerWeights, bias: np.ndarray, cfg: BertConfig) -> np.ndarray:
-    """One post-LN BERT layer."""
-    eps = cfg.layer_norm_eps
-    a = layer_norm(x + linear(self_attention(x, lw, bias, cfg.num_heads), lw.wo, lw.bo), lw.ln1_g, lw.ln1_b, eps)
-    ff = linear(ACTIVATIONS[cfg.hidden_act](linear(a, lw.wi, lw.bi)), lw.wf, lw.bf)
-    return layer_norm(a + ff, lw.ln2_g, lw.ln2_b, eps)
+def _norm_rows(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float, out: np.ndarray,
+               tmp: np.ndarray) -> np.ndarray:
+    """out = LayerNorm(x) for a [T, H] array, ROW_BLOCK rows at a time."""
+    for r in range(0, x.shape[0], ROW_BLOCK):
+        e = min(x.shape[0], r + ROW_BLOCK)
+        layer_norm_into(x[r:e], gamma, beta, eps, out[r:e], tmp[: e - r])
+    return out
+
+
+def group_layer(x: np.ndarray, lw: LayerWeights, cfg: BertConfig, ws: Workspace, lengths: Sequence[int],
+                bias: Optional[np.ndarray], out: np.ndarray) -> np.ndarray:
+    """One post-LN BERT layer on a group of sequences x [g, T, H] into out [g, T, H] (out may be x).
+
+    Attention goes sequence by sequence (lengths[j] real keys each, or the additive bias [g, 1, 1, T] when
+    given); the projections, layer norms and feed-forward treat the group's g * T rows as one matrix."""
+    g, t, h = x.shape
+    rows = g * t
+    x2, out2 = x.reshape(rows, h), out.reshape(rows, h)
+    qkv, ctx, y, a = ws.qkv[:rows], ws.ctx[:rows], ws.y[:rows], ws.a[:rows]
+    linear_into(x2, lw.wqkv, lw.bqkv, qkv)
+    qkv[:, :h] *= F32(1.0 / math.sqrt(cfg.head_dim))
+    for j in range(g):
+        rs = slice(j * t, (j + 1) * t)
+        attend(qkv[rs], ctx[rs], ws, cfg.num_heads, lengths[j], None if bias is None else bias[j, 0])
+    linear_into(ctx, lw.wo, lw.bo, y)
+    y += x2
+    _norm_rows(y, lw.ln1_g, lw.ln1_b, cfg.layer_norm_eps, a, ws.norm)
+    return feed_forward(ws, lw, cfg, out2)
+
+
+def encoder_layer(x: np.ndarray, lw: LayerWeights, bias: np.ndarray, cfg: BertConfig,
+                  out: Optional[np.ndarray] = None) -> np.ndarray:
+    """One post-LN BERT layer on x [B, T, H] with additive bias [B, 1, 1, T], a group of sequences at a time.
+
+    Sequences are independent, so each group is written to out (a new array, or x itself) as soon as it is
+    done: the temporaries are one group's (up to GROUP_ROWS rows: one 486-token sequence, four of 122),
+    whatever the batch. Grouping short sequences keeps the matrix products large and the numpy calls few."""
+    b, t, _ = x.shape
+    x = np.ascontiguousarray(x)
+    out = np.empty_like(x) if out is None else out
+    if not out.flags.c_contiguous:
+        raise ValueError("encoder_layer: out must be C-contiguous")
+    g = sequences_per_group(t, b)
+    ws = Workspace(cfg, t, g)
+    lengths = key_lengths(bias)
+    for i in range(0, b, g):
+        e = min(b, i + g)
+        ns = [t] * (e - i) if lengths is None else [int(n) for n in lengths[i:e]]
+        group_layer(x[i:e], lw, cfg, ws, ns, bias[i:e] if lengths is None else None, out[i:e])
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- model
@@ -514,7 +734,7 @@ class BertCrossEncoder:
         if not 0 <= l < self.config.num_layers:
             raise PrismInputError("layer %d out of range 0..%d" % (l, self.config.num_layers - 1))
         base = "%sencoder.layer.%d." % (self.prefix, l)
-        return LayerWeights(**{f: self.weights.get(base + s) for f, s in _LAYER_TENSORS.items()})
+        return LayerWeights(**stack_qkv({f: self.weights.get(base + s) for f, s in _LAYER_TENSORS.items()}))
 
     # -- steps
 
@@ -552,10 +772,11 @@ class BertCrossEncoder:
             raise PrismInputError("token_type_ids must be an integer array shaped like input_ids %s" % (ids.shape,))
         if types.min() < 0 or types.max() >= cfg.type_vocab_size:
             raise PrismInputError("token_type_ids outside 0..%d" % (cfg.type_vocab_size - 1))
-        x = self.weights.rows(p + "embeddings.word_embeddings.weight", ids)
-        x = x + self.weights.get(p + "embeddings.position_embeddings.weight")[:t]
-        x = x + self.weights.rows(p + "embeddings.token_type_embeddings.weight", types)
-        return layer_norm(x, self.weights.get(p + "embeddings.LayerNorm.weight"), self.weights.get(p + "embeddings.LayerNorm.bias"), cfg.layer_norm_eps)
+        x = self.weights.rows(p + "embeddings.word_embeddings.weight", ids)  # a new array: updated in place
+        x += self.weights.get(p + "embeddings.position_embeddings.weight")[:t]
+        x += self.weights.rows(p + "embeddings.token_type_embeddings.weight", types)
+        ln_g, ln_b = self.weights.get(p + "embeddings.LayerNorm.weight"), self.weights.get(p + "embeddings.LayerNorm.bias")
+        return layer_norm(x, ln_g, ln_b, cfg.layer_norm_eps, out=x)
 
     def layer(self, l: int, hidden: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         """Run encoder layer l on hidden [B, T, H] with attention_mask [B, T] (1 = token, 0 = padding)."""

@@ -1,29 +1,27 @@
-"""Chunked execution: a layer runs over the batch in chunks of candidates sized to a memory budget.
+"""Chunked execution: the batch runs through a layer in chunks of candidates sized to a memory budget.
 
 Candidates are independent rows (each attends only to its own tokens), so running a layer chunk by
-chunk gives the same numbers as the whole batch at once while the layer's temporaries (Q/K/V, the
-[heads, T, T] attention block, the [rows, T, intermediate] feed-forward activation and its GELU
-temporaries) exist for one chunk only. The result is written back into the hidden array in place.
+chunk gives the same numbers as the whole batch at once. encoder_layer itself works one sequence at a
+time (short ones in groups of up to 512 rows) in preallocated scratch (bert.Workspace) and writes each
+chunk back into the hidden array in place, so what grows with the chunk is the per-candidate part: the
+engine's embedding of the chunk (word and token-type gathers, their layer norm) and its attention bias.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from host.prism.bert import BertConfig, LayerWeights, PrismInputError, attention_bias, encoder_layer
+from host.prism.bert import BertConfig, LayerWeights, PrismInputError, attention_bias, encoder_layer, workspace_bytes
 
-# Float32 arrays of [rows, T, hidden] / [rows, T, intermediate] alive at the peak of encoder_layer
-# (measured with tracemalloc on MiniLM: Q, K, V, context, projections and LayerNorm temporaries; the
-# feed-forward output and the erf-GELU's temporaries), plus one sequence's [heads, T, T] scores (x2:
-# softmax input and product).
-_HIDDEN_COPIES = 10
-_INTER_COPIES = 5
+# Float32 [tokens, hidden] arrays per candidate of a chunk: the engine's embedding gathers (word rows,
+# token-type rows) and their layer norm output; the attention bias adds one [tokens] row.
+_HIDDEN_COPIES = 3
 
 
 def transient_bytes(cfg: BertConfig, tokens: int, rows: int) -> int:
-    """Estimated peak temporary bytes of one encoder layer over `rows` candidates of `tokens` tokens."""
-    per_row = 4 * tokens * (_HIDDEN_COPIES * cfg.hidden_size + _INTER_COPIES * cfg.intermediate_size)
-    return rows * per_row + 2 * 4 * cfg.num_heads * tokens * tokens
+    """Estimated peak temporary bytes of one chunk of `rows` candidates of `tokens` tokens."""
+    per_row = 4 * tokens * (_HIDDEN_COPIES * cfg.hidden_size + 1)
+    return workspace_bytes(cfg, tokens) + rows * per_row
 
 
 def chunk_rows(cfg: BertConfig, tokens: int, budget_bytes: int) -> int:
@@ -44,5 +42,5 @@ def run_layer(hidden: np.ndarray, mask: np.ndarray, lw: LayerWeights, cfg: BertC
     b = hidden.shape[0]
     for a in range(0, b, rows):
         e = min(b, a + rows)
-        hidden[a:e] = encoder_layer(hidden[a:e], lw, attention_bias(mask[a:e]), cfg)
+        encoder_layer(hidden[a:e], lw, attention_bias(mask[a:e]), cfg, out=hidden[a:e])
     return hidden

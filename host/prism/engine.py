@@ -139,7 +139,7 @@ class Prism:
             x = words[inverse[a:e]]
             x += pos
             x += self._types[types[a:e]]
-            hidden[a:e] = layer_norm(x, self._ln[0], self._ln[1], cfg.layer_norm_eps)
+            layer_norm(x, self._ln[0], self._ln[1], cfg.layer_norm_eps, out=hidden[a:e])
         return hidden
 
     def rank(self, question: str, passages: Sequence[str], k: int = 5, threshold: Optional[float] = None) -> Ranking:

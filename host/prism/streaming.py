@@ -31,11 +31,18 @@ class _Slot:
         total = sum(int(np.prod(s)) for s in shapes.values())
         self.buffer = np.empty(total, F32)  # one allocation per slot, tensors are views into it
         self.arrays: dict[str, np.ndarray] = {}
-        off = 0
+        off, start = 0, {}
         for f, s in shapes.items():
             n = int(np.prod(s))
             self.arrays[f] = self.buffer[off:off + n].reshape(s)
+            start[f] = off
             off += n
+        # wq, wk, wv (and bq, bk, bv) lie back to back in the slot: the stacked QKV projection is a view
+        h = cfg.hidden_size
+        assert start["wk"] == start["wq"] + h * h and start["wv"] == start["wk"] + h * h
+        assert start["bk"] == start["bq"] + h and start["bv"] == start["bk"] + h
+        self.arrays["wqkv"] = self.buffer[start["wq"]:start["wq"] + 3 * h * h].reshape(3 * h, h)
+        self.arrays["bqkv"] = self.buffer[start["bq"]:start["bq"] + 3 * h]
         self.scratch = np.empty(f16_elems, np.float16) if f16_elems else None
         self.layer = -1  # layer held (or being read)
         self.future: Optional[Future] = None

@@ -13,6 +13,10 @@ between queries (weights, caches, layer slots) plus the peak of the query's tran
 averaged over queries. torch allocations are invisible to tracemalloc, so the torch ratio (and a
 cross-check of the numpy one) uses the peak RSS of a fresh subprocess per variant, above its RSS after
 imports (VmHWM - VmRSS after imports), over --rss-questions questions.
+Speed of the numpy encoder itself: numpy_vs_torch_layer_ratio / _full_ratio (and _p25 / _p75) are medians
+over --speed-reps interleaved repetitions of numpy time / torch time, one thread each, on the first held-out
+question's candidates: encoder layer 0 on the same input, and the whole forward; numpy_vs_torch_short
+repeats them on --speed-short-tokens windows (edgetwin ask's size).
 """
 
 from __future__ import annotations
@@ -221,6 +225,81 @@ def run_torch(model_dir: str, init_head: bool, questions: list[dict], k: int, th
     return {"rows": rows}
 
 
+# ---------------------------------------------------------------------------------------------- numpy vs torch
+
+
+def _spread(ratios: list[float]) -> dict:
+    """Median, p25 and p75 of a list of ratios."""
+    import numpy as np
+
+    return {"median": round(float(np.median(ratios)), 4), "p25": round(float(np.percentile(ratios, 25)), 4),
+            "p75": round(float(np.percentile(ratios, 75)), 4)}
+
+
+def _interleaved(ours, theirs, reps: int, min_s: float = 0.2) -> list[float]:
+    """ours() / theirs() time per repetition, the two alternating which runs first (A B, B A, ...) so that
+    load changing on a shared machine hits both alike. A call shorter than min_s (a layer on short windows)
+    is repeated within each timing, so that scheduler noise stays small next to it."""
+    t0 = time.perf_counter()
+    theirs()
+    inner = max(1, int(min_s / max(time.perf_counter() - t0, 1e-6)) + 1)
+    ratios = []
+    for r in range(reps):
+        pair = (ours, theirs) if r % 2 == 0 else (theirs, ours)
+        took = {}
+        for f in pair:
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                f()
+            took[f] = time.perf_counter() - t0
+        ratios.append(took[ours] / took[theirs])
+    return ratios
+
+
+def numpy_vs_torch(model_dir: str, init_head: bool, question: dict, reps: int, threads: int,
+                   min_s: float = 0.2) -> dict:
+    """numpy (host/prism/bert.py) / torch (transformers, SDPA attention) time on the same candidates and
+    weights, one thread each: encoder layer 0 on the same embedded input, and the whole forward (ids to
+    logits, tokenization excluded). Each after one warm-up call."""
+    import numpy as np
+    import torch
+
+    from host.prism.bert import BertCrossEncoder
+
+    torch.set_num_threads(threads)
+    ours = BertCrossEncoder.from_pretrained(model_dir, init_head=init_head, seed=0)
+    hf = torch_model(model_dir, init_head)
+    batch = ours.encode(question["question"], [c["text"] for c in question["candidates"]])
+    ids, types, mask = (torch.from_numpy(a) for a in (batch.input_ids, batch.token_type_ids, batch.attention_mask))
+    hidden = ours.embed(batch.input_ids, batch.token_type_ids)
+    hidden_t = torch.from_numpy(hidden.copy())
+    mask_t = mask.bool()[:, None, None, :]  # SDPA's boolean mask: True = attend
+    layer_t = hf.bert.encoder.layer[0]
+
+    def layer_np():
+        return ours.layer(0, hidden, batch.attention_mask)
+
+    def layer_torch():
+        with torch.no_grad():
+            return layer_t(hidden_t, mask_t)
+
+    def full_np():
+        return ours.forward(batch)
+
+    def full_torch():
+        with torch.no_grad():
+            return hf(input_ids=ids, token_type_ids=types, attention_mask=mask).logits
+
+    diff = float(np.abs(full_np() - full_torch().numpy()).max())
+    layer_np(), layer_torch()
+    out = {"tokens": int(ids.shape[1]), "candidates": int(ids.shape[0]), "reps": reps, "min_s": min_s,
+           "max_logit_diff": diff}
+    for name, a, b in (("layer", layer_np, layer_torch), ("full", full_np, full_torch)):
+        sp = _spread(_interleaved(a, b, reps, min_s))
+        out[name + "_ratio"], out[name + "_ratio_p25"], out[name + "_ratio_p75"] = sp["median"], sp["p25"], sp["p75"]
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- RSS workers
 
 
@@ -330,6 +409,12 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rss-questions", type=int, default=2, help="questions per RSS subprocess (0: skip)")
     ap.add_argument("--torch-questions", type=int, default=0, help="questions for the torch timing (default 0: all)")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--speed-reps", type=int, default=7, help="interleaved repetitions of the numpy/torch layer and "
+                    "full-model timings (default 7; 0: skip)")
+    ap.add_argument("--speed-short-tokens", type=int, default=150, help="window tokens of the second numpy/torch "
+                    "timing, as edgetwin ask uses (default 150; 0: skip)")
+    ap.add_argument("--speed-min-s", type=float, default=0.2, help="a timed call shorter than this is repeated "
+                    "within each repetition (default 0.2 s)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--worker", choices=("full", "prism", "torch"), help=argparse.SUPPRESS)
     ap.add_argument("--qfile", help=argparse.SUPPRESS)
@@ -409,6 +494,25 @@ def _main(argv: list[str] | None = None) -> int:
             out["torch_latency_ratio"] = round(pl / tl, 4)  # PRISM over torch on the same questions
             out["torch_top5_agreement_with_full"] = round(
                 _mean(len(set(a["top"]) & set(b)) / float(args.k) for a, b in zip(tr["rows"], refs)), 4)
+        except ImportError as e:
+            out["torch_error"] = "torch/transformers not installed: %s" % e
+
+    if not args.no_torch and args.speed_reps > 0 and questions:
+        try:
+            sp = numpy_vs_torch(model_dir, init_head, questions[0], args.speed_reps, threads, args.speed_min_s)
+            for key in ("layer_ratio", "layer_ratio_p25", "layer_ratio_p75", "full_ratio", "full_ratio_p25",
+                        "full_ratio_p75", "reps", "min_s", "tokens", "max_logit_diff"):
+                out["numpy_vs_torch_" + key] = sp[key]
+            if args.speed_short_tokens > 0:
+                short, _ = load_questions("heldout", 1, args.candidates, args.speed_short_tokens, args.seed)
+                out["numpy_vs_torch_short"] = numpy_vs_torch(model_dir, init_head, short[0], args.speed_reps, threads,
+                                                             args.speed_min_s)
+            out["numpy_vs_torch_method"] = (
+                "median over interleaved repetitions (order alternating) of numpy time / torch time, %d thread(s) "
+                "each, same weights and candidates (the first held-out question): encoder layer 0 on the same "
+                "embedded input, and the whole forward from token ids to logits" % threads)
+            progress("numpy vs torch: layer %.3f, full %.3f" % (out["numpy_vs_torch_layer_ratio"],
+                                                               out["numpy_vs_torch_full_ratio"]))
         except ImportError as e:
             out["torch_error"] = "torch/transformers not installed: %s" % e
 
