@@ -1,22 +1,23 @@
-"""PRISM against the plain full model (and transformers), in one run: prints one JSON object.
+"""PRISM against the full numpy model and transformers on `ask`'s own candidates, interleaved: one JSON object.
 
-    edgetwin bench prism --json                      # 50 held-out questions x 20 candidates x 512 tokens, K=5
+    edgetwin bench prism --json                      # 40 held-out questions x ask's top 20 windows, K=5
     edgetwin bench prism --questions 5 --curve-questions 1 --no-torch     # a quick look
 
-Variants (same questions, same candidates, same thread count, one after the other in this process):
-  full   BertCrossEncoder (host/prism/bert.py), all weights resident, the whole batch at once, every layer;
-  prism  host/prism/engine.py: pruning (threshold calibrated on separate questions to the target top-K
-         agreement), layer streaming with prefetch, chunked execution, embedding-row cache;
+Candidates: for each held-out question (tools/bench/prism_questions.py: plant seeds >= 2000, a store per
+seed as tools/train/plant_text builds it), host.qa.retrieve's windows, FTS5/bm25 order with the record's
+pinned window first, as `edgetwin ask` gets them; relevance = how many of the question's evidence lines a
+window holds. Questions with fewer than K+1 windows or no relevant one are skipped and counted.
+Variants, one BLAS/torch thread each (PRISM adds its prefetch thread, which reads and does no arithmetic):
+  full   BertCrossEncoder (host/prism/bert.py), all weights resident, the whole batch, every layer;
+  prism  host/prism/engine.py: pruning (threshold calibrated on validation questions, seeds 1000-1999, to the
+         target top-K agreement), layer streaming with prefetch, chunked execution, embedding-row cache;
   torch  transformers' BertForSequenceClassification, same weights, torch CPU.
-Memory: peak_mem_ratio uses tracemalloc (numpy reports its buffers to it): the bytes the variant keeps
-between queries (weights, caches, layer slots) plus the peak of the query's transient allocations,
-averaged over queries. torch allocations are invisible to tracemalloc, so the torch ratio (and a
-cross-check of the numpy one) uses the peak RSS of a fresh subprocess per variant, above its RSS after
-imports (VmHWM - VmRSS after imports), over --rss-questions questions.
-Speed of the numpy encoder itself: numpy_vs_torch_layer_ratio / _full_ratio (and _p25 / _p75) are medians
-over --speed-reps interleaved repetitions of numpy time / torch time, one thread each, on the first held-out
-question's candidates: encoder layer 0 on the same input, and the whole forward; numpy_vs_torch_short
-repeats them on --speed-short-tokens windows (edgetwin ask's size).
+Time: the three run back to back on each question, their order rotating question by question, because the
+other jobs on this machine move absolute times by 2x or more; medians with p25/p75, ratios as medians of
+per-question ratios (and as ratios of medians). Memory: peak RSS (VmHWM) of a fresh subprocess per variant
+above its RSS after imports. Quality: nDCG@10 of the full model's, bm25's and PRISM's order, top-K agreement.
+Curve: the same at 10, 20, 50, 100 candidates on a few questions. numpy_vs_torch_*: the numpy encoder
+itself against torch (one layer, the whole forward) on the first question's candidates.
 """
 
 from __future__ import annotations
@@ -31,20 +32,36 @@ _ENV = {"OMP_NUM_THREADS": _THREADS, "OPENBLAS_NUM_THREADS": _THREADS, "MKL_NUM_
 import argparse  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import tracemalloc  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
-from host.usage import Parser
+from typing import Any, Optional, Sequence  # noqa: E402
+
+from host.usage import Parser  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-GOAL = {"latency_ratio": 0.2, "peak_mem_ratio": 0.2, "top5_agreement": 0.99}
-PAPER = {"latency_ratio": 0.108, "peak_mem_ratio": 0.087, "top5_agreement": 0.998}
+from tools.bench import prism_questions  # noqa: E402
+
+VARIANTS = ("full", "prism", "torch")
+# issue 17's thresholds: [comparison, a number or the key to compare with]
+GOALS = {"torch_latency_ratio": ["<=", 0.7], "torch_peak_mem_ratio": ["<=", 0.15], "top5_agreement": [">=", 0.99],
+         "layers_per_candidate_mean": ["<=", 4.0], "final_ndcg10": [">=", "bm25_ndcg10"]}
+PAPER = {"latency_ratio": 0.108, "peak_mem_ratio": 0.087, "top5_agreement": 0.998}  # PRISM's paper, vs its full model
+THREADS_NOTE = ("one BLAS thread for full and prism, torch.set_num_threads(%s) for torch; prism also runs its "
+                "layer-prefetch thread (file reads, no arithmetic), so it uses up to two threads")
+
+
+def progress(msg: str) -> None:
+    if os.environ.get("EDGETWIN_BENCH_QUIET") != "1":
+        print("[bench prism] " + msg, file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -67,121 +84,104 @@ def pick_model(model_dir: str | None) -> tuple[str, str, bool]:
     return str(weights.minilm_dir()), "all-MiniLM-L6-v2 + random head (seed 0): fine-tuned reranker not available", True
 
 
-def load_questions(split: str, n: int, n_candidates: int, window_tokens: int, seed: int) -> tuple[list[dict], str]:
-    """Questions from tools.train.qa_corpus when present, else a synthetic plant-log set (said in the JSON)."""
-    try:
-        from tools.train import qa_corpus  # type: ignore[attr-defined]
-    except ImportError:
-        qa_corpus = None
-    if qa_corpus is not None:
-        qs = qa_corpus.load_split(split, n=n, n_candidates=n_candidates, window_tokens=window_tokens)
-        return list(qs)[:n], "tools.train.qa_corpus split %r" % split
-    return synthetic_questions(n, n_candidates, seed + (0 if split == "heldout" else 7919)), "synthetic plant-log windows (tools.train.qa_corpus absent)"
+# ---------------------------------------------------------------------------------------------- statistics
 
 
-def synthetic_questions(n: int, n_candidates: int, seed: int, lines_per_window: int = 24) -> list[dict]:
-    """Windows of plant-log lines (shared/plant.py); the question names a machine and its alarm."""
-    from shared import plant
+def spread(xs: Sequence[float], digits: int = 4) -> dict:
+    """Median, p25 and p75."""
+    import numpy as np
 
-    p = plant.Plant(seed % (1 << 31), 8, fault_every_h=1)
-    lines: list[str] = []
-    while len(lines) < lines_per_window * max(40, n_candidates * 2):
-        for _ in range(p.step()):
-            pass
-        lines.extend(p.lines())
-    wins = [lines[i:i + lines_per_window] for i in range(0, len(lines) - lines_per_window, lines_per_window)]
-    out = []
-    import random
+    return {"median": round(float(np.median(xs)), digits), "p25": round(float(np.percentile(xs, 25)), digits),
+            "p75": round(float(np.percentile(xs, 75)), digits)}
 
-    rng = random.Random(seed)
-    for q in range(n):
-        target = rng.randrange(len(wins))
-        ids = [m for m in p.ids]
-        mach = ids[rng.randrange(len(ids))]
-        others = rng.sample([i for i in range(len(wins)) if i != target], n_candidates - 1)
-        cands = []
-        for j, wi in enumerate([target] + others):
-            text = "\n".join(wins[wi])
-            rel = 1 if j == 0 else 0
-            if rel:
-                text = text + "\nALARM %s trip interlock overcurrent, operator reset required" % mach
-            cands.append({"text": text, "node": "node-%d" % (wi % 4), "t0_ms": wi * 1000, "t1_ms": wi * 1000 + 999,
-                          "relevance": rel})
-        rng.shuffle(cands)
-        out.append({"question": "why did %s trip?" % mach, "candidates": cands})
-    return out
+
+def ndcg(order: Sequence[int], gains: Sequence[int], at: int = 10) -> float:
+    """nDCG@at of candidates shown in `order`, linear gains (evidence lines held), log2 discount."""
+    dcg = sum(gains[j] / math.log2(i + 2) for i, j in enumerate(order[:at]))
+    ideal = sorted(gains, reverse=True)
+    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal[:at]))
+    return dcg / idcg if idcg > 0 else 0.0
+
+
+def _mean(xs) -> Optional[float]:
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else None
 
 
 # ---------------------------------------------------------------------------------------------- variants
 
 
-def progress(msg: str) -> None:
-    if os.environ.get("EDGETWIN_BENCH_QUIET") != "1":
-        print("[bench prism] " + msg, file=sys.stderr, flush=True)
+@dataclass
+class Outcome:
+    """One variant on one question: its top K, its whole order (for nDCG), the wall time of the call."""
+
+    top: list[int]
+    order: list[int]
+    latency_s: float = 0.0
+    layers_per_candidate: Optional[float] = None
+    layer_probs: Any = None  # [layers, n] (full only: what calibration replays)
+    stats: dict = field(default_factory=dict)
 
 
-def _traced() -> int:
-    gc.collect()
-    return tracemalloc.get_traced_memory()[0]
+class FullVariant:
+    """The full numpy model: every candidate through every layer, all weights resident."""
+
+    name = "full"
+
+    def __init__(self, model_dir: str, init_head: bool):
+        from host.prism.bert import BertCrossEncoder
+
+        self.model = BertCrossEncoder.from_pretrained(model_dir, init_head=init_head, seed=0)
+
+    def rank(self, question: str, texts: list[str], k: int) -> Outcome:
+        import numpy as np
+
+        from host.prism.monolithic import rank_full
+
+        r = rank_full(self.model, question, texts, k)
+        order = [int(i) for i in np.argsort(-r.probs, kind="stable")]
+        return Outcome(r.top, order, layers_per_candidate=r.layers_per_candidate, layer_probs=r.layer_probs,
+                       stats={"tokens": r.tokens, "truncated": r.truncated})
+
+    def close(self) -> None:
+        pass
 
 
-def run_full(model_dir: str, init_head: bool, questions: list[dict], k: int) -> dict:
-    from host.prism.bert import BertCrossEncoder
-    from host.prism.monolithic import rank_full
+class PrismVariant:
+    """The PRISM engine; its order is its top K, then the rest in retrieval (bm25) order: beyond K it ranks nothing."""
 
-    b0 = _traced()
-    model = BertCrossEncoder.from_pretrained(model_dir, init_head=init_head, seed=0)
-    resident = _traced() - b0
-    rows = []
-    for q in questions:
-        texts = [c["text"] for c in q["candidates"]]
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        r = rank_full(model, q["question"], texts, k)
-        peak = tracemalloc.get_traced_memory()[1] - base
-        rows.append({"top": r.top, "latency_s": r.latency_s, "peak_bytes": resident + peak, "layer_probs": r.layer_probs,
-                     "truncated": r.truncated, "tokens": r.tokens})
-        progress("full %d/%d: %.1f s" % (len(rows), len(questions), r.latency_s))
-    del model
-    gc.collect()
-    return {"resident_bytes": resident, "rows": rows}
+    name = "prism"
 
+    def __init__(self, model_dir: str, init_head: bool, threshold: float, clusters: int):
+        from host.prism.engine import Prism
 
-def run_prism(model_dir: str, init_head: bool, questions: list[dict], k: int, threshold: float,
-              references: list[list[int]] | None, clusters: int = 3) -> dict:
-    from host.prism.engine import Prism
+        self.prism = Prism.from_pretrained(model_dir, init_head=init_head, seed=0, threshold=threshold,
+                                           clusters=clusters)
+        cache = self.prism.weights.cache
+        self._h0, self._m0 = cache.hits, cache.misses
 
-    b0 = _traced()
-    prism = Prism.from_pretrained(model_dir, init_head=init_head, seed=0, threshold=threshold, clusters=clusters)
-    resident = _traced() - b0
-    rows = []
-    cache = prism.weights.cache
-    hits0, miss0 = cache.hits, cache.misses
-    io = []
-    for i, q in enumerate(questions):
-        texts = [c["text"] for c in q["candidates"]]
-        r = prism.rank(q["question"], texts, k)
-        row = {"top": r.top, "latency_s": r.latency_s, "peak_bytes": resident + (r.peak_bytes or 0),
-               "layers_per_candidate": r.layers_per_candidate, "events": r.stats["prune_events"]}
-        if references is not None:
-            ref = references[i]
-            row["agreement"] = len(set(r.top) & set(ref)) / float(k)
-        io.append(r.stats["io_hidden_fraction"])
-        rows.append(row)
-        progress("prism %d/%d: %.1f s, %.2f layers/candidate%s" % (
-            len(rows), len(questions), r.latency_s, r.layers_per_candidate,
-            ", agreement %.2f" % row["agreement"] if "agreement" in row else ""))
-    out = {"resident_bytes": resident, "rows": rows, "io_hidden_fraction": sum(io) / len(io),
-           "embed_cache_hit_rate": (cache.hits - hits0) / max(1, cache.hits - hits0 + cache.misses - miss0),
-           "embed_cache_rows": cache.capacity, "vocab": prism.cfg.vocab_size,
-           "layer_bytes": prism.streamer.layer_bytes, "chunk_budget_bytes": prism.memory_budget}
-    prism.close()
-    del prism
-    gc.collect()
-    return out
+    def rank(self, question: str, texts: list[str], k: int) -> Outcome:
+        r = self.prism.rank(question, texts, k)
+        rest = [j for j in range(len(texts)) if j not in set(r.top)]
+        return Outcome(list(r.top), list(r.top) + rest, layers_per_candidate=r.layers_per_candidate,
+                       stats={"io_hidden_fraction": r.stats["io_hidden_fraction"], "events": r.stats["prune_events"]})
+
+    def reset_cache_counts(self) -> None:
+        cache = self.prism.weights.cache
+        self._h0, self._m0 = cache.hits, cache.misses
+
+    def cache_hit_rate(self) -> float:
+        """Embedding-row cache hits since reset_cache_counts (distinct tokens per query)."""
+        cache = self.prism.weights.cache
+        hits, misses = cache.hits - self._h0, cache.misses - self._m0
+        return hits / max(1, hits + misses)
+
+    def close(self) -> None:
+        self.prism.close()
 
 
 def torch_model(model_dir: str, init_head: bool):
+    """transformers' BertForSequenceClassification on the same weights (and the same random head with init_head)."""
     import numpy as np
     import torch
     import transformers
@@ -200,40 +200,122 @@ def torch_model(model_dir: str, init_head: bool):
     return hf
 
 
-def run_torch(model_dir: str, init_head: bool, questions: list[dict], k: int, threads: int) -> dict:
-    import numpy as np
-    import torch
+class TorchVariant:
+    """transformers on torch CPU; tokenization by the same WordPiece tokenizer, included in the time as for the others."""
 
-    from host.prism import wordpiece
-    from host.prism.bert import _read_config
+    name = "torch"
 
-    torch.set_num_threads(threads)
-    hf = torch_model(model_dir, init_head)
-    cfg = _read_config(model_dir)
-    tok = wordpiece.load_tokenizer(model_dir, cfg.max_position)
-    rows = []
-    for q in questions:
-        texts = [c["text"] for c in q["candidates"]]
-        t0 = time.perf_counter()
-        ids, types, mask = wordpiece.encode_pairs(tok, q["question"], texts)
+    def __init__(self, model_dir: str, init_head: bool, threads: int):
+        import torch
+
+        from host.prism import wordpiece
+        from host.prism.bert import _read_config
+
+        torch.set_num_threads(threads)
+        self.hf = torch_model(model_dir, init_head)
+        self.tok = wordpiece.load_tokenizer(model_dir, _read_config(model_dir).max_position)
+
+    def rank(self, question: str, texts: list[str], k: int) -> Outcome:
+        import numpy as np
+        import torch
+
+        from host.prism import wordpiece
+
+        ids, types, mask = wordpiece.encode_pairs(self.tok, question, texts)
         with torch.no_grad():
-            logits = hf(input_ids=torch.from_numpy(ids), token_type_ids=torch.from_numpy(types),
-                        attention_mask=torch.from_numpy(mask)).logits.numpy()
-        top = [int(i) for i in np.argsort(-logits[:, 0], kind="stable")[:k]]
-        rows.append({"top": top, "latency_s": time.perf_counter() - t0})
-        progress("torch %d/%d: %.1f s" % (len(rows), len(questions), rows[-1]["latency_s"]))
-    return {"rows": rows}
+            logits = self.hf(input_ids=torch.from_numpy(ids), token_type_ids=torch.from_numpy(types),
+                             attention_mask=torch.from_numpy(mask)).logits.numpy()
+        order = [int(i) for i in np.argsort(-logits[:, 0], kind="stable")]
+        return Outcome(order[:k], order)
+
+    def close(self) -> None:
+        pass
+
+
+def timed(variant, question: str, texts: list[str], k: int) -> Outcome:
+    """One call, timed from the outside the same way for every variant (tokenization included)."""
+    t0 = time.perf_counter()
+    out = variant.rank(question, texts, k)
+    out.latency_s = time.perf_counter() - t0
+    return out
+
+
+def rotation(names: Sequence[str], i: int) -> list[str]:
+    """The variants' order for question i: rotated by one each question, so each runs first, second, last alike."""
+    s = i % len(names)
+    return list(names[s:]) + list(names[:s])
+
+
+def run_interleaved(variants: dict, questions: list[dict], k: int, label: str = "") -> list[dict]:
+    """Every question through every variant back to back, the order rotating; one row per question:
+    {"order": [names], name: Outcome}. The first question runs once unrecorded first (warm-up)."""
+    names = list(variants)
+    if questions:
+        for name in names:
+            timed(variants[name], questions[0]["question"], questions[0]["texts"], k)
+    rows = []
+    for i, q in enumerate(questions):
+        row: dict = {"order": rotation(names, i)}
+        for name in row["order"]:
+            row[name] = timed(variants[name], q["question"], q["texts"], k)
+        rows.append(row)
+        progress("%s%d/%d (%d candidates): %s" % (label, i + 1, len(questions), len(q["texts"]), ", ".join(
+            "%s %.2f s" % (n, row[n].latency_s) for n in names)))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------- summaries
+
+
+def latency_summary(rows: list[dict], names: Sequence[str]) -> dict:
+    """Per-variant medians (p25/p75), and PRISM's ratios to each baseline: median of per-question ratios
+    (with p25/p75) and ratio of medians."""
+    import numpy as np
+
+    out: dict = {"latency_s": {n: spread([r[n].latency_s for r in rows]) for n in names}}
+    pairs = [("latency_ratio", "prism", "full")]
+    if "torch" in names:
+        pairs += [("torch_latency_ratio", "prism", "torch"), ("full_vs_torch_latency_ratio", "full", "torch")]
+    for key, a, b in pairs:
+        sp = spread([r[a].latency_s / r[b].latency_s for r in rows])
+        out[key], out[key + "_p25"], out[key + "_p75"] = sp["median"], sp["p25"], sp["p75"]
+        out[key + "_of_medians"] = round(float(np.median([r[a].latency_s for r in rows])
+                                               / np.median([r[b].latency_s for r in rows])), 4)
+    return out
+
+
+def quality_summary(rows: list[dict], questions: list[dict], k: int) -> dict:
+    """nDCG@10 of the full model's, bm25's (retrieval's) and PRISM's orders; PRISM's and torch's top-K agreement
+    with the full model; layers per candidate."""
+    agree = [len(set(r["prism"].top) & set(r["full"].top)) / float(k) for r in rows]
+    out = {
+        "final_ndcg10": round(_mean(ndcg(r["full"].order, q["relevance"]) for r, q in zip(rows, questions)), 4),
+        "bm25_ndcg10": round(_mean(ndcg(list(range(len(q["texts"]))), q["relevance"]) for q in questions), 4),
+        "prism_ndcg10": round(_mean(ndcg(r["prism"].order, q["relevance"]) for r, q in zip(rows, questions)), 4),
+        "top5_agreement": round(_mean(agree), 4), "top5_agreement_min": min(agree),
+        "layers_per_candidate_mean": round(_mean(r["prism"].layers_per_candidate for r in rows), 3),
+        "ndcg_gain": "number of the question's evidence lines the window holds (linear gain, log2 discount)",
+    }
+    if "torch" in rows[0]:
+        out["torch_top5_agreement_with_full"] = round(
+            _mean(len(set(r["torch"].top) & set(r["full"].top)) / float(k) for r in rows), 4)
+    return out
+
+
+def check_goals(out: dict) -> dict:
+    """goals_met per GOALS key: True / False, None where the figure is missing (e.g. --no-torch)."""
+    met = {}
+    for key, (op, ref) in GOALS.items():
+        ref_v = out.get(ref) if isinstance(ref, str) else ref
+        v = out.get(key)
+        if v is None or ref_v is None:
+            met[key] = None
+        else:
+            met[key] = v <= ref_v if op == "<=" else v >= ref_v
+    return met
 
 
 # ---------------------------------------------------------------------------------------------- numpy vs torch
-
-
-def _spread(ratios: list[float]) -> dict:
-    """Median, p25 and p75 of a list of ratios."""
-    import numpy as np
-
-    return {"median": round(float(np.median(ratios)), 4), "p25": round(float(np.percentile(ratios, 25)), 4),
-            "p75": round(float(np.percentile(ratios, 75)), 4)}
 
 
 def _interleaved(ours, theirs, reps: int, min_s: float = 0.2) -> list[float]:
@@ -269,7 +351,7 @@ def numpy_vs_torch(model_dir: str, init_head: bool, question: dict, reps: int, t
     torch.set_num_threads(threads)
     ours = BertCrossEncoder.from_pretrained(model_dir, init_head=init_head, seed=0)
     hf = torch_model(model_dir, init_head)
-    batch = ours.encode(question["question"], [c["text"] for c in question["candidates"]])
+    batch = ours.encode(question["question"], question["texts"])
     ids, types, mask = (torch.from_numpy(a) for a in (batch.input_ids, batch.token_type_ids, batch.attention_mask))
     hidden = ours.embed(batch.input_ids, batch.token_type_ids)
     hidden_t = torch.from_numpy(hidden.copy())
@@ -295,12 +377,12 @@ def numpy_vs_torch(model_dir: str, init_head: bool, question: dict, reps: int, t
     out = {"tokens": int(ids.shape[1]), "candidates": int(ids.shape[0]), "reps": reps, "min_s": min_s,
            "max_logit_diff": diff}
     for name, a, b in (("layer", layer_np, layer_torch), ("full", full_np, full_torch)):
-        sp = _spread(_interleaved(a, b, reps, min_s))
+        sp = spread(_interleaved(a, b, reps, min_s))
         out[name + "_ratio"], out[name + "_ratio_p25"], out[name + "_ratio_p75"] = sp["median"], sp["p25"], sp["p75"]
     return out
 
 
-# ---------------------------------------------------------------------------------------------- RSS workers
+# ---------------------------------------------------------------------------------------------- memory
 
 
 def _status(key: str) -> int:
@@ -313,42 +395,43 @@ def _status(key: str) -> int:
     return 0
 
 
+def make_variant(name: str, model_dir: str, init_head: bool, threshold: float, clusters: int, threads: int):
+    if name == "full":
+        return FullVariant(model_dir, init_head)
+    if name == "prism":
+        return PrismVariant(model_dir, init_head, threshold, clusters)
+    return TorchVariant(model_dir, init_head, threads)
+
+
 def worker(variant: str, model_dir: str, init_head: bool, qfile: str, k: int, threshold: float, threads: int,
            clusters: int = 3) -> dict:
-    """Runs in a fresh subprocess: peak RSS of one variant above the RSS after its imports."""
+    """Runs in a fresh subprocess: peak RSS of one variant (model load and queries) above the RSS after imports."""
     import numpy  # noqa: F401
 
     if variant == "torch":
         import torch  # noqa: F401
         import transformers  # noqa: F401
-    from host.prism import engine, monolithic  # noqa: F401
+    from host.prism import engine, monolithic, wordpiece  # noqa: F401
 
     questions = json.loads(Path(qfile).read_text())
     after_imports = _status("VmRSS")
     t0 = time.perf_counter()
-    if variant == "full":
-        from host.prism.bert import BertCrossEncoder
-
-        m = BertCrossEncoder.from_pretrained(model_dir, init_head=init_head, seed=0)
-        for q in questions:
-            monolithic.rank_full(m, q["question"], [c["text"] for c in q["candidates"]], k)
-    elif variant == "prism":
-        p = engine.Prism.from_pretrained(model_dir, init_head=init_head, seed=0, threshold=threshold, clusters=clusters)
-        for q in questions:
-            p.rank(q["question"], [c["text"] for c in q["candidates"]], k)
-        p.close()
-    else:
-        run_torch(model_dir, init_head, questions, k, threads)
+    v = make_variant(variant, model_dir, init_head, threshold, clusters, threads)
+    for q in questions:
+        v.rank(q["question"], q["texts"], k)
+    v.close()
     peak = _status("VmHWM")
     return {"variant": variant, "rss_after_imports": after_imports, "peak_rss": peak,
-            "peak_above_imports": peak - after_imports, "seconds": time.perf_counter() - t0}
+            "peak_above_imports": peak - after_imports, "seconds": round(time.perf_counter() - t0, 2),
+            "questions": len(questions)}
 
 
 def rss_variant(variant: str, model_dir: str, init_head: bool, questions: list[dict], k: int, threshold: float,
                 threads: int, clusters: int = 3) -> dict:
+    """worker() in a fresh `python -m tools.bench.prism --worker` process (same thread environment)."""
     with tempfile.TemporaryDirectory() as td:
         qf = os.path.join(td, "q.json")
-        Path(qf).write_text(json.dumps(questions))
+        Path(qf).write_text(json.dumps([{"question": q["question"], "texts": q["texts"]} for q in questions]))
         cmd = [sys.executable, "-m", "tools.bench.prism", "--worker", variant, "--model", model_dir, "--qfile", qf,
                "--k", str(k), "--threshold", repr(threshold), "--clusters", str(clusters)] + (
                    ["--init-head"] if init_head else [])
@@ -359,28 +442,81 @@ def rss_variant(variant: str, model_dir: str, init_head: bool, questions: list[d
         return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+def rss_ratios(names: Sequence[str], model_dir: str, init_head: bool, questions: list[dict], k: int,
+               threshold: float, threads: int, clusters: int) -> dict:
+    """{"rss": per variant, "peak_mem_ratio": prism/full, "torch_peak_mem_ratio": prism/torch} by peak RSS."""
+    rss = {}
+    for n in names:
+        rss[n] = rss_variant(n, model_dir, init_head, questions, k, threshold, threads, clusters)
+        progress("RSS %s: %s" % (n, rss[n].get("error") or "%.1f MB above imports" % (
+            rss[n]["peak_above_imports"] / 2 ** 20)))
+    out: dict = {"rss": rss}
+    peak = {n: r.get("peak_above_imports") for n, r in rss.items()}
+    for key, base in (("peak_mem_ratio", "full"), ("torch_peak_mem_ratio", "torch")):
+        if peak.get("prism") and peak.get(base):
+            out[key] = round(peak["prism"] / peak[base], 4)
+    return out
+
+
+def traced_bytes(make, questions: list[dict], k: int) -> float:
+    """tracemalloc (numpy reports its buffers): bytes a freshly made variant keeps + the mean query peak."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        b0 = tracemalloc.get_traced_memory()[0]
+        v = make()
+        resident = tracemalloc.get_traced_memory()[0] - b0
+        peaks = []
+        for q in questions:
+            tracemalloc.reset_peak()
+            base = tracemalloc.get_traced_memory()[0]
+            v.rank(q["question"], q["texts"], k)
+            peaks.append(tracemalloc.get_traced_memory()[1] - base)
+        v.close()
+    finally:
+        tracemalloc.stop()
+    return resident + _mean(peaks)
+
+
+# ---------------------------------------------------------------------------------------------- calibration, curve
+
+
+def calibrate_threshold(full: FullVariant, questions: list[dict], k: int, target: float, counts: list[int]
+                        ) -> tuple[float, int, dict]:
+    """(threshold, clusters, report): the full model's layer probabilities on validation questions replayed
+    over the threshold grid (host/prism/calibrate.py)."""
+    from host.prism.calibrate import calibrate
+
+    probs = []
+    for i, q in enumerate(questions):
+        probs.append(full.rank(q["question"], q["texts"], k).layer_probs)
+        progress("calibration %d/%d" % (i + 1, len(questions)))
+    cal = calibrate(probs, k, target, clusters=counts)
+    return cal["threshold"], cal["clusters"], {
+        "questions": len(questions), "source": "ask's candidates, validation seeds (1000-1999)", "target": target,
+        "met": cal["met"], "clusters_tried": counts, "agreement": round(cal["agreement"], 4),
+        "layers_per_candidate": round(cal["layers_per_candidate"], 3)}
+
+
+def curve_point(n: int, variants: dict, questions: list[dict], k: int, rss_args: Optional[dict]) -> dict:
+    """Latency and memory ratios against both baselines with retrieve's top n (fewer where fewer exist)."""
+    qs = [q for q in prism_questions.with_limit(questions, n) if len(q["texts"]) > k]
+    point: dict = {"candidates": n, "questions": len(qs)}
+    if not qs:
+        return point
+    used = [len(q["texts"]) for q in qs]
+    point.update(candidates_used_mean=round(_mean(used), 1), candidates_used_min=min(used))
+    rows = run_interleaved(variants, qs, k, label="curve %d: " % n)
+    lat = latency_summary(rows, list(variants))
+    point.update({key: v for key, v in lat.items() if key != "latency_s"})
+    if rss_args is not None:
+        mem = rss_ratios(list(variants), questions=qs, k=k, **rss_args)
+        point.update({key: v for key, v in mem.items() if key != "rss"})
+        point["mem_method"] = "peak RSS of a fresh process per variant, above its RSS after imports"
+    return point
+
+
 # ---------------------------------------------------------------------------------------------- main
-
-
-def _mean(xs):
-    xs = list(xs)
-    return sum(xs) / len(xs) if xs else None
-
-
-def compare(full: dict, prism: dict) -> dict:
-    fl = _mean(r["latency_s"] for r in full["rows"])
-    pl = _mean(r["latency_s"] for r in prism["rows"])
-    fm = _mean(r["peak_bytes"] for r in full["rows"])
-    pm = _mean(r["peak_bytes"] for r in prism["rows"])
-    ag = [r["agreement"] for r in prism["rows"]]
-    return {
-        "latency_ratio": round(pl / fl, 4), "peak_mem_ratio": round(pm / fm, 4),
-        "top5_agreement": round(_mean(ag), 4), "top5_agreement_min": min(ag),
-        "layers_per_candidate_mean": round(_mean(r["layers_per_candidate"] for r in prism["rows"]), 3),
-        "full_latency_s_mean": round(fl, 3), "prism_latency_s_mean": round(pl, 3),
-        "full_peak_bytes_mean": int(fm), "prism_peak_bytes_mean": int(pm),
-        "questions": len(prism["rows"]),
-    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -391,36 +527,45 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
 
 
-def _main(argv: list[str] | None = None) -> int:
+def parser() -> Parser:
     ap = Parser(prog="edgetwin bench prism", description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="accepted for symmetry: the output is always one JSON object")
     ap.add_argument("--model", help="reranker directory (default: the fine-tuned reranker, else MiniLM + random head)")
-    ap.add_argument("--questions", type=int, default=50, help="held-out questions (default 50)")
-    ap.add_argument("--candidates", type=int, default=20)
-    ap.add_argument("--window-tokens", type=int, default=512)
+    ap.add_argument("--questions", type=int, default=40, help="held-out questions used (default 40; skipped ones "
+                    "do not count)")
+    ap.add_argument("--candidates", type=int, default=20, help="retrieve's top N windows per question (default 20)")
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--target", type=float, default=0.99, help="top-K agreement the calibration must reach")
-    ap.add_argument("--calib-questions", type=int, default=10, help="questions (not held out) to calibrate on")
+    ap.add_argument("--calib-questions", type=int, default=10, help="validation questions to calibrate on")
     ap.add_argument("--threshold", type=float, help="skip calibration and use this CV threshold")
     ap.add_argument("--clusters", default="3,4,5,6", help="k-means cluster counts the calibration chooses from "
                     "(one number with --threshold; default 3,4,5,6)")
     ap.add_argument("--curve", default="10,20,50,100", help="candidate counts for the curve ('' for none)")
     ap.add_argument("--curve-questions", type=int, default=3, help="questions per curve point other than --candidates")
-    ap.add_argument("--rss-questions", type=int, default=2, help="questions per RSS subprocess (0: skip)")
-    ap.add_argument("--torch-questions", type=int, default=0, help="questions for the torch timing (default 0: all)")
+    ap.add_argument("--rss-questions", type=int, default=3, help="questions per RSS subprocess (0: no memory figures)")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--speed-reps", type=int, default=7, help="interleaved repetitions of the numpy/torch layer and "
                     "full-model timings (default 7; 0: skip)")
-    ap.add_argument("--speed-short-tokens", type=int, default=150, help="window tokens of the second numpy/torch "
-                    "timing, as edgetwin ask uses (default 150; 0: skip)")
     ap.add_argument("--speed-min-s", type=float, default=0.2, help="a timed call shorter than this is repeated "
                     "within each repetition (default 0.2 s)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--worker", choices=("full", "prism", "torch"), help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
     ap.add_argument("--qfile", help=argparse.SUPPRESS)
     ap.add_argument("--init-head", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    threads = int(_THREADS)
+    return ap
+
+
+def check_args(ap: Parser, args: argparse.Namespace) -> tuple[list[int], list[int]]:
+    """(cluster counts, curve points), or one line and exit 2 for a bad option."""
+    for name in ("questions", "candidates", "k", "calib_questions", "curve_questions"):
+        if getattr(args, name) < 1:
+            ap.error("--%s must be at least 1, got %d" % (name.replace("_", "-"), getattr(args, name)))
+    for name in ("rss_questions", "speed_reps"):
+        if getattr(args, name) < 0:
+            ap.error("--%s must be 0 or more, got %d" % (name.replace("_", "-"), getattr(args, name)))
+    if args.candidates <= args.k:
+        ap.error("--candidates (%d) must be larger than --k (%d): nothing would be pruned" % (args.candidates, args.k))
+    if not 0 < args.target <= 1:
+        ap.error("--target must be in (0, 1], got %r" % args.target)
     try:
         counts = [int(c) for c in args.clusters.split(",") if c.strip()]
         if not counts or min(counts) < 2:
@@ -429,122 +574,119 @@ def _main(argv: list[str] | None = None) -> int:
         ap.error("--clusters: comma-separated integers >= 2, got %r" % args.clusters)
     if args.threshold is not None and len(counts) != 1:
         ap.error("--threshold skips calibration: give one --clusters count with it")
-    clusters = counts[0]
+    try:
+        points = [int(c) for c in args.curve.split(",") if c.strip()]
+        if any(p <= args.k for p in points):
+            raise ValueError
+    except ValueError:
+        ap.error("--curve: comma-separated candidate counts larger than --k, got %r" % args.curve)
+    return counts, points
 
+
+def _main(argv: list[str] | None = None) -> int:
+    ap = parser()
+    args = ap.parse_args(argv)
+    counts, points = check_args(ap, args)
+    threads = int(_THREADS)
     if args.worker:
-        res = worker(args.worker, args.model, args.init_head, args.qfile, args.k, args.threshold or 0.3, threads,
-                     clusters)
-        print(json.dumps(res))
+        print(json.dumps(worker(args.worker, args.model, args.init_head, args.qfile, args.k,
+                                args.threshold if args.threshold is not None else 0.3, threads, counts[0])))
         return 0
+    return run(args, counts, points, threads)
 
-    from host.prism.calibrate import calibrate
 
+def run(args: argparse.Namespace, counts: list[int], points: list[int], threads: int) -> int:
+    """The whole bench: questions, calibration, the interleaved run, memory, numpy vs torch, the curve."""
     t_start = time.perf_counter()
+    k, n = args.k, args.candidates
     model_dir, model_desc, init_head = pick_model(args.model)
-    questions, qsource = load_questions("heldout", args.questions, args.candidates, args.window_tokens, args.seed)
+    questions, skipped = prism_questions.ask_questions("held-out", args.questions, n, k)
+    progress("%d held-out questions (skipped: %s)" % (len(questions), skipped))
     if len(questions) < args.questions:
-        print("warning: only %d questions available" % len(questions), file=sys.stderr)
-    tracemalloc.start()
+        progress("warning: only %d usable questions" % len(questions))
+    if not questions:
+        print("edgetwin bench prism: no usable held-out question (skipped: %s)" % skipped, file=sys.stderr)
+        return 1
 
-    # calibration (separate questions): full-model layer probabilities replayed over a threshold grid
-    calib_info: dict = {}
-    threshold = args.threshold
+    full = FullVariant(model_dir, init_head)
+    threshold, clusters = args.threshold, counts[0]
+    calib: dict = {"given": True}
     if threshold is None:
-        cq, csource = load_questions("validation", args.calib_questions, args.candidates, args.window_tokens, args.seed)
-        cf = run_full(model_dir, init_head, cq, args.k)
-        cal = calibrate([r["layer_probs"] for r in cf["rows"]], args.k, args.target, clusters=counts)
-        threshold, clusters = cal["threshold"], cal["clusters"]
-        calib_info = {"questions": len(cq), "source": csource, "target": args.target, "met": cal["met"],
-                      "clusters_tried": counts,
-                      "agreement": round(cal["agreement"], 4), "layers_per_candidate": round(cal["layers_per_candidate"], 3)}
-
-    full = run_full(model_dir, init_head, questions, args.k)
-    refs = [r["top"] for r in full["rows"]]
-    prism = run_prism(model_dir, init_head, questions, args.k, threshold, refs, clusters)
-    main_cmp = compare(full, prism)
-    tracemalloc.stop()
-
-    out: dict = {
-        "bench": "prism",
-        "model": model_desc, "model_dir": model_dir,
-        "questions_source": qsource, "questions": len(questions), "candidates": args.candidates,
-        "window_tokens": args.window_tokens, "tokens_per_candidate": full["rows"][0]["tokens"] if full["rows"] else None,
-        "truncated_candidates_mean": _mean(r["truncated"] for r in full["rows"]),
-        "k": args.k, "threads": threads,
-        "threshold": threshold, "clusters": clusters, "calibration": calib_info or {"given": True},
-        "peak_mem_method": "tracemalloc: bytes kept between queries (weights, caches, layer slots) + the query's transient peak",
-    }
-    out.update(main_cmp)
-    out["io_hidden_fraction"] = round(prism["io_hidden_fraction"], 4)
-    out["embed_cache_hit_rate"] = round(prism["embed_cache_hit_rate"], 4)
-    out["embed_cache_rows"] = prism["embed_cache_rows"]
-    out["vocab"] = prism["vocab"]
-    out["full_resident_bytes"] = full["resident_bytes"]
-    out["prism_resident_bytes"] = prism["resident_bytes"]
-    progress("main comparison: " + json.dumps(out))
-
+        cq, _ = prism_questions.ask_questions("validation", args.calib_questions, n, k)
+        threshold, clusters, calib = calibrate_threshold(full, cq, k, args.target, counts)
+    variants: dict = {"full": full, "prism": PrismVariant(model_dir, init_head, threshold, clusters)}
     if not args.no_torch:
-        try:
-            nt = args.torch_questions or len(questions)
-            tr = run_torch(model_dir, init_head, questions[:nt], args.k, threads)
-            tl = _mean(r["latency_s"] for r in tr["rows"])
-            pl = _mean(r["latency_s"] for r in prism["rows"][:nt])
-            out["torch_questions"] = len(tr["rows"])
-            out["torch_latency_s_mean"] = round(tl, 3)
-            out["torch_latency_ratio"] = round(pl / tl, 4)  # PRISM over torch on the same questions
-            out["torch_top5_agreement_with_full"] = round(
-                _mean(len(set(a["top"]) & set(b)) / float(args.k) for a, b in zip(tr["rows"], refs)), 4)
-        except ImportError as e:
-            out["torch_error"] = "torch/transformers not installed: %s" % e
+        variants["torch"] = TorchVariant(model_dir, init_head, threads)
+    names = list(variants)
 
-    if not args.no_torch and args.speed_reps > 0 and questions:
-        try:
-            sp = numpy_vs_torch(model_dir, init_head, questions[0], args.speed_reps, threads, args.speed_min_s)
-            for key in ("layer_ratio", "layer_ratio_p25", "layer_ratio_p75", "full_ratio", "full_ratio_p25",
-                        "full_ratio_p75", "reps", "min_s", "tokens", "max_logit_diff"):
-                out["numpy_vs_torch_" + key] = sp[key]
-            if args.speed_short_tokens > 0:
-                short, _ = load_questions("heldout", 1, args.candidates, args.speed_short_tokens, args.seed)
-                out["numpy_vs_torch_short"] = numpy_vs_torch(model_dir, init_head, short[0], args.speed_reps, threads,
-                                                             args.speed_min_s)
-            out["numpy_vs_torch_method"] = (
-                "median over interleaved repetitions (order alternating) of numpy time / torch time, %d thread(s) "
-                "each, same weights and candidates (the first held-out question): encoder layer 0 on the same "
-                "embedded input, and the whole forward from token ids to logits" % threads)
-            progress("numpy vs torch: layer %.3f, full %.3f" % (out["numpy_vs_torch_layer_ratio"],
-                                                               out["numpy_vs_torch_full_ratio"]))
-        except ImportError as e:
-            out["torch_error"] = "torch/transformers not installed: %s" % e
+    rows = run_interleaved(variants, questions, k)
+    prism = variants["prism"]
+    prism.reset_cache_counts()  # the hit rate over one more pass: the run above warmed the cache
+    for q in questions:
+        prism.rank(q["question"], q["texts"], k)
+    out: dict = {
+        "bench": "prism", "model": model_desc, "model_dir": model_dir,
+        "questions_source": "held-out plant questions (seeds 2000-2999), ask's candidates: host.qa.retrieve",
+        "questions": len(questions), "skipped": skipped, "candidates": n,
+        "candidates_used_mean": round(_mean(len(q["texts"]) for q in questions), 2),
+        "lines_per_window": prism_questions.ask_lines(), "pinned_questions": sum(1 for q in questions if q["pinned"]),
+        "tokens_per_candidate_mean": round(_mean(r["full"].stats["tokens"] for r in rows), 1),
+        "truncated_candidates_mean": _mean(r["full"].stats["truncated"] for r in rows),
+        "k": k, "threads": threads, "threads_note": THREADS_NOTE % threads,
+        "threshold": threshold, "clusters": clusters, "calibration": calib,
+        "variant_order": [r["order"] for r in rows],
+        "interleaving": "per question the variants run back to back, their order rotating by one each question; "
+                        "one unrecorded warm-up call each first",
+    }
+    out.update(latency_summary(rows, names))
+    out.update(quality_summary(rows, questions, k))
+    out["io_hidden_fraction"] = round(_mean(r["prism"].stats["io_hidden_fraction"] for r in rows), 4)
+    out["embed_cache_hit_rate"] = round(prism.cache_hit_rate(), 4)
+    out["embed_cache_rows"] = prism.prism.weights.cache.capacity
+    out["vocab"] = prism.prism.cfg.vocab_size
+    progress("main run: " + json.dumps({key: out.get(key) for key in (
+        "latency_ratio", "torch_latency_ratio", "top5_agreement", "final_ndcg10", "bm25_ndcg10")}))
 
+    rss_args = None
     if args.rss_questions > 0:
-        sub = questions[: args.rss_questions]
-        variants = ("full", "prism") + (() if args.no_torch else ("torch",))
-        rss = {v: rss_variant(v, model_dir, init_head, sub, args.k, threshold, threads, clusters) for v in variants}
-        out["rss"] = rss
-        out["rss_method"] = "peak RSS (VmHWM) of a fresh subprocess per variant above its RSS after imports, %d questions" % len(sub)
-        try:
-            out["peak_mem_ratio_rss"] = round(rss["prism"]["peak_above_imports"] / rss["full"]["peak_above_imports"], 4)
-            if "torch" in rss:
-                out["torch_peak_mem_ratio"] = round(rss["prism"]["peak_above_imports"] / rss["torch"]["peak_above_imports"], 4)
-        except (KeyError, ZeroDivisionError):
-            pass
+        rss_args = {"model_dir": model_dir, "init_head": init_head, "threshold": threshold, "threads": threads,
+                    "clusters": clusters}
+        sub = questions[:args.rss_questions]
+        out.update(rss_ratios(names, questions=sub, k=k, **rss_args))
+        out["rss_method"] = ("peak RSS (VmHWM) of a fresh subprocess per variant (model load and %d questions) above "
+                             "its RSS after imports" % len(sub))
+        out["peak_mem_ratio_tracemalloc"] = round(
+            traced_bytes(lambda: PrismVariant(model_dir, init_head, threshold, clusters), sub, k)
+            / traced_bytes(lambda: FullVariant(model_dir, init_head), sub, k), 4)
+
+    if not args.no_torch and args.speed_reps > 0:
+        sp = numpy_vs_torch(model_dir, init_head, questions[0], args.speed_reps, threads, args.speed_min_s)
+        for key in ("layer_ratio", "layer_ratio_p25", "layer_ratio_p75", "full_ratio", "full_ratio_p25",
+                    "full_ratio_p75", "reps", "min_s", "tokens", "max_logit_diff"):
+            out["numpy_vs_torch_" + key] = sp[key]
+        out["numpy_vs_torch_method"] = (
+            "median over interleaved repetitions (order alternating) of numpy time / torch time, %d thread(s) "
+            "each, same weights and candidates (the first question's): encoder layer 0 on the same embedded "
+            "input, and the whole forward from token ids to logits" % threads)
+        progress("numpy vs torch: layer %.3f, full %.3f" % (out["numpy_vs_torch_layer_ratio"],
+                                                           out["numpy_vs_torch_full_ratio"]))
 
     curve = []
-    points = [int(c) for c in args.curve.split(",") if c.strip()] if args.curve else []
-    for n in points:
-        if n == args.candidates:
-            curve.append(dict(main_cmp, candidates=n))
-            continue
-        qs, _ = load_questions("heldout", args.curve_questions, n, args.window_tokens, args.seed)
-        tracemalloc.start()
-        f = run_full(model_dir, init_head, qs, args.k)
-        p = run_prism(model_dir, init_head, qs, args.k, threshold, [r["top"] for r in f["rows"]], clusters)
-        tracemalloc.stop()
-        curve.append(dict(compare(f, p), candidates=n))
+    for p in points:
+        if p == n:
+            curve.append(dict({key: out[key] for key in out if key.startswith(
+                ("latency_ratio", "torch_latency_ratio", "full_vs_torch", "peak_mem_ratio", "torch_peak_mem_ratio"))
+                and key != "peak_mem_ratio_tracemalloc"}, candidates=p, questions=len(questions),
+                candidates_used_mean=out["candidates_used_mean"], candidates_used_min=min(
+                    len(q["texts"]) for q in questions), note="the main run"))
+        else:
+            curve.append(curve_point(p, variants, questions[:args.curve_questions], k, rss_args))
     out["curve"] = curve
-    out["goal"] = GOAL
+    for v in variants.values():
+        v.close()
+    out["goals"] = GOALS
+    out["goals_met"] = check_goals(out)
     out["paper"] = PAPER
-    out["goal_met"] = {key: (out[key] <= v if key != "top5_agreement" else out[key] >= v) for key, v in GOAL.items()}
     out["elapsed_s"] = round(time.perf_counter() - t_start, 1)
     print(json.dumps(out, indent=1))
     return 0

@@ -1,0 +1,102 @@
+"""The PRISM bench's questions: held-out operator questions with `edgetwin ask`'s own candidate windows.
+
+    qs, skipped = ask_questions("held-out", n=40, limit=20, k=5)
+
+For each plant seed of the split (tools/train/qa_corpus: validation 1000-1999, held-out 2000-2999), a log
+store is built from the seed's node log as tools/train/plant_text.build_store does, and every question of
+plant_text.question_specs(seed) is retrieved as `ask` retrieves it: host.qa.retrieve(store, question,
+limit, lines=ask's lines), FTS5 windows in (boosted) bm25 order, the window an alarm's record pins first.
+Those windows, in that order, are the candidates: the hard negatives ask really meets, not random fill.
+
+Relevance (graded, the question's ground truth as plant_text / plant_judge use it): the number of the
+question's evidence lines (plant_text's truth["evidence"]: the answer lines, and for a trip the alarm
+that tripped it) the window holds. A question is skipped, and counted by reason, when it has no evidence
+by construction ("none" questions), when retrieval gives fewer than k + 1 windows (nothing to prune), or
+when no window holds an evidence line (nothing to rank right).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+SKIP_REASONS = ("none_question", "too_few_windows", "no_relevant_window")
+
+
+def ask_lines() -> int:
+    """Lines per window as `edgetwin ask` uses them by default (plant_text keeps ask's defaults)."""
+    from tools.train import plant_text
+
+    return plant_text.LINES
+
+
+def relevance(text: str, evidence: list[str]) -> int:
+    """How many of the evidence lines the window's text holds (whole lines, as stored)."""
+    lines = set(text.splitlines())
+    return sum(1 for e in evidence if e in lines)
+
+
+def _seed_questions(seed: int) -> Iterator[tuple[Path, str, str, dict[str, Any]]]:
+    """(store path, question, kind, truth) for every question of one plant seed; the store lives while iterated."""
+    from tools.train import plant_text, qa_corpus
+
+    with tempfile.TemporaryDirectory(prefix="bench-prism-") as tmp:
+        db = Path(tmp) / "node.db"
+        plant_text.build_store(db, qa_corpus.node_log(seed))
+        for question, kind, truth in plant_text.question_specs(seed):
+            yield db, question, kind, truth
+
+
+def ask_candidates(db: Path, question: str, limit: int, lines: int) -> dict[str, Any]:
+    """ask's retrieval of one question: the windows' texts in retrieve's order, how they were found."""
+    from host import qa
+
+    found = qa.retrieve(db, question, limit=limit, lines=lines)
+    return {"texts": [w.text for w in found.windows], "pinned": found.pinned, "matched": found.matched,
+            "how": found.how}
+
+
+def ask_questions(split: str, n: int, limit: int, k: int, lines: int | None = None
+                  ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Up to n usable questions of the split (seed order, so a smaller n is a prefix of a larger) and the
+    skipped ones counted by reason. Each: {"question", "kind", "seed", "texts", "relevance", "pinned", ...}."""
+    from tools.train import qa_corpus
+
+    lines = ask_lines() if lines is None else lines
+    out: list[dict[str, Any]] = []
+    skipped = {r: 0 for r in SKIP_REASONS}
+    for seed in qa_corpus.split_seeds(split):
+        for db, question, kind, truth in _seed_questions(seed):
+            if kind == "none":
+                skipped["none_question"] += 1
+                continue
+            got = ask_candidates(db, question, limit, lines)
+            rel = [relevance(t, truth["evidence"]) for t in got["texts"]]
+            if len(rel) < k + 1:
+                skipped["too_few_windows"] += 1
+            elif not any(rel):
+                skipped["no_relevant_window"] += 1
+            else:
+                out.append(dict(got, question=question, kind=kind, seed=seed, relevance=rel))
+            if len(out) >= n:
+                return out, skipped
+    return out, skipped
+
+
+def with_limit(questions: list[dict[str, Any]], limit: int, lines: int | None = None) -> list[dict[str, Any]]:
+    """The same questions retrieved with another candidate limit (the bench's curve), seed by seed."""
+    lines = ask_lines() if lines is None else lines
+    by_seed: dict[int, list[dict[str, Any]]] = {}
+    for q in questions:
+        by_seed.setdefault(q["seed"], []).append(q)
+    out = []
+    for seed, qs in by_seed.items():
+        wanted = {q["question"] for q in qs}
+        for db, question, kind, truth in _seed_questions(seed):
+            if question in wanted:
+                got = ask_candidates(db, question, limit, lines)
+                out.append(dict(got, question=question, kind=kind, seed=seed,
+                                relevance=[relevance(t, truth["evidence"]) for t in got["texts"]]))
+                wanted.discard(question)
+    return out
