@@ -57,16 +57,17 @@ def ask_candidates(db: Path, question: str, limit: int, lines: int) -> dict[str,
             "how": found.how}
 
 
-def ask_questions(split: str, n: int, limit: int, k: int, lines: int | None = None
+def ask_questions(split: str, n: int, limit: int, k: int, lines: int | None = None, seeds: int | None = None
                   ) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """Up to n usable questions of the split (seed order, so a smaller n is a prefix of a larger) and the
-    skipped ones counted by reason. Each: {"question", "kind", "seed", "texts", "relevance", "pinned", ...}."""
+    """Up to n usable questions of the split (seed order, so a smaller n is a prefix of a larger), from at most
+    `seeds` plant seeds, and the skipped ones counted by reason. Each: {"question", "kind", "seed", "texts",
+    "relevance", "pinned", "matched", "how"}."""
     from tools.train import qa_corpus
 
     lines = ask_lines() if lines is None else lines
     out: list[dict[str, Any]] = []
     skipped = {r: 0 for r in SKIP_REASONS}
-    for seed in qa_corpus.split_seeds(split):
+    for seed in qa_corpus.split_seeds(split)[:seeds]:
         for db, question, kind, truth in _seed_questions(seed):
             if kind == "none":
                 skipped["none_question"] += 1
