@@ -201,7 +201,7 @@ def torch_model(model_dir: str, init_head: bool):
 
 
 class TorchVariant:
-    """transformers on torch CPU; tokenization by the same WordPiece tokenizer, included in the time as for the others."""
+    """transformers on torch CPU; the same WordPiece tokenizer, its time included as for the others."""
 
     name = "torch"
 
@@ -595,48 +595,34 @@ def _main(argv: list[str] | None = None) -> int:
     return run(args, counts, points, threads)
 
 
-def run(args: argparse.Namespace, counts: list[int], points: list[int], threads: int) -> int:
-    """The whole bench: questions, calibration, the interleaved run, memory, numpy vs torch, the curve."""
-    t_start = time.perf_counter()
-    k, n = args.k, args.candidates
-    model_dir, model_desc, init_head = pick_model(args.model)
-    questions, skipped = prism_questions.ask_questions("held-out", args.questions, n, k)
-    progress("%d held-out questions (skipped: %s)" % (len(questions), skipped))
-    if len(questions) < args.questions:
-        progress("warning: only %d usable questions" % len(questions))
-    if not questions:
-        print("edgetwin bench prism: no usable held-out question (skipped: %s)" % skipped, file=sys.stderr)
-        return 1
-
+def make_variants(args: argparse.Namespace, model_dir: str, init_head: bool, counts: list[int], threads: int
+                  ) -> tuple[dict, float, int, dict]:
+    """(variants by name, threshold, clusters, calibration report): the full model first, as calibration needs it."""
     full = FullVariant(model_dir, init_head)
     threshold, clusters = args.threshold, counts[0]
     calib: dict = {"given": True}
     if threshold is None:
-        cq, _ = prism_questions.ask_questions("validation", args.calib_questions, n, k)
-        threshold, clusters, calib = calibrate_threshold(full, cq, k, args.target, counts)
+        cq, _ = prism_questions.ask_questions("validation", args.calib_questions, args.candidates, args.k)
+        threshold, clusters, calib = calibrate_threshold(full, cq, args.k, args.target, counts)
     variants: dict = {"full": full, "prism": PrismVariant(model_dir, init_head, threshold, clusters)}
     if not args.no_torch:
         variants["torch"] = TorchVariant(model_dir, init_head, threads)
-    names = list(variants)
+    return variants, threshold, clusters, calib
 
+
+def main_figures(variants: dict, questions: list[dict], k: int) -> dict:
+    """The interleaved run over the main questions: latency, quality, PRISM's own counters."""
     prism = variants["prism"]
     prism.reset_cache_counts()  # the hit rate over the main run, its warm-up call (the cold cache) included
     rows = run_interleaved(variants, questions, k)
     out: dict = {
-        "bench": "prism", "model": model_desc, "model_dir": model_dir,
-        "questions_source": "held-out plant questions (seeds 2000-2999), ask's candidates: host.qa.retrieve",
-        "questions": len(questions), "skipped": skipped, "candidates": n,
-        "candidates_used_mean": round(_mean(len(q["texts"]) for q in questions), 2),
-        "lines_per_window": prism_questions.ask_lines(), "pinned_questions": sum(1 for q in questions if q["pinned"]),
         "tokens_per_candidate_mean": round(_mean(r["full"].stats["tokens"] for r in rows), 1),
         "truncated_candidates_mean": _mean(r["full"].stats["truncated"] for r in rows),
-        "k": k, "threads": threads, "threads_note": THREADS_NOTE % threads,
-        "threshold": threshold, "clusters": clusters, "calibration": calib,
         "variant_order": [r["order"] for r in rows],
         "interleaving": "per question the variants run back to back, their order rotating by one each question; "
                         "one unrecorded warm-up call each first",
     }
-    out.update(latency_summary(rows, names))
+    out.update(latency_summary(rows, list(variants)))
     out.update(quality_summary(rows, questions, k))
     out["io_hidden_fraction"] = round(_mean(r["prism"].stats["io_hidden_fraction"] for r in rows), 4)
     out["embed_cache_hit_rate"] = round(prism.cache_hit_rate(), 4)
@@ -644,48 +630,90 @@ def run(args: argparse.Namespace, counts: list[int], points: list[int], threads:
     out["vocab"] = prism.prism.cfg.vocab_size
     progress("main run: " + json.dumps({key: out.get(key) for key in (
         "latency_ratio", "torch_latency_ratio", "top5_agreement", "final_ndcg10", "bm25_ndcg10")}))
+    return out
 
+
+def memory_figures(names: list[str], questions: list[dict], k: int, rss_args: dict) -> dict:
+    """Peak-RSS ratios from fresh processes, and the in-process tracemalloc ratio (numpy variants only)."""
+    out = rss_ratios(names, questions=questions, k=k, **rss_args)
+    out["rss_method"] = ("peak RSS (VmHWM) of a fresh subprocess per variant (model load and %d questions) above "
+                         "its RSS after imports" % len(questions))
+    model_dir, init_head = rss_args["model_dir"], rss_args["init_head"]
+    prism = traced_bytes(lambda: PrismVariant(model_dir, init_head, rss_args["threshold"], rss_args["clusters"]),
+                         questions, k)
+    out["peak_mem_ratio_tracemalloc"] = round(prism / traced_bytes(lambda: FullVariant(model_dir, init_head),
+                                                                   questions, k), 4)
+    return out
+
+
+def speed_figures(model_dir: str, init_head: bool, question: dict, reps: int, threads: int, min_s: float) -> dict:
+    """numpy_vs_torch_*: the numpy encoder itself against torch on one question's candidates."""
+    sp = numpy_vs_torch(model_dir, init_head, question, reps, threads, min_s)
+    out = {"numpy_vs_torch_" + key: sp[key] for key in (
+        "layer_ratio", "layer_ratio_p25", "layer_ratio_p75", "full_ratio", "full_ratio_p25", "full_ratio_p75", "reps",
+        "min_s", "tokens", "max_logit_diff")}
+    out["numpy_vs_torch_method"] = (
+        "median over interleaved repetitions (order alternating) of numpy time / torch time, %d thread(s) "
+        "each, same weights and candidates (the first question's): encoder layer 0 on the same embedded "
+        "input, and the whole forward from token ids to logits" % threads)
+    progress("numpy vs torch: layer %.3f, full %.3f" % (sp["layer_ratio"], sp["full_ratio"]))
+    return out
+
+
+CURVE_KEYS = ("latency_ratio", "torch_latency_ratio", "full_vs_torch_latency_ratio", "peak_mem_ratio",
+              "torch_peak_mem_ratio")
+
+
+def curve_figures(points: list[int], main: dict, questions: list[dict], variants: dict, k: int,
+                  curve_questions: int, rss_args: Optional[dict]) -> list[dict]:
+    """The curve; the point at the main candidate count is the main run's figures."""
+    curve = []
+    for p in points:
+        if p != main["candidates"]:
+            curve.append(curve_point(p, variants, questions[:curve_questions], k, rss_args))
+            continue
+        used = [len(q["texts"]) for q in questions]
+        point = {key: v for key, v in main.items()
+                 if key.startswith(CURVE_KEYS) and key != "peak_mem_ratio_tracemalloc"}
+        curve.append(dict(point, candidates=p, questions=len(questions), candidates_used_mean=round(_mean(used), 1),
+                          candidates_used_min=min(used), note="the main run"))
+    return curve
+
+
+def run(args: argparse.Namespace, counts: list[int], points: list[int], threads: int) -> int:
+    """The whole bench: questions, calibration, the interleaved run, memory, numpy vs torch, the curve."""
+    t_start = time.perf_counter()
+    k, n = args.k, args.candidates
+    model_dir, model_desc, init_head = pick_model(args.model)
+    questions, skipped = prism_questions.ask_questions("held-out", args.questions, n, k)
+    progress("%d held-out questions (skipped: %s)" % (len(questions), skipped))
+    if not questions:
+        print("edgetwin bench prism: no usable held-out question (skipped: %s)" % skipped, file=sys.stderr)
+        return 1
+    if len(questions) < args.questions:
+        progress("warning: only %d usable questions" % len(questions))
+    variants, threshold, clusters, calib = make_variants(args, model_dir, init_head, counts, threads)
+    out: dict = {
+        "bench": "prism", "model": model_desc, "model_dir": model_dir,
+        "questions_source": "held-out plant questions (seeds 2000-2999), ask's candidates: host.qa.retrieve",
+        "questions": len(questions), "skipped": skipped, "candidates": n,
+        "candidates_used_mean": round(_mean(len(q["texts"]) for q in questions), 2),
+        "lines_per_window": prism_questions.ask_lines(), "pinned_questions": sum(1 for q in questions if q["pinned"]),
+        "k": k, "threads": threads, "threads_note": THREADS_NOTE % threads,
+        "threshold": threshold, "clusters": clusters, "calibration": calib,
+    }
+    out.update(main_figures(variants, questions, k))
     rss_args = None
     if args.rss_questions > 0:
         rss_args = {"model_dir": model_dir, "init_head": init_head, "threshold": threshold, "threads": threads,
                     "clusters": clusters}
-        sub = questions[:args.rss_questions]
-        out.update(rss_ratios(names, questions=sub, k=k, **rss_args))
-        out["rss_method"] = ("peak RSS (VmHWM) of a fresh subprocess per variant (model load and %d questions) above "
-                             "its RSS after imports" % len(sub))
-        out["peak_mem_ratio_tracemalloc"] = round(
-            traced_bytes(lambda: PrismVariant(model_dir, init_head, threshold, clusters), sub, k)
-            / traced_bytes(lambda: FullVariant(model_dir, init_head), sub, k), 4)
-
+        out.update(memory_figures(list(variants), questions[:args.rss_questions], k, rss_args))
     if not args.no_torch and args.speed_reps > 0:
-        sp = numpy_vs_torch(model_dir, init_head, questions[0], args.speed_reps, threads, args.speed_min_s)
-        for key in ("layer_ratio", "layer_ratio_p25", "layer_ratio_p75", "full_ratio", "full_ratio_p25",
-                    "full_ratio_p75", "reps", "min_s", "tokens", "max_logit_diff"):
-            out["numpy_vs_torch_" + key] = sp[key]
-        out["numpy_vs_torch_method"] = (
-            "median over interleaved repetitions (order alternating) of numpy time / torch time, %d thread(s) "
-            "each, same weights and candidates (the first question's): encoder layer 0 on the same embedded "
-            "input, and the whole forward from token ids to logits" % threads)
-        progress("numpy vs torch: layer %.3f, full %.3f" % (out["numpy_vs_torch_layer_ratio"],
-                                                           out["numpy_vs_torch_full_ratio"]))
-
-    curve = []
-    for p in points:
-        if p == n:
-            curve.append(dict({key: out[key] for key in out if key.startswith(
-                ("latency_ratio", "torch_latency_ratio", "full_vs_torch", "peak_mem_ratio", "torch_peak_mem_ratio"))
-                and key != "peak_mem_ratio_tracemalloc"}, candidates=p, questions=len(questions),
-                candidates_used_mean=out["candidates_used_mean"], candidates_used_min=min(
-                    len(q["texts"]) for q in questions), note="the main run"))
-        else:
-            curve.append(curve_point(p, variants, questions[:args.curve_questions], k, rss_args))
-    out["curve"] = curve
+        out.update(speed_figures(model_dir, init_head, questions[0], args.speed_reps, threads, args.speed_min_s))
+    out["curve"] = curve_figures(points, out, questions, variants, k, args.curve_questions, rss_args)
     for v in variants.values():
         v.close()
-    out["goals"] = GOALS
-    out["goals_met"] = check_goals(out)
-    out["paper"] = PAPER
-    out["elapsed_s"] = round(time.perf_counter() - t_start, 1)
+    out.update(goals=GOALS, goals_met=check_goals(out), paper=PAPER, elapsed_s=round(time.perf_counter() - t_start, 1))
     print(json.dumps(out, indent=1))
     return 0
 
