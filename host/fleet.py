@@ -34,7 +34,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from host.mqtt import login
+from host.mqtt import drain, login
 from host.mqtt_topics import EVENT_KINDS, PAYLOAD_VERSION, MqttConfig
 
 NOTES_KEPT = 3  # a node's latest annotations shown
@@ -279,12 +279,7 @@ class Listener:
             raise ConnectError(self._first_error or "the broker %s did not answer within %g s" % (self.where, timeout))
 
     def notices(self) -> list[str]:
-        out = []
-        while True:
-            try:
-                out.append(self._notices.get_nowait())
-            except queue.Empty:
-                return out
+        return drain(self._notices)
 
     def stop(self) -> None:
         """Disconnect cleanly; the broker keeps the session (and queues for it) for session_expiry_s."""

@@ -48,6 +48,16 @@ def login(client: paho.Client, config: MqttConfig) -> None:
         client.tls_set(ca_certs=config.ca, certfile=config.cert, keyfile=config.key)
 
 
+def drain(q: queue.SimpleQueue) -> list:
+    """Everything queued on q (paho's thread puts, the command's thread takes), oldest first, without waiting."""
+    out = []
+    while True:
+        try:
+            out.append(q.get_nowait())
+        except queue.Empty:
+            return out
+
+
 class Publisher:
     """Publishes the store's committed rows to one broker; see the module docstring. Construct, start(),
     feed node_state() from the gateway's loop, stop() at the end (or kill() to vanish like a crash)."""
@@ -140,12 +150,7 @@ class Publisher:
 
     def notices(self) -> list[str]:
         """Lines for the operator (connected, unreachable), oldest first, since the last call."""
-        out = []
-        while True:
-            try:
-                out.append(self._notices.get_nowait())
-            except queue.Empty:
-                return out
+        return drain(self._notices)
 
     def status(self) -> dict:
         st = dict(self.counts)
