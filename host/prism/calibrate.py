@@ -6,7 +6,9 @@ threshold of the grid is replayed exactly, without running the model again. A lo
 earlier (more aggressive); the lowest one whose mean agreement over the queries reaches the target
 wins. Given several k-means cluster counts, each gets its own most aggressive threshold and the count
 with the fewest layers per candidate (then the fewer clusters) wins: more clusters make the boundary
-cluster that keeps computing smaller, but split close scores more often. If nothing meets the target,
+cluster that keeps computing smaller, but split close scores more often. Keep margins (pruning.py) are chosen
+the same way: every (clusters, margin) pair gets its most aggressive threshold, the fewest layers win (then
+fewer clusters, then the smaller margin). If nothing meets the target,
 the result says so and falls back to never pruning (threshold = inf), which agrees by construction.
 """
 
@@ -22,15 +24,16 @@ from host.prism.pruning import simulate
 
 DEFAULT_GRID = tuple([0.001, 0.002, 0.005, 0.01, 0.02, 0.03] + [round(0.05 * i, 2) for i in range(1, 21)]
                      + [1.25, 1.5, 2.0, 3.0, 5.0])
+DEFAULT_MARGINS = (0, 2, 4, 6, 8, 10, 12)  # keep margins calibration chooses from (pruning.py)
 
 
 def replay(layer_probs: Sequence[np.ndarray], k: int, threshold: float, clusters: int = 3,
-           start_layer: int = 0) -> dict:
+           start_layer: int = 0, margin: int = 0, split: str = "prob") -> dict:
     """Mean top-k agreement, worst agreement and mean layers per candidate of one threshold over queries."""
     agree, layers = [], []
     for lp in layer_probs:
         full_top = np.argsort(-lp[-1], kind="stable")[:k]
-        r = simulate(lp, k, threshold, clusters, start_layer)
+        r = simulate(lp, k, threshold, clusters, start_layer, margin, split)
         agree.append(len(set(r.selected) & set(int(i) for i in full_top)) / float(k))
         layers.append(float(np.mean(r.layers_run())))
     return {"threshold": threshold, "agreement": float(np.mean(agree)), "worst": float(np.min(agree)),
@@ -38,10 +41,13 @@ def replay(layer_probs: Sequence[np.ndarray], k: int, threshold: float, clusters
 
 
 def calibrate(layer_probs: Sequence[np.ndarray], k: int, target: float, grid: Iterable[float] = DEFAULT_GRID,
-              clusters: int | Iterable[int] = 3, start_layer: int = 0) -> dict:
-    """{"threshold", "clusters", "agreement", "layers_per_candidate", "met", "table"} for the chosen setting.
+              clusters: int | Iterable[int] = 3, start_layer: int = 0, margins: Iterable[int] = (0,),
+              split: str = "prob") -> dict:
+    """{"threshold", "clusters", "margin", "split", "agreement", "layers_per_candidate", "met", "table"} for the
+    chosen setting.
 
-    clusters: one k-means cluster count, or several to choose from (the table then covers them all)."""
+    clusters: one k-means cluster count, or several to choose from (the table then covers them all);
+    margins: keep margins to choose from; split: what the k-means splits (pruning.py)."""
     lps = [np.asarray(lp, dtype=np.float64) for lp in layer_probs]
     if not lps:
         raise PrismInputError("calibration needs at least one sample query")
@@ -54,16 +60,21 @@ def calibrate(layer_probs: Sequence[np.ndarray], k: int, target: float, grid: It
     if not counts or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 2 for c in counts):
         raise PrismInputError("clusters must be an int >= 2 or a non-empty list of them, got %r" % (clusters,))
     counts = sorted(set(counts))
+    margins = sorted(set(margins))
+    if not margins or not all(isinstance(m, int) and not isinstance(m, bool) and m >= 0 for m in margins):
+        raise PrismInputError("margins must be ints >= 0, got %r" % (margins,))
     thresholds = sorted(set(float(g) for g in grid))
     table, picks = [], []
     for c in counts:
-        rows = [dict(replay(lps, k, t, c, start_layer), clusters=c) for t in thresholds]
-        table += rows
-        ok = [row for row in rows if row["agreement"] >= target - 1e-12]
-        if ok:
-            picks.append(min(ok, key=lambda row: row["threshold"]))
+        for m in margins:
+            rows = [dict(replay(lps, k, t, c, start_layer, m, split), clusters=c, margin=m, split=split)
+                    for t in thresholds]
+            table += rows
+            ok = [row for row in rows if row["agreement"] >= target - 1e-12]
+            if ok:
+                picks.append(min(ok, key=lambda row: row["threshold"]))
     if picks:
-        best = min(picks, key=lambda row: (round(row["layers_per_candidate"], 9), row["clusters"]))
+        best = min(picks, key=lambda row: (round(row["layers_per_candidate"], 9), row["clusters"], row["margin"]))
         return dict(best, met=True, table=table)
-    never = dict(replay(lps, k, math.inf, counts[0], start_layer), clusters=counts[0])
+    never = dict(replay(lps, k, math.inf, counts[0], start_layer), clusters=counts[0], margin=0, split=split)
     return dict(never, met=False, table=table)

@@ -2,13 +2,15 @@
 
     prism = Prism.from_pretrained(model_dir)      # pruning settings from model_dir/prism.json when it has one
     r = prism.rank(question, windows, k=5)        # Ranking: r.top, r.latency_s, r.layers_per_candidate ...
+    r = prism.rank(question, windows, k=5, prior=prism.retrieval_prior(len(windows), pinned=1))  # ask's order
 
 Per query: the pairs are tokenized; the word-embedding rows of the query's distinct tokens come from
 the LRU-K row cache (embed_cache.py), the rest of the embedding is done chunk by chunk; then layer by
 layer: the layer's weights come from the streamer (streaming.py: two slots, layer l+1 read while layer
 l computes), the active candidates go through it in chunks sized to the memory budget (chunked.py),
 the head scores every active candidate's [CLS] state and the router (pruning.py) selects, drops or
-keeps candidates. The loop stops as soon as the top-k places are filled.
+keeps candidates. The loop stops as soon as the top-k places are filled. Candidates given in retrieval's
+order get the model's retrieval prior (prior.py) added to every exit's logit.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from host.prism.bert import (
 )
 from host.prism.chunked import chunk_rows, run_layer
 from host.prism.embed_cache import StreamedWeights
-from host.prism.pruning import Router, probabilities
+from host.prism.prior import RetrievalPrior, check_prior
+from host.prism.pruning import SPLITS, Router, probabilities
 from host.prism.ranking import Ranking, check_k
 from host.prism.st_file import SafetensorsFile
 from host.prism.streaming import LayerStreamer
@@ -39,9 +42,11 @@ SETTINGS_FILE = "prism.json"  # the model's calibrated pruning settings (written
 
 
 def read_settings(model_dir: str) -> dict:
-    """{"threshold", "clusters"} calibrated for the model in model_dir ({} when it has no prism.json).
+    """{"threshold", "clusters", "margin", "split", "prior"} calibrated for the model in model_dir ({} when it has
+    no prism.json).
 
-    threshold null in the file means never prune (calibration found no threshold meeting its target)."""
+    threshold null in the file means never prune (calibration found no threshold meeting its target);
+    prior (a RetrievalPrior, or None when the file has none) is what retrieval's order adds to a logit."""
     path = os.path.join(model_dir, SETTINGS_FILE)
     if not os.path.isfile(path):
         return {}
@@ -55,11 +60,18 @@ def read_settings(model_dir: str) -> dict:
     thr = data.get("threshold", DEFAULT_THRESHOLD)
     thr = math.inf if thr is None else thr
     clusters = data.get("clusters", 3)
+    margin = data.get("margin", 0)
+    split = data.get("cluster_on", "prob")  # what the k-means splits (pruning.py's Router split=)
     if isinstance(thr, bool) or not isinstance(thr, (int, float)) or not thr >= 0:
         raise PrismModelError("%s: threshold must be a number >= 0 or null, got %r" % (path, thr))
     if isinstance(clusters, bool) or not isinstance(clusters, int) or clusters < 2:
         raise PrismModelError("%s: clusters must be an int >= 2, got %r" % (path, clusters))
-    return {"threshold": float(thr), "clusters": clusters}
+    if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
+        raise PrismModelError("%s: margin must be an int >= 0, got %r" % (path, margin))
+    if split not in SPLITS:
+        raise PrismModelError("%s: cluster_on must be one of %s, got %r" % (path, ", ".join(SPLITS), split))
+    return {"threshold": float(thr), "clusters": clusters, "margin": margin, "split": split,
+            "prior": RetrievalPrior.from_settings(data.get("prior"), path)}
 
 
 class Prism:
@@ -67,15 +79,19 @@ class Prism:
 
     def __init__(self, model: BertCrossEncoder, st: SafetensorsFile, *, threshold: float = DEFAULT_THRESHOLD,
                  clusters: int = 3, start_layer: int = 0, memory_budget: int = DEFAULT_BUDGET,
-                 prefetch: bool = True, prune: bool = True):
+                 prefetch: bool = True, prune: bool = True, prior: Optional[RetrievalPrior] = None,
+                 margin: int = 0, split: str = "prob"):
         if not isinstance(model.weights, StreamedWeights):
             raise PrismModelError("Prism needs a model built on StreamedWeights (use Prism.from_pretrained)")
         self.model = model
         self.cfg = model.config
         self.st = st
         self.threshold, self.clusters, self.start_layer = threshold, clusters, start_layer
+        Router(1, 1, 1, 0.0, clusters, 0, margin, split)  # validates margin and split here, not at the first query
+        self.margin, self.split = margin, split
         self.memory_budget = memory_budget
         self.prune = prune
+        self.prior = prior
         chunk_rows(self.cfg, 1, memory_budget)  # validates the budget
         self.weights: StreamedWeights = model.weights
         self.streamer = LayerStreamer(st, model.prefix, self.cfg, prefetch=prefetch)
@@ -110,6 +126,11 @@ class Prism:
         kw = {key: value for key, value in kw.items() if value is not None}
         return cls(model, st, **kw)
 
+    def retrieval_prior(self, n: int, pinned: int = 0) -> Optional[np.ndarray]:
+        """The model's prior for n candidates in retrieval's order (the first `pinned` found by the record), or
+        None when the model has none (prior.py)."""
+        return None if self.prior is None else self.prior.logits(n, pinned)
+
     @property
     def max_length(self) -> int:
         return self.model.max_length
@@ -142,8 +163,11 @@ class Prism:
             layer_norm(x, self._ln[0], self._ln[1], cfg.layer_norm_eps, out=hidden[a:e])
         return hidden
 
-    def rank(self, question: str, passages: Sequence[str], k: int = 5, threshold: Optional[float] = None) -> Ranking:
-        """Top k of passages for question; Ranking carries the per-query report."""
+    def rank(self, question: str, passages: Sequence[str], k: int = 5, threshold: Optional[float] = None,
+             prior: Optional[np.ndarray] = None) -> Ranking:
+        """Top k of passages for question; Ranking carries the per-query report.
+
+        prior: [n] logits added to every exit's (retrieval_prior() for candidates in retrieval's order), or None."""
         t0 = time.perf_counter()
         tracing = tracemalloc.is_tracing()
         if tracing:
@@ -153,8 +177,10 @@ class Prism:
         batch = model.encode(question, passages)
         n = batch.input_ids.shape[0]
         check_k(k, n)
+        prior = check_prior(prior, n)
         thr = self.threshold if threshold is None else threshold
-        router = Router(n, k, cfg.num_layers, thr if self.prune else float("inf"), self.clusters, self.start_layer)
+        router = Router(n, k, cfg.num_layers, thr if self.prune else float("inf"), self.clusters, self.start_layer,
+                        self.margin, self.split)
         cache = self.weights.cache
         h0, m0 = (cache.hits, cache.misses) if cache is not None else (0, 0)
         self.streamer.reset_stats()
@@ -165,12 +191,13 @@ class Prism:
         for l in range(cfg.num_layers):
             lw = self.streamer.acquire(l)
             run_layer(hidden, mask, lw, cfg, rows)
-            keep = router.after_layer(l, probabilities(model.head(hidden[:, 0])))
+            keep = router.after_layer(l, probabilities(model.head(hidden[:, 0]), prior))
             if router.done:
                 break
             if not keep.all():
                 hidden = hidden[keep]
                 mask = mask[keep]
+                prior = prior[keep] if prior is not None else None
         del hidden
         r = Ranking(
             top=list(router.selected), probs=router.last_prob.copy(), exit_layer=router.exit_layer.copy(),

@@ -8,33 +8,39 @@ what calibration replays the pruning router over.
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
 from host.prism.bert import BertCrossEncoder, Batch
+from host.prism.prior import check_prior
 from host.prism.pruning import probabilities
 from host.prism.ranking import Ranking, check_k
 
 
-def layer_probs(model: BertCrossEncoder, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
-    """(final logits [B, labels], probabilities [layers, B] after each layer), whole batch at once."""
+def layer_probs(model: BertCrossEncoder, batch: Batch, prior: Optional[np.ndarray] = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(final logits [B, labels], probabilities [layers, B] after each layer), whole batch at once.
+
+    prior: [B] logits added at every exit (host/prism/prior.py), or None."""
     hidden = model.embed(batch.input_ids, batch.token_type_ids)
+    prior = check_prior(prior, hidden.shape[0])
     probs = np.empty((model.config.num_layers, hidden.shape[0]))
     for l in range(model.config.num_layers):
         hidden = model.layer(l, hidden, batch.attention_mask)
         logits = model.head(hidden[:, 0])
-        probs[l] = probabilities(logits)
+        probs[l] = probabilities(logits, prior)
     return logits, probs
 
 
-def rank_full(model: BertCrossEncoder, question: str, passages: Sequence[str], k: int) -> Ranking:
-    """Top k of the full model (every candidate through every layer, one batch)."""
+def rank_full(model: BertCrossEncoder, question: str, passages: Sequence[str], k: int,
+              prior: Optional[np.ndarray] = None) -> Ranking:
+    """Top k of the full model (every candidate through every layer, one batch); prior as for layer_probs."""
     t0 = time.perf_counter()
     batch = model.encode(question, passages)
     n = batch.input_ids.shape[0]
     check_k(k, n)
-    _, probs = layer_probs(model, batch)
+    _, probs = layer_probs(model, batch, prior)
     final = probs[-1]
     order = np.argsort(-final, kind="stable")
     L = model.config.num_layers

@@ -10,6 +10,13 @@ holding the candidate ranked at the last open place is the boundary: clusters ab
 cluster continues to the next layer with the remaining places. After the last layer the best remaining
 candidates fill the remaining places.
 
+Two calibrated refinements (prism.json "cluster_on", "margin"; defaults keep the plain mechanism): the 1-D
+k-means may split the log-odds log(p / (1 - p)) instead of p ("logit": with a retrieval prior most
+candidates sit near p = 0, where probabilities bunch the 5th-best with the tail that log-odds keep apart),
+and a candidate ranked within the first need + margin places by its current score is never dropped, only
+selected or kept (a dropped candidate is gone for good; the margin is how far below the last open place
+calibration found final top-K members still climbing from).
+
 Rows are independent in a cross-encoder (each candidate attends only to its own tokens), so a
 candidate's score after layer l does not depend on which others are still running: the same Router
 replayed over a recorded [layers, candidates] score matrix (simulate) gives exactly the decisions of a
@@ -26,11 +33,15 @@ import numpy as np
 from host.prism.bert import PrismInputError
 
 
-def probabilities(logits: np.ndarray) -> np.ndarray:
-    """[n, labels] logits -> relevance probability per candidate (float64)."""
-    z = np.asarray(logits, dtype=np.float64)
+def probabilities(logits: np.ndarray, prior: Optional[np.ndarray] = None) -> np.ndarray:
+    """[n, labels] logits -> relevance probability per candidate (float64).
+
+    prior: [n] logits added to the relevant label's (host/prism/prior.py: retrieval's order), or None."""
+    z = np.array(logits, dtype=np.float64)  # a copy: the prior is added in place
     if z.ndim == 1:
         z = z[:, None]
+    if prior is not None:
+        z[:, -1] += prior
     if z.shape[1] == 1:
         return 1.0 / (1.0 + np.exp(-z[:, 0]))
     z = z - z.max(axis=1, keepdims=True)
@@ -100,6 +111,15 @@ def kmeans_1d(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return lab_u[inverse], cents
 
 
+SPLITS = ("prob", "logit")
+
+
+def log_odds(p: np.ndarray) -> np.ndarray:
+    """log(p / (1 - p)), finite for p in [0, 1] (clipped 1e-12 from either end)."""
+    q = np.clip(np.asarray(p, dtype=np.float64), 1e-12, 1.0 - 1e-12)
+    return np.log(q) - np.log1p(-q)
+
+
 class Router:
     """Pruning decisions for one query of n candidates, top k.
 
@@ -109,7 +129,7 @@ class Router:
     stopped; the number of layers it ran is exit_layer + 1) and .events."""
 
     def __init__(self, n: int, k: int, num_layers: int, threshold: float = 0.3, clusters: int = 3,
-                 start_layer: int = 0):
+                 start_layer: int = 0, margin: int = 0, split: str = "prob"):
         if not isinstance(n, int) or n < 1:
             raise PrismInputError("no candidates to rank")
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
@@ -120,6 +140,11 @@ class Router:
             raise PrismInputError("threshold must be a number >= 0, got %r" % (threshold,))
         if not isinstance(clusters, int) or clusters < 2:
             raise PrismInputError("clusters must be an int >= 2, got %r" % (clusters,))
+        if not isinstance(margin, int) or isinstance(margin, bool) or margin < 0:
+            raise PrismInputError("margin must be an int >= 0, got %r" % (margin,))
+        if split not in SPLITS:
+            raise PrismInputError("split must be one of %s, got %r" % (", ".join(SPLITS), split))
+        self.margin, self.split = margin, split
         self.n, self.k, self.num_layers = n, k, num_layers
         self.threshold, self.clusters, self.start_layer = float(threshold), clusters, start_layer
         self.active = np.arange(n)
@@ -160,16 +185,18 @@ class Router:
         cv = coefficient_of_variation(p)
         if layer < self.start_layer or cv < self.threshold:
             return keep
-        labels, cents = kmeans_1d(p, self.clusters)
+        labels, cents = kmeans_1d(log_odds(p) if self.split == "logit" else p, self.clusters)
         order = np.argsort(-p, kind="stable")
         boundary = labels[order[need - 1]]  # cluster of the candidate at the last open place
         above = labels > boundary
         below = labels < boundary
+        if self.margin:
+            below[order[:need + self.margin]] = False  # close behind the last open place: not dropped yet
         if not above.any() and not below.any():
             return keep
         self._select(act[above], p[above])
         n_sel = int(above.sum())
-        keep = labels == boundary
+        keep = ~above & ~below  # the boundary cluster and any candidate the margin holds back
         if keep.sum() == self.need:  # the boundary cluster exactly fills what is left
             self._select(act[keep], p[keep])
             n_sel += int(keep.sum())
@@ -186,11 +213,12 @@ class Router:
         return self.exit_layer + 1
 
 
-def simulate(layer_probs: np.ndarray, k: int, threshold: float, clusters: int = 3, start_layer: int = 0) -> Router:
+def simulate(layer_probs: np.ndarray, k: int, threshold: float, clusters: int = 3, start_layer: int = 0,
+             margin: int = 0, split: str = "prob") -> Router:
     """Replay the router over a recorded [layers, candidates] probability matrix (see the module doc)."""
     lp = np.asarray(layer_probs, dtype=np.float64)
     layers, n = lp.shape
-    r = Router(n, k, layers, threshold, clusters, start_layer)
+    r = Router(n, k, layers, threshold, clusters, start_layer, margin, split)
     for l in range(layers):
         if r.done:
             break

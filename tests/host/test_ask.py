@@ -271,7 +271,10 @@ def test_the_record_answers_what_never_happened_without_the_target(plant):
 class FakePrism:
     """Ranks windows in the order given: the record test is about what ask does after retrieval, not PRISM."""
 
-    def rank(self, question, texts, k):
+    def retrieval_prior(self, n, pinned=0):
+        return None
+
+    def rank(self, question, texts, k, prior=None):
         from types import SimpleNamespace
 
         return SimpleNamespace(top=list(range(k)), probs=np.linspace(0.9, 0.1, len(texts)))
@@ -409,3 +412,29 @@ def test_ask_command_says_when_the_record_answered(plant, capsys):
     assert code == 0, err
     assert "Answer: Nothing of the kind in the log since 06:00 UTC on 2026-11-30: no trip of M-201." in out, out
     assert "Answered from the plant's record" in out and "ended: the plant's record" in err
+
+
+def test_rerank_hands_prism_the_retrieval_prior():
+    """ask's windows come in retrieval's order: rerank asks the model for its prior of that order (the pinned
+    window counted) and passes it to the ranking, and keeps the pinned window first whatever PRISM says."""
+    from host.prism.prior import RetrievalPrior
+    from host.store import Window
+
+    seen = {}
+
+    class Recording(FakePrism):
+        def retrieval_prior(self, n, pinned=0):
+            seen["asked"] = (n, pinned)
+            return RetrievalPrior(-1.0, 2.0).logits(n, pinned)
+
+        def rank(self, question, texts, k, prior=None):
+            from types import SimpleNamespace
+
+            seen["prior"] = prior
+            return SimpleNamespace(top=[3, 2, 1][:k], probs=np.linspace(0.1, 0.9, len(texts)))
+
+    wins = [Window("n%d" % i, 1000 * i, 1000 * i + 500, "line %d" % i, 0.0, i, i) for i in range(4)]
+    chosen, _ = qa.rerank(Recording(), "why did P-101 trip?", wins, 3, pinned=1)
+    assert seen["asked"] == (4, 1)
+    assert np.allclose(seen["prior"], RetrievalPrior(-1.0, 2.0).logits(4, 1))
+    assert [s.text for s in chosen] == ["line 0", "line 3", "line 2"]

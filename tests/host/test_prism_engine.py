@@ -323,7 +323,62 @@ def test_calibrated_settings_file(tmp_path):
     for bad, msg in (("{not json", "not readable JSON"), ("[1, 2]", "JSON object"),
                      ('{"threshold": -1}', "threshold must be"), ('{"threshold": "0.1"}', "threshold must be"),
                      ('{"threshold": true}', "threshold must be"), ('{"clusters": 1}', "clusters must be"),
-                     ('{"clusters": 2.5}', "clusters must be")):
+                     ('{"clusters": 2.5}', "clusters must be"), ('{"margin": -1}', "margin must be"),
+                     ('{"margin": 1.5}', "margin must be"), ('{"cluster_on": "logits"}', "cluster_on must be")):
         (d / engine.SETTINGS_FILE).write_text(bad)
         with pytest.raises(PrismModelError, match=msg):
             Prism.from_pretrained(str(d))
+
+
+# ---------------------------------------------------------------------------------------------- retrieval prior
+
+
+def test_retrieval_prior_values_and_bad_settings():
+    from host.prism.prior import RetrievalPrior
+
+    p = RetrievalPrior(rank_log=-2.0, pinned=3.0)
+    got = p.logits(4, pinned=1)
+    assert np.allclose(got, [3.0, -2.0 * np.log(2), -2.0 * np.log(3), -2.0 * np.log(4)])
+    assert np.allclose(p.logits(3), -2.0 * np.log1p(np.arange(3)))
+    for n, pinned in ((0, 0), (3, 4), (3, -1), (True, 0), (3, 1.0)):
+        with pytest.raises(PrismInputError):
+            p.logits(n, pinned)
+    assert RetrievalPrior.from_settings(None, "x") is None
+    assert RetrievalPrior.from_settings(p.to_settings(), "x") == p
+    for bad in ({"rank_log": -1}, {"rank_log": "1", "pinned": 0}, {"rank_log": float("nan"), "pinned": 0},
+                {"rank_log": True, "pinned": 0}, [1, 2], {"rank_log": 1, "pinned": 2, "x": 3}):
+        with pytest.raises(PrismModelError, match="prior"):
+            RetrievalPrior.from_settings(bad, "prism.json")
+
+
+def test_prior_moves_the_ranking_the_same_way_in_prism_and_the_full_model(tmp_path):
+    """The prior is added to every exit's logit: PRISM without pruning and the full model agree with it, a strong
+    prior puts retrieval's order first, and a prior of the wrong length is one clear error."""
+    d = make_tiny(tmp_path / "p", num_hidden_layers=3, max_position_embeddings=64)
+    cands = windows(9, seed=3)
+    full = BertCrossEncoder.from_pretrained(str(d))
+    (d / engine.SETTINGS_FILE).write_text(json.dumps({"threshold": None, "clusters": 3,
+                                                      "prior": {"rank_log": -40.0, "pinned": 0.0}}))
+    p = Prism.from_pretrained(str(d))
+    prior = p.retrieval_prior(len(cands))
+    assert prior is not None and prior[0] == 0.0 and prior[1] < -20
+    plain = rank_full(full, QUESTION, cands, 4)
+    assert plain.top != [0, 1, 2, 3]  # the random head's own order is not retrieval's
+    with_prior = rank_full(full, QUESTION, cands, 4, prior)
+    assert with_prior.top == [0, 1, 2, 3]
+    got = p.rank(QUESTION, cands, 4, prior=prior)
+    assert got.top == with_prior.top and np.max(np.abs(got.probs - with_prior.probs)) < 1e-6
+    assert p.rank(QUESTION, cands, 4).top == plain.top  # no prior given: the head alone
+    # a mild prior and pruning: still exactly what the router makes of the full model's per-layer scores
+    mild = np.linspace(0.0, -1.0, len(cands))
+    ref = rank_full(full, QUESTION, cands, 3, mild)
+    r = p.rank(QUESTION, cands, 3, threshold=0.0, prior=mild)
+    sim = simulate(ref.layer_probs, 3, 0.0, 3)
+    assert r.top == sim.selected and (r.exit_layer == sim.exit_layer).all()
+    for bad, msg in ((np.zeros(3), "prior has 3 values for 9"), ([0.0] * 8 + [np.inf], "finite")):
+        with pytest.raises(PrismInputError, match=msg):
+            p.rank(QUESTION, cands, 3, prior=bad)
+    p.close()
+    (d / engine.SETTINGS_FILE).write_text(json.dumps({"threshold": 0.1, "prior": {"rank_log": "x", "pinned": 0}}))
+    with pytest.raises(PrismModelError, match="prior"):
+        Prism.from_pretrained(str(d))

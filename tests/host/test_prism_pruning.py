@@ -191,3 +191,69 @@ def test_replay_matches_manual_simulation_and_agreement():
     assert row["agreement"] == top_k_agreement(r.selected, full)
     assert row["layers_per_candidate"] == float(np.mean(r.layers_run()))
     assert top_k_agreement([1, 2, 3], [3, 4, 1]) == 2 / 3
+
+
+def test_router_splits_log_odds_where_probabilities_bunch():
+    """With a prior most candidates sit near p = 0: probabilities put the 2nd best with the tail (nothing dropped),
+    log-odds keep the tail apart and drop it."""
+    p = np.array([0.95, 0.03, 1e-4, 1e-4, 1e-4, 1e-4])
+    r = Router(6, 2, 4, threshold=0.0, clusters=2, split="prob")
+    keep = r.after_layer(0, p)
+    assert r.selected == [0] and keep.tolist() == [False, True, True, True, True, True]
+    r = Router(6, 2, 4, threshold=0.0, clusters=2, split="logit")
+    keep = r.after_layer(0, p)
+    assert r.selected == [0, 1] and not keep.any()  # the boundary cluster {0, 1} exactly fills the two places
+    assert (r.exit_layer[2:] == 0).all() and r.events[0]["dropped"] == 4
+    with pytest.raises(PrismInputError, match="split"):
+        Router(6, 2, 4, split="logits")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_router_margin_never_drops_the_first_need_plus_margin(seed):
+    """A candidate ranked within need + margin by the current score is selected or kept, never dropped; margin 0 is
+    the plain router; a larger margin never computes fewer layers."""
+    rng = np.random.default_rng(seed)
+    lp = _layer_probs(rng, 20, 6, 0.6)
+    for margin in (0, 3, 8):
+        r = Router(20, 5, 6, threshold=0.0, clusters=4, margin=margin)
+        for l in range(6):
+            if r.done:
+                break
+            act = r.active.copy()
+            p = lp[l, act]
+            need = r.need
+            protected = set(act[np.argsort(-p, kind="stable")[:need + margin]].tolist())
+            keep = r.after_layer(l, p)
+            dropped = set(act[~keep].tolist()) - set(r.selected)
+            assert not (dropped & protected) or l == 5, (margin, l)
+    plain = simulate(lp, 5, 0.0, 4)
+    assert simulate(lp, 5, 0.0, 4, margin=0).selected == plain.selected
+    layers = [simulate(lp, 5, 0.0, 4, margin=m).layers_run().sum() for m in (0, 3, 8, 19)]
+    assert layers == sorted(layers)
+    with pytest.raises(PrismInputError, match="margin"):
+        Router(20, 5, 6, margin=-1)
+
+
+def _logit_layer_probs(rng, n: int, layers: int, noise: float) -> np.ndarray:
+    """Scores with a retrieval-like prior on the log-odds scale, early layers noisier on that scale."""
+    final = np.sort(rng.normal(-3, 3, n))[::-1] - 2 * np.log1p(np.arange(n))
+    return np.array([1 / (1 + np.exp(-(final + rng.normal(0, noise * (layers - 1 - l) / layers, n))))
+                     for l in range(layers)])
+
+
+def test_calibration_chooses_a_margin_that_meets_the_target():
+    """Calibration over keep margins: the pick meets the target, replays to what it claims and computes fewer layers
+    than the best margin-0 setting where the early scores misplace final top-K members (here: 2.56 vs 4.17)."""
+    rng = np.random.default_rng(0)
+    lps = [_logit_layer_probs(rng, 20, 6, 2.0) for _ in range(12)]
+    target = 0.97
+    plain = calibrate(lps, 5, target, clusters=(3, 4), margins=(0,), split="logit")
+    cal = calibrate(lps, 5, target, clusters=(3, 4), margins=(0, 4, 8), split="logit")
+    assert plain["met"] and cal["met"] and cal["agreement"] >= target and cal["split"] == "logit"
+    assert cal["margin"] > 0 and cal["layers_per_candidate"] < plain["layers_per_candidate"] - 1
+    again = replay(lps, 5, cal["threshold"], cal["clusters"], margin=cal["margin"], split="logit")
+    assert again["layers_per_candidate"] == cal["layers_per_candidate"] and again["agreement"] == cal["agreement"]
+    assert {row["margin"] for row in cal["table"]} == {0, 4, 8}
+    for bad in ((), (-1,), (1.5,)):
+        with pytest.raises(PrismInputError, match="margins"):
+            calibrate(lps, 5, target, margins=bad)
