@@ -132,16 +132,22 @@ class FullVariant:
         from host.prism.bert import BertCrossEncoder
 
         self.model = BertCrossEncoder.from_pretrained(model_dir, init_head=init_head, seed=0)
+        self.prior = model_prior(model_dir, init_head)
 
-    def rank(self, question: str, texts: list[str], k: int) -> Outcome:
+    def rank(self, question: str, texts: list[str], k: int, pinned: int = 0) -> Outcome:
         import numpy as np
 
         from host.prism.monolithic import rank_full
 
-        r = rank_full(self.model, question, texts, k)
+        prior = self.prior.logits(len(texts), pinned) if self.prior is not None else None
+        r = rank_full(self.model, question, texts, k, prior)
         order = [int(i) for i in np.argsort(-r.probs, kind="stable")]
+        stats = {"tokens": r.tokens, "truncated": r.truncated}
+        if prior is not None:  # the head's own order: its logit without the prior
+            p = np.clip(r.probs, 1e-300, 1.0 - 1e-16)
+            stats["head_order"] = [int(i) for i in np.argsort(-(np.log(p) - np.log1p(-p) - prior), kind="stable")]
         return Outcome(r.top, order, layers_per_candidate=r.layers_per_candidate, layer_probs=r.layer_probs,
-                       stats={"tokens": r.tokens, "truncated": r.truncated})
+                       stats=stats)
 
     def close(self) -> None:
         pass
@@ -152,16 +158,17 @@ class PrismVariant:
 
     name = "prism"
 
-    def __init__(self, model_dir: str, init_head: bool, threshold: float, clusters: int):
+    def __init__(self, model_dir: str, init_head: bool, threshold: float, clusters: int,
+                 margin: Optional[int] = None, split: Optional[str] = None):
         from host.prism.engine import Prism
 
         self.prism = Prism.from_pretrained(model_dir, init_head=init_head, seed=0, threshold=threshold,
-                                           clusters=clusters)
+                                           clusters=clusters, margin=margin, split=split)
         cache = self.prism.weights.cache
         self._h0, self._m0 = cache.hits, cache.misses
 
-    def rank(self, question: str, texts: list[str], k: int) -> Outcome:
-        r = self.prism.rank(question, texts, k)
+    def rank(self, question: str, texts: list[str], k: int, pinned: int = 0) -> Outcome:
+        r = self.prism.rank(question, texts, k, prior=self.prism.retrieval_prior(len(texts), pinned))
         rest = [j for j in range(len(texts)) if j not in set(r.top)]
         return Outcome(list(r.top), list(r.top) + rest, layers_per_candidate=r.layers_per_candidate,
                        stats={"io_hidden_fraction": r.stats["io_hidden_fraction"], "events": r.stats["prune_events"]})
@@ -214,8 +221,9 @@ class TorchVariant:
         torch.set_num_threads(threads)
         self.hf = torch_model(model_dir, init_head)
         self.tok = wordpiece.load_tokenizer(model_dir, _read_config(model_dir).max_position)
+        self.prior = model_prior(model_dir, init_head)
 
-    def rank(self, question: str, texts: list[str], k: int) -> Outcome:
+    def rank(self, question: str, texts: list[str], k: int, pinned: int = 0) -> Outcome:
         import numpy as np
         import torch
 
@@ -225,17 +233,27 @@ class TorchVariant:
         with torch.no_grad():
             logits = self.hf(input_ids=torch.from_numpy(ids), token_type_ids=torch.from_numpy(types),
                              attention_mask=torch.from_numpy(mask)).logits.numpy()
-        order = [int(i) for i in np.argsort(-logits[:, 0], kind="stable")]
+        z = logits[:, 0].astype(np.float64)
+        if self.prior is not None:
+            z += self.prior.logits(len(texts), pinned)
+        order = [int(i) for i in np.argsort(-z, kind="stable")]
         return Outcome(order[:k], order)
 
     def close(self) -> None:
         pass
 
 
-def timed(variant, question: str, texts: list[str], k: int) -> Outcome:
-    """One call, timed from the outside the same way for every variant (tokenization included)."""
+def model_prior(model_dir: str, init_head: bool):
+    """The model's retrieval prior (host/prism/prior.py) from its prism.json; None for a random head or none."""
+    from host.prism.engine import read_settings
+
+    return None if init_head else read_settings(model_dir).get("prior")
+
+
+def timed(variant, q: dict, k: int) -> Outcome:
+    """One call on question q, timed from the outside the same way for every variant (tokenization included)."""
     t0 = time.perf_counter()
-    out = variant.rank(question, texts, k)
+    out = variant.rank(q["question"], q["texts"], k, q.get("pinned", 0))
     out.latency_s = time.perf_counter() - t0
     return out
 
@@ -252,12 +270,12 @@ def run_interleaved(variants: dict, questions: list[dict], k: int, label: str = 
     names = list(variants)
     if questions:
         for name in names:
-            timed(variants[name], questions[0]["question"], questions[0]["texts"], k)
+            timed(variants[name], questions[0], k)
     rows = []
     for i, q in enumerate(questions):
         row: dict = {"order": rotation(names, i)}
         for name in row["order"]:
-            row[name] = timed(variants[name], q["question"], q["texts"], k)
+            row[name] = timed(variants[name], q, k)
         rows.append(row)
         progress("%s%d/%d (%d candidates): %s" % (label, i + 1, len(questions), len(q["texts"]), ", ".join(
             "%s %.2f s" % (n, row[n].latency_s) for n in names)))
@@ -292,6 +310,9 @@ def quality_summary(rows: list[dict], questions: list[dict], k: int) -> dict:
         "final_ndcg10": round(_mean(ndcg(r["full"].order, q["relevance"]) for r, q in zip(rows, questions)), 4),
         "bm25_ndcg10": round(_mean(ndcg(list(range(len(q["texts"]))), q["relevance"]) for q in questions), 4),
         "prism_ndcg10": round(_mean(ndcg(r["prism"].order, q["relevance"]) for r, q in zip(rows, questions)), 4),
+        **({"head_only_ndcg10": round(_mean(ndcg(r["full"].stats["head_order"], q["relevance"])
+                                            for r, q in zip(rows, questions)), 4)}
+           if "head_order" in rows[0]["full"].stats else {}),
         "top5_agreement": round(_mean(agree), 4), "top5_agreement_min": min(agree),
         "layers_per_candidate_mean": round(_mean(r["prism"].layers_per_candidate for r in rows), 3),
         "ndcg_gain": "number of the question's evidence lines the window holds (linear gain, log2 discount)",
@@ -395,16 +416,17 @@ def _status(key: str) -> int:
     return 0
 
 
-def make_variant(name: str, model_dir: str, init_head: bool, threshold: float, clusters: int, threads: int):
+def make_variant(name: str, model_dir: str, init_head: bool, threshold: float, clusters: int, threads: int,
+                 margin: Optional[int] = None, split: Optional[str] = None):
     if name == "full":
         return FullVariant(model_dir, init_head)
     if name == "prism":
-        return PrismVariant(model_dir, init_head, threshold, clusters)
+        return PrismVariant(model_dir, init_head, threshold, clusters, margin, split)
     return TorchVariant(model_dir, init_head, threads)
 
 
 def worker(variant: str, model_dir: str, init_head: bool, qfile: str, k: int, threshold: float, threads: int,
-           clusters: int = 3) -> dict:
+           clusters: int = 3, margin: Optional[int] = None, split: Optional[str] = None) -> dict:
     """Runs in a fresh subprocess: peak RSS of one variant (model load and queries) above the RSS after imports."""
     import numpy  # noqa: F401
 
@@ -416,9 +438,9 @@ def worker(variant: str, model_dir: str, init_head: bool, qfile: str, k: int, th
     questions = json.loads(Path(qfile).read_text())
     after_imports = _status("VmRSS")
     t0 = time.perf_counter()
-    v = make_variant(variant, model_dir, init_head, threshold, clusters, threads)
+    v = make_variant(variant, model_dir, init_head, threshold, clusters, threads, margin, split)
     for q in questions:
-        v.rank(q["question"], q["texts"], k)
+        v.rank(q["question"], q["texts"], k, q.get("pinned", 0))
     v.close()
     peak = _status("VmHWM")
     return {"variant": variant, "rss_after_imports": after_imports, "peak_rss": peak,
@@ -427,13 +449,15 @@ def worker(variant: str, model_dir: str, init_head: bool, qfile: str, k: int, th
 
 
 def rss_variant(variant: str, model_dir: str, init_head: bool, questions: list[dict], k: int, threshold: float,
-                threads: int, clusters: int = 3) -> dict:
+                threads: int, clusters: int = 3, margin: int = 0, split: str = "prob") -> dict:
     """worker() in a fresh `python -m tools.bench.prism --worker` process (same thread environment)."""
     with tempfile.TemporaryDirectory() as td:
         qf = os.path.join(td, "q.json")
-        Path(qf).write_text(json.dumps([{"question": q["question"], "texts": q["texts"]} for q in questions]))
+        Path(qf).write_text(json.dumps([{"question": q["question"], "texts": q["texts"], "pinned": q.get("pinned", 0)}
+                                  for q in questions]))
         cmd = [sys.executable, "-m", "tools.bench.prism", "--worker", variant, "--model", model_dir, "--qfile", qf,
-               "--k", str(k), "--threshold", repr(threshold), "--clusters", str(clusters)] + (
+               "--k", str(k), "--threshold", repr(threshold), "--clusters", str(clusters), "--margin", str(margin),
+               "--split", split] + (
                    ["--init-head"] if init_head else [])
         env = dict(os.environ, EDGETWIN_BENCH_THREADS=str(threads))
         res = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=3600)
@@ -443,11 +467,11 @@ def rss_variant(variant: str, model_dir: str, init_head: bool, questions: list[d
 
 
 def rss_ratios(names: Sequence[str], model_dir: str, init_head: bool, questions: list[dict], k: int,
-               threshold: float, threads: int, clusters: int) -> dict:
+               threshold: float, threads: int, clusters: int, margin: int = 0, split: str = "prob") -> dict:
     """{"rss": per variant, "peak_mem_ratio": prism/full, "torch_peak_mem_ratio": prism/torch} by peak RSS."""
     rss = {}
     for n in names:
-        rss[n] = rss_variant(n, model_dir, init_head, questions, k, threshold, threads, clusters)
+        rss[n] = rss_variant(n, model_dir, init_head, questions, k, threshold, threads, clusters, margin, split)
         progress("RSS %s: %s" % (n, rss[n].get("error") or "%.1f MB above imports" % (
             rss[n]["peak_above_imports"] / 2 ** 20)))
     out: dict = {"rss": rss}
@@ -470,7 +494,7 @@ def traced_bytes(make, questions: list[dict], k: int) -> float:
         for q in questions:
             tracemalloc.reset_peak()
             base = tracemalloc.get_traced_memory()[0]
-            v.rank(q["question"], q["texts"], k)
+            v.rank(q["question"], q["texts"], k, q.get("pinned", 0))
             peaks.append(tracemalloc.get_traced_memory()[1] - base)
         v.close()
     finally:
@@ -482,17 +506,17 @@ def traced_bytes(make, questions: list[dict], k: int) -> float:
 
 
 def calibrate_threshold(full: FullVariant, questions: list[dict], k: int, target: float, counts: list[int]
-                        ) -> tuple[float, int, dict]:
-    """(threshold, clusters, report): the full model's layer probabilities on validation questions replayed
-    over the threshold grid (host/prism/calibrate.py)."""
-    from host.prism.calibrate import calibrate
+                        ) -> tuple[float, int, int, str, dict]:
+    """(threshold, clusters, margin, split, report): the full model's layer probabilities on validation questions
+    replayed over the threshold grid, the cluster counts and keep margins (host/prism/calibrate.py)."""
+    from host.prism.calibrate import DEFAULT_MARGINS, calibrate
 
     probs = []
     for i, q in enumerate(questions):
-        probs.append(full.rank(q["question"], q["texts"], k).layer_probs)
+        probs.append(full.rank(q["question"], q["texts"], k, q.get("pinned", 0)).layer_probs)
         progress("calibration %d/%d" % (i + 1, len(questions)))
-    cal = calibrate(probs, k, target, clusters=counts)
-    return cal["threshold"], cal["clusters"], {
+    cal = calibrate(probs, k, target, clusters=counts, margins=DEFAULT_MARGINS, split="logit")
+    return cal["threshold"], cal["clusters"], cal["margin"], cal["split"], {
         "questions": len(questions), "source": "ask's candidates, validation seeds (1000-1999)", "target": target,
         "met": cal["met"], "clusters_tried": counts, "agreement": round(cal["agreement"], 4),
         "layers_per_candidate": round(cal["layers_per_candidate"], 3)}
@@ -536,7 +560,8 @@ def parser() -> Parser:
     ap.add_argument("--candidates", type=int, default=20, help="retrieve's top N windows per question (default 20)")
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--target", type=float, default=0.99, help="top-K agreement the calibration must reach")
-    ap.add_argument("--calib-questions", type=int, default=10, help="validation questions to calibrate on")
+    ap.add_argument("--calib-questions", type=int, default=0, help="calibrate on this many validation questions "
+                    "(default 0: the model's own calibration, its prism.json, as ask uses it; 10 without one)")
     ap.add_argument("--threshold", type=float, help="skip calibration and use this CV threshold")
     ap.add_argument("--clusters", default="3,4,5,6", help="k-means cluster counts the calibration chooses from "
                     "(one number with --threshold; default 3,4,5,6)")
@@ -548,6 +573,8 @@ def parser() -> Parser:
                     "full-model timings (default 7; 0: skip)")
     ap.add_argument("--speed-min-s", type=float, default=0.2, help="a timed call shorter than this is repeated "
                     "within each repetition (default 0.2 s)")
+    ap.add_argument("--margin", type=int, default=0, help=argparse.SUPPRESS)  # a worker's pruning settings
+    ap.add_argument("--split", default="prob", help=argparse.SUPPRESS)
     ap.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
     ap.add_argument("--qfile", help=argparse.SUPPRESS)
     ap.add_argument("--init-head", action="store_true", help=argparse.SUPPRESS)
@@ -556,10 +583,10 @@ def parser() -> Parser:
 
 def check_args(ap: Parser, args: argparse.Namespace) -> tuple[list[int], list[int]]:
     """(cluster counts, curve points), or one line and exit 2 for a bad option."""
-    for name in ("questions", "candidates", "k", "calib_questions", "curve_questions"):
+    for name in ("questions", "candidates", "k", "curve_questions"):
         if getattr(args, name) < 1:
             ap.error("--%s must be at least 1, got %d" % (name.replace("_", "-"), getattr(args, name)))
-    for name in ("rss_questions", "speed_reps"):
+    for name in ("rss_questions", "speed_reps", "calib_questions"):
         if getattr(args, name) < 0:
             ap.error("--%s must be 0 or more, got %d" % (name.replace("_", "-"), getattr(args, name)))
     if args.candidates <= args.k:
@@ -590,24 +617,32 @@ def _main(argv: list[str] | None = None) -> int:
     threads = int(_THREADS)
     if args.worker:
         print(json.dumps(worker(args.worker, args.model, args.init_head, args.qfile, args.k,
-                                args.threshold if args.threshold is not None else 0.3, threads, counts[0])))
+                                args.threshold if args.threshold is not None else 0.3, threads, counts[0],
+                                args.margin, args.split)))
         return 0
     return run(args, counts, points, threads)
 
 
 def make_variants(args: argparse.Namespace, model_dir: str, init_head: bool, counts: list[int], threads: int
-                  ) -> tuple[dict, float, int, dict]:
-    """(variants by name, threshold, clusters, calibration report): the full model first, as calibration needs it."""
+                  ) -> tuple[dict, dict, dict]:
+    """(variants by name, pruning settings, calibration report): the full model first, as calibration needs it."""
+    from host.prism.engine import read_settings
+
     full = FullVariant(model_dir, init_head)
-    threshold, clusters = args.threshold, counts[0]
+    threshold, clusters, margin, split = args.threshold, counts[0], 0, "prob"
     calib: dict = {"given": True}
-    if threshold is None:
-        cq, _ = prism_questions.ask_questions("validation", args.calib_questions, args.candidates, args.k)
-        threshold, clusters, calib = calibrate_threshold(full, cq, args.k, args.target, counts)
-    variants: dict = {"full": full, "prism": PrismVariant(model_dir, init_head, threshold, clusters)}
+    shipped = {} if init_head else read_settings(model_dir)
+    if threshold is None and not args.calib_questions and "threshold" in shipped:
+        threshold, clusters, margin, split = (shipped["threshold"], shipped["clusters"], shipped["margin"],
+                                              shipped["split"])
+        calib = {"source": "the model's prism.json (calibrated on validation questions by make_reranker), as ask uses it"}
+    elif threshold is None:
+        cq, _ = prism_questions.ask_questions("validation", args.calib_questions or 10, args.candidates, args.k)
+        threshold, clusters, margin, split, calib = calibrate_threshold(full, cq, args.k, args.target, counts)
+    variants: dict = {"full": full, "prism": PrismVariant(model_dir, init_head, threshold, clusters, margin, split)}
     if not args.no_torch:
         variants["torch"] = TorchVariant(model_dir, init_head, threads)
-    return variants, threshold, clusters, calib
+    return variants, {"threshold": threshold, "clusters": clusters, "margin": margin, "split": split}, calib
 
 
 def main_figures(variants: dict, questions: list[dict], k: int) -> dict:
@@ -639,7 +674,8 @@ def memory_figures(names: list[str], questions: list[dict], k: int, rss_args: di
     out["rss_method"] = ("peak RSS (VmHWM) of a fresh subprocess per variant (model load and %d questions) above "
                          "its RSS after imports" % len(questions))
     model_dir, init_head = rss_args["model_dir"], rss_args["init_head"]
-    prism = traced_bytes(lambda: PrismVariant(model_dir, init_head, rss_args["threshold"], rss_args["clusters"]),
+    prism = traced_bytes(lambda: PrismVariant(model_dir, init_head, rss_args["threshold"], rss_args["clusters"],
+                                              rss_args["margin"], rss_args["split"]),
                          questions, k)
     out["peak_mem_ratio_tracemalloc"] = round(prism / traced_bytes(lambda: FullVariant(model_dir, init_head),
                                                                    questions, k), 4)
@@ -692,7 +728,8 @@ def run(args: argparse.Namespace, counts: list[int], points: list[int], threads:
         return 1
     if len(questions) < args.questions:
         progress("warning: only %d usable questions" % len(questions))
-    variants, threshold, clusters, calib = make_variants(args, model_dir, init_head, counts, threads)
+    variants, pruning, calib = make_variants(args, model_dir, init_head, counts, threads)
+    threshold = pruning["threshold"]
     out: dict = {
         "bench": "prism", "model": model_desc, "model_dir": model_dir,
         "questions_source": "held-out plant questions (seeds 2000-2999), ask's candidates: host.qa.retrieve",
@@ -700,13 +737,13 @@ def run(args: argparse.Namespace, counts: list[int], points: list[int], threads:
         "candidates_used_mean": round(_mean(len(q["texts"]) for q in questions), 2),
         "lines_per_window": prism_questions.ask_lines(), "pinned_questions": sum(1 for q in questions if q["pinned"]),
         "k": k, "threads": threads, "threads_note": THREADS_NOTE % threads,
-        "threshold": threshold, "clusters": clusters, "calibration": calib,
+        "threshold": threshold if math.isfinite(threshold) else None, "clusters": pruning["clusters"],
+        "margin": pruning["margin"], "split": pruning["split"], "calibration": calib,
     }
     out.update(main_figures(variants, questions, k))
     rss_args = None
     if args.rss_questions > 0:
-        rss_args = {"model_dir": model_dir, "init_head": init_head, "threshold": threshold, "threads": threads,
-                    "clusters": clusters}
+        rss_args = {"model_dir": model_dir, "init_head": init_head, "threads": threads, **pruning}
         out.update(memory_figures(list(variants), questions[:args.rss_questions], k, rss_args))
     if not args.no_torch and args.speed_reps > 0:
         out.update(speed_figures(model_dir, init_head, questions[0], args.speed_reps, threads, args.speed_min_s))
