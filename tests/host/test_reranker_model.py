@@ -170,4 +170,18 @@ def test_shipped_settings_belong_to_the_shipped_model():
     settings = json.loads((SHIPPED / ra.SETTINGS_FILE).read_text())
     assert settings["model_sha256"] == ra.read_manifest(SHIPPED)["model_sha256"]  # calibrated on this model
     assert settings["met"] and settings["agreement"] >= settings["target_agreement"]
-    assert engine.read_settings(str(SHIPPED)) == {"threshold": settings["threshold"], "clusters": settings["clusters"]}
+    from host.prism.prior import RetrievalPrior
+
+    assert engine.read_settings(str(SHIPPED)) == {
+        "threshold": settings["threshold"], "clusters": settings["clusters"], "margin": settings.get("margin", 0),
+        "split": settings.get("cluster_on", "prob"), "prior": RetrievalPrior.from_settings(settings.get("prior"), "x")}
+    # the prior: the one the last training phase learned with the model, else a point of the fit's grid
+    from tools.train import make_reranker, reranker_prior
+
+    learned = json.loads((SHIPPED / "training.json").read_text()).get("prior")
+    if learned:
+        assert settings["prior"] == RetrievalPrior.from_settings(learned, "x").to_settings()
+    else:
+        assert settings["prior_source"].startswith("fitted on %d validation questions" % make_reranker.PRIOR_N)
+        assert settings["prior"]["rank_log"] in reranker_prior.RANK_LOG_GRID
+        assert settings["prior"]["pinned"] in reranker_prior.PINNED_GRID

@@ -9,7 +9,9 @@ Steps: tools/train/train_reranker.py in four phases (1: from the backbone, windo
 training_phase2.json, training_phase3.json, training.json (phase 4); manifest.json (SHA-256
 of the backbone, the delta and the assembled model.safetensors); tools/formats/reranker_assemble.py into
 build/models/reranker; reference.json (numpy scores of a few fixed pairs, checked by the tests);
-prism.json (PRISM's pruning settings calibrated on validation questions, host/prism/engine.py's defaults);
+prism.json (the retrieval prior fitted on validation questions with ask's own candidates, tools/train/reranker_prior.py,
+and PRISM's pruning settings calibrated on them, host/prism/engine.py's defaults); an optional phase 5
+(--train5-args, tools/train/train_reranker_ask.py: every layer on ask's candidates, measured and not shipped);
 tools/bench/models.py on held-out questions; CARD.md with the figures.
 """
 
@@ -41,9 +43,15 @@ PHASE3 = ("--questions 1200 --skip-questions 480 --epochs 1 --window-tokens 512 
 # well (for the machine / time matching trip and ack questions need); checkpoint chosen by validation nDCG@10
 PHASE4 = ("--questions 2000 --skip-questions 1200 --layers 3 --epochs 1 --window-tokens 512 --group 6 --lr 5e-5 "
           "--seed 3 --threads 1 --max-steps 600 --minutes 120")
+# phase 5 (train_reranker_ask.py): every layer, on ask's own candidates of train seeds 0-149, with early exits
+# distilled from the final one and the retrieval prior learned; corpus steps interleaved to keep bench models' figure
+# Not run by default (--train5-args ""): measured 2026-12-05, it lifted ask's validation nDCG@10 (0.971 -> 0.983 with
+# the prior) but lost bench models' corpus figure (0.630 -> 0.564) and its exits before layer 3 learned nothing
+PHASE5 = "--seeds 150 --group 8 --steps 1000 --max-steps 888 --minutes 120 --threads 2 --seed 5 --save-every 0"
 REF_WINDOW_TOKENS = 128
-CALIB_N = 30  # validation questions the shipped pruning settings (prism.json) are calibrated on
+CALIB_N = 60  # validation questions (ask's candidates) the shipped pruning settings (prism.json) are calibrated on
 CALIB_TARGET = 0.99  # their top-5 agreement with the full model
+PRIOR_N = 120  # validation questions the retrieval prior is fitted on (the first CALIB_N calibrate the pruning)
 CALIB_CLUSTERS = (3, 4, 5, 6)
 WIDE_N = 90  # held-out questions of the second bench (the first 30 are the standard bench's)
 
@@ -140,7 +148,7 @@ of host/prism/bert.py){wide_intro}:
 
 nDCG@10 gain over bm25 by question type ({n_q} questions): {by_type}.{wide_types} Mean numpy scoring time
 per query ({cands} x {wt} tokens, one batch): {spq:.1f} s on this machine with other jobs running.
-
+{settings}
 ## Limits
 
 {status}
@@ -188,6 +196,30 @@ def _status(bench: dict, phases: list[dict], wide: dict | None = None) -> str:
                (" It loses on " + losing + ".") if losing else ""))
 
 
+def _settings_text(shipped: Path) -> str:
+    """The card's paragraph on prism.json: the retrieval prior and the pruning settings ask uses ("" without one)."""
+    try:
+        st = json.loads((shipped / ra.SETTINGS_FILE).read_text())
+    except (OSError, ValueError):
+        return ""
+    text = ("\n## On `ask`'s candidates: retrieval prior and pruning (`prism.json`)\n\n"
+            "`edgetwin ask` ranks its candidates in retrieval's order (boosted FTS5 bm25, the window an alarm's "
+            "record found first), and that order goes into the score: every exit's logit gets the retrieval prior "
+            "(host/prism/prior.py)")
+    if "prior" in st:
+        text += (" %.2f x log(1 + place) %+.2f for a record's window, %s." % (
+            st["prior"]["rank_log"], st["prior"]["pinned"], st.get("prior_source", "")))
+    else:
+        text += "; this calibration has none."
+    text += (" PRISM's pruning settings, calibrated on %d validation questions with ask's own 20 candidates "
+             "(target top-5 agreement %.2f): threshold %s, %d clusters on %s, keep margin %d: agreement %.3f at "
+             "%.2f of %d layers per candidate.\n" % (
+                 st["questions"], st["target_agreement"], st["threshold"], st["clusters"],
+                 "log-odds" if st.get("cluster_on") == "logit" else "probabilities", st.get("margin", 0),
+                 st["agreement"], st["layers_per_candidate"], st["of_layers"]))
+    return text
+
+
 def _cpu(info: dict) -> str:
     c = info.get("cpu_seconds_total")
     return "%.1f min" % (c / 60) if c else "not recorded"
@@ -200,9 +232,10 @@ def _span(p: dict) -> str:
 
 
 def _phase_row(i: int, p: dict) -> str:
-    return "| %d, from %s | %s | %s | %s tokens | %s | %s | %s | %.1f min | %s |" % (
+    wt = p.get("window_tokens")
+    return "| %d, from %s | %s | %s | %s | %s | %s | %s | %.1f min | %s |" % (
         i + 1, "phase %d" % i if i else "the backbone", ", ".join(str(l) for l in p.get("trained_layers", [])),
-        _span(p), p.get("window_tokens"), p.get("group"),
+        _span(p), "%s tokens" % wt if isinstance(wt, int) else wt, p.get("group"),
         p.get("lr"), p.get("steps"), p.get("train_seconds", 0) / 60, _cpu(p))
 
 
@@ -253,7 +286,8 @@ def write_card(shipped: Path, bench: dict, phases: list[dict], manifest: dict, w
                                               "a superset)" % (wide["questions"], wide["questions"])),
         fig_table=_fig_table(bench, wide), by_type=_by_type(bench),
         wide_types="" if wide is None else " On %d questions: %s." % (wide["questions"], _by_type(wide)),
-        spq=bench["reranker_s_per_query"], status=_status(bench, phases, wide), selection=_selection(phases))
+        spq=bench["reranker_s_per_query"], status=_status(bench, phases, wide), selection=_selection(phases),
+        settings=_settings_text(shipped))
     (shipped / "CARD.md").write_text(text)
 
 
@@ -268,29 +302,50 @@ def _phases(shipped: Path) -> list[dict]:
 
 
 def write_calibration(model_dir: Path, shipped: Path, manifest: dict, n: int = CALIB_N) -> dict:
-    """prism.json: the most aggressive pruning settings whose top-5 agreement with the full model reaches
-    CALIB_TARGET on the first n validation questions (20 windows of 512 tokens each)."""
+    """prism.json: the retrieval prior the last phase learned (when it learned one) and the most aggressive
+    pruning settings whose top-5 agreement with the full model reaches CALIB_TARGET on the first n validation
+    questions, each with ask's own 20 candidates (tools/bench/prism_questions.py), the prior added as ask adds it."""
     import numpy as np
 
     from host.prism.bert import BertCrossEncoder
-    from host.prism.calibrate import calibrate
+    from host.prism.calibrate import DEFAULT_MARGINS, calibrate
     from host.prism.monolithic import layer_probs
-    from tools.train import qa_corpus
+    from host.prism.prior import RetrievalPrior
+    from tools.bench import prism_questions
 
+    from host.prism.pruning import log_odds
+    from tools.train import reranker_prior
+
+    learned = json.loads((shipped / "training.json").read_text()).get("prior")
+    prior = RetrievalPrior.from_settings(learned, "training.json")
     model = BertCrossEncoder.from_pretrained(str(model_dir), max_length=512)
-    lps = []
-    for q in qa_corpus.load_split("validation", n, n_candidates=20, window_tokens=512):
-        _, lp = layer_probs(model, model.encode(q["question"], [c["text"] for c in q["candidates"]]))
-        lps.append(lp)
-    cal = calibrate(lps, 5, CALIB_TARGET, clusters=CALIB_CLUSTERS)
+    questions, _ = prism_questions.ask_questions("validation", max(n, PRIOR_N), 20, 5)
+    logits = []  # [layers, candidates] per question, the head alone
+    for i, q in enumerate(questions):
+        logits.append(log_odds(layer_probs(model, model.encode(q["question"], q["texts"]))[1]))
+        print("make_reranker: calibration questions %d/%d" % (i + 1, len(questions)), file=sys.stderr, flush=True)
+    fitted = None
+    if prior is None:  # no phase learned one: fit it on these validation questions (tools/train/reranker_prior.py)
+        fitted = reranker_prior.fit([z[-1] for z in logits], questions)
+        prior = fitted["prior"]
+    lps = [1.0 / (1.0 + np.exp(-(z + prior.logits(z.shape[1], q["pinned"])))) for z, q in zip(logits[:n], questions)]
+    cal = calibrate(lps, 5, CALIB_TARGET, clusters=CALIB_CLUSTERS, margins=DEFAULT_MARGINS, split="logit")
     out = {
         "threshold": None if not np.isfinite(cal["threshold"]) else cal["threshold"], "clusters": cal["clusters"],
+        "margin": cal["margin"], "cluster_on": cal["split"],
         "k": 5, "target_agreement": CALIB_TARGET, "met": cal["met"], "agreement": round(cal["agreement"], 4),
         "worst_agreement": round(cal["worst"], 4), "layers_per_candidate": round(cal["layers_per_candidate"], 3),
         "of_layers": model.config.num_layers, "questions": len(lps), "split": "validation", "candidates": 20,
-        "window_tokens": 512, "clusters_tried": list(CALIB_CLUSTERS), "model_sha256": manifest["model_sha256"],
-        "note": "threshold null = never prune; host/prism/engine.py uses these unless the caller gives its own",
+        "candidates_source": "ask's own: host.qa.retrieve's top 20 (tools/bench/prism_questions.py)",
+        "clusters_tried": list(CALIB_CLUSTERS), "margins_tried": list(DEFAULT_MARGINS), "model_sha256": manifest["model_sha256"],
+        "note": "threshold null = never prune; host/prism/engine.py uses these unless the caller gives its own; "
+                "prior: what a candidate's place in retrieval's order adds to its logit (host/prism/prior.py)",
     }
+    out["prior"] = prior.to_settings()
+    out["prior_source"] = ("learned in training (training.json)" if fitted is None else
+                           "fitted on %d validation questions: nDCG@10 %.4f with it, %.4f the head alone, %.4f "
+                           "retrieval's order" % (fitted["questions"], fitted["ndcg10"], fitted["head_only_ndcg10"],
+                                                  fitted["retrieval_ndcg10"]))
     (shipped / ra.SETTINGS_FILE).write_text(json.dumps(out, indent=1) + "\n")
     return out
 
@@ -332,6 +387,9 @@ def main(argv: list[str] | None = None) -> int:
                     "questions, 512 tokens); empty: no phase 3")
     ap.add_argument("--train4-args", default=PHASE4, help="arguments of phase 4 (from phase 3's tensors, new "
                     "questions, 512 tokens, layers 3-5); empty: no phase 4")
+    ap.add_argument("--train5-args", default="", help="arguments of a phase 5 (tools/train/train_reranker_ask.py: "
+                    "from phase 4's tensors, every layer on ask's candidates; the measured run: %r); default empty: "
+                    "no phase 5" % PHASE5)
     ap.add_argument("--bench-args", default="", help="extra arguments for tools.bench.models")
     ap.add_argument("--wide-n", type=int, default=WIDE_N, help="also bench this many held-out questions "
                     "(bench_wide.json, run in parallel in a subprocess; 0: skip; default %(default)s)")
@@ -352,6 +410,12 @@ def main(argv: list[str] | None = None) -> int:
             (shipped / "training.json").replace(shipped / ("training_phase%d.json" % (i - 1)))
             train_reranker.main(["--out", str(shipped), "--init-delta", str(shipped / ra.DELTA_FILE)]
                                 + extra.split())
+        if args.train5_args and args.train4_args:
+            from tools.train import train_reranker_ask
+            (shipped / "training.json").replace(shipped / "training_phase4.json")
+            train_reranker_ask.main(["--out", str(shipped), "--init-delta", str(shipped / ra.DELTA_FILE)]
+                                    + args.train5_args.split())
+            (shipped / "prior.json").unlink(missing_ok=True)  # training.json holds it
     phases = _phases(shipped)
     t0 = time.time()
     manifest = write_manifest(shipped)
@@ -360,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = shipped / ra.SETTINGS_FILE
     if args.calib_questions <= 0:
         settings.unlink(missing_ok=True)
-    elif not args.reuse_bench or _reusable(settings, manifest, None) is None:
+    elif not args.reuse_bench or "cluster_on" not in (_reusable(settings, manifest, None) or {}):  # older format
         cal = write_calibration(model_dir, shipped, manifest, args.calib_questions)
         print("make_reranker: prism.json %s" % json.dumps({k: cal[k] for k in ("threshold", "clusters", "agreement",
                                                                                "layers_per_candidate")}), file=sys.stderr)
