@@ -2,15 +2,16 @@
 
 `ask` hands PRISM its candidates in retrieval's order (FTS5 bm25 with the log-word boosts, the window an
 alarm's record found pinned first), and that order is already good evidence: on ask's held-out candidates
-it ranks the answer window first in most questions. The reranker (tools/train/train_reranker_ask.py) was
-trained to score
+it ranks the answer window first in most questions. The reranker's score at every exit is
 
     logit(candidate) = head(h[CLS]) + rank_log * log(1 + place) + pinned * [found by the record]
 
-at every exit, so the model learns what to change in that order rather than to re-find it, and its early
-exits share the part of the score that needs no layer at all. rank_log (negative) and pinned were learned
-with the model and ship in its prism.json; a model directory without them ranks on head(h[CLS]) alone.
-Candidates in no particular order (`edgetwin bench models`' corpus windows) get no prior.
+so the model changes that order where it is confident instead of discarding it, and its early exits share
+the part of the score that needs no layer at all. rank_log (negative) and pinned ship in the model's
+prism.json: fitted on validation questions for the shipped reranker (tools/train/reranker_prior.py), or
+learned with the model by a training phase that has it (tools/train/train_reranker_ask.py). A model
+directory without them ranks on head(h[CLS]) alone, and so do candidates in no particular order
+(`edgetwin bench models`' corpus windows).
 """
 
 from __future__ import annotations
