@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             print("step %d/%d %.2f s/step %.0f s  exits %s  corpus %.3f  prior %.3f %.3f" % (
                 step + 1, args.steps, el / (step + 1), el,
                 " ".join("%.3f" % v for v in np.mean(hist[-args.log_every:], axis=0)),
-                float(np.mean(chist[-args.log_every // args.corpus_every:])), float(prior[0]), float(prior[1])), flush=True)
+                float(np.mean(chist[-args.log_every // args.corpus_every:])), *prior.detach().tolist()), flush=True)
         if args.save_every and (step + 1) % args.save_every == 0:
             save(out_dir / ("step_%d" % (step + 1)), model, prefixes, prior, save_file)
         if args.max_steps is not None and step + 1 >= args.max_steps:
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         "corpus_questions": len(corpus),
         "corpus_group": args.corpus_group, "steps": step + 1, "lr": args.lr, "prior_lr": args.prior_lr,
         "distill": args.distill, "exit_weights": exit_w, "seed": args.seed, "threads": args.threads,
-        "prior": {"rank_log": round(-float(prior[0]), 6), "pinned": round(float(prior[1]), 6)},
+        "prior": {"rank_log": round(-float(prior[0].detach()), 6), "pinned": round(float(prior[1].detach()), 6)},
         "corpus_every": args.corpus_every,
         "exit_losses_last100": [round(float(v), 4) for v in np.mean(hist[-100:], axis=0)],
         "corpus_loss_last50": round(float(np.mean(chist[-50:])), 4),
@@ -217,7 +217,8 @@ def save(where: Path, model, prefixes, prior, save_file) -> None:
     into training.json, which make_reranker's calibration reads)."""
     where.mkdir(parents=True, exist_ok=True)
     save_file(_trained(model, prefixes), str(where / DELTA_FILE), metadata={"format": "pt"})
-    (where / "prior.json").write_text(json.dumps({"rank_log": -float(prior[0]), "pinned": float(prior[1])}) + "\n")
+    beta, gamma = prior.detach().tolist()
+    (where / "prior.json").write_text(json.dumps({"rank_log": -beta, "pinned": gamma}) + "\n")
     print("saved %s" % where, flush=True)
 
 
