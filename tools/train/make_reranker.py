@@ -45,7 +45,7 @@ PHASE4 = ("--questions 2000 --skip-questions 1200 --layers 3 --epochs 1 --window
           "--seed 3 --threads 1 --max-steps 600 --minutes 120")
 # phase 5 (train_reranker_ask.py): every layer, on ask's own candidates of train seeds 0-149, with early exits
 # distilled from the final one and the retrieval prior learned; corpus steps interleaved to keep bench models' figure
-# Not run by default (--train5-args ""): measured 2026-12-05, it lifted ask's validation nDCG@10 (0.971 -> 0.983 with
+# Not run by default (--train5-args ""): measured 2026-12-05, it lifted ask's validation nDCG@10 (0.976 -> 0.983 with
 # the prior) but lost bench models' corpus figure (0.630 -> 0.564) and its exits before layer 3 learned nothing
 PHASE5 = "--seeds 150 --group 8 --steps 1000 --max-steps 888 --minutes 120 --threads 2 --seed 5 --save-every 0"
 REF_WINDOW_TOKENS = 128
