@@ -283,11 +283,11 @@ def rerank(prism, question: str, windows: Sequence, k: int, labels: Optional[dic
         raise QAError("k=%d is larger than the %d candidate windows found for this question; use --k %d or less"
                       % (k, len(windows), len(windows)))
     labels = labels or {}
+    pinned = max(0, min(int(pinned), len(windows)))
     # the windows are in retrieval's order: the model's retrieval prior (host/prism/prior.py) reads it
-    ranking = prism.rank(question, [w.text for w in windows], k,
-                         prior=prism.retrieval_prior(len(windows), max(0, min(int(pinned), len(windows)))))
-    pinned = max(0, min(int(pinned), k))
-    order = list(range(pinned)) + [j for j in ranking.top if j >= pinned]
+    ranking = prism.rank(question, [w.text for w in windows], k, prior=prism.retrieval_prior(len(windows), pinned))
+    first = min(pinned, k)  # at most k windows can be kept first
+    order = list(range(first)) + [j for j in ranking.top if j >= first]
     chosen = [Source(i + 1, labels.get(windows[j].node, windows[j].node), int(windows[j].t0_ms),
                      int(windows[j].t1_ms), windows[j].text, float(ranking.probs[j]))
               for i, j in enumerate(order[:k])]

@@ -138,14 +138,15 @@ class FullVariant:
         import numpy as np
 
         from host.prism.monolithic import rank_full
+        from host.prism.pruning import log_odds
 
         prior = self.prior.logits(len(texts), pinned) if self.prior is not None else None
         r = rank_full(self.model, question, texts, k, prior)
         order = [int(i) for i in np.argsort(-r.probs, kind="stable")]
         stats = {"tokens": r.tokens, "truncated": r.truncated}
         if prior is not None:  # the head's own order: its logit without the prior
-            p = np.clip(r.probs, 1e-300, 1.0 - 1e-16)
-            stats["head_order"] = [int(i) for i in np.argsort(-(np.log(p) - np.log1p(-p) - prior), kind="stable")]
+            head = log_odds(r.probs) - prior
+            stats["head_order"] = [int(i) for i in np.argsort(-head, kind="stable")]
         return Outcome(r.top, order, layers_per_candidate=r.layers_per_candidate, layer_probs=r.layer_probs,
                        stats=stats)
 

@@ -313,7 +313,7 @@ def write_calibration(model_dir: Path, shipped: Path, manifest: dict, n: int = C
     from host.prism.prior import RetrievalPrior
     from tools.bench import prism_questions
 
-    from host.prism.pruning import log_odds
+    from host.prism.pruning import log_odds, probabilities
     from tools.train import reranker_prior
 
     learned = json.loads((shipped / "training.json").read_text()).get("prior")
@@ -328,7 +328,8 @@ def write_calibration(model_dir: Path, shipped: Path, manifest: dict, n: int = C
     if prior is None:  # no phase learned one: fit it on these validation questions (tools/train/reranker_prior.py)
         fitted = reranker_prior.fit([z[-1] for z in logits], questions)
         prior = fitted["prior"]
-    lps = [1.0 / (1.0 + np.exp(-(z + prior.logits(z.shape[1], q["pinned"])))) for z, q in zip(logits[:n], questions)]
+    lps = [np.array([probabilities(zl, prior.logits(z.shape[1], q["pinned"])) for zl in z])
+           for z, q in zip(logits[:n], questions)]
     cal = calibrate(lps, 5, CALIB_TARGET, clusters=CALIB_CLUSTERS, margins=DEFAULT_MARGINS, split="logit")
     out = {
         "threshold": None if not np.isfinite(cal["threshold"]) else cal["threshold"], "clusters": cal["clusters"],

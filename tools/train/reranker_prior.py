@@ -9,23 +9,15 @@ as `edgetwin bench prism` scores it); ties go to the weaker prior. Deterministic
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import numpy as np
 
 from host.prism.prior import RetrievalPrior
+from tools.bench.prism import ndcg  # the bench's own nDCG@10: linear gains, log2 discount
 
 RANK_LOG_GRID = tuple(-0.25 * i for i in range(0, 17))  # 0 .. -4
 PINNED_GRID = tuple(0.5 * i for i in range(0, 11))  # 0 .. 5
-
-
-def ndcg10(order: Sequence[int], gains: Sequence[float]) -> float:
-    """nDCG@10, linear gains, log2 discount; 0 when nothing is relevant."""
-    def dcg(gs: Sequence[float]) -> float:
-        return sum(g / math.log2(i + 2) for i, g in enumerate(list(gs)[:10]))
-    ideal = dcg(sorted(gains, reverse=True))
-    return dcg([gains[j] for j in order]) / ideal if ideal > 0 else 0.0
 
 
 def mean_ndcg(final_logits: Sequence[np.ndarray], questions: Sequence[dict], prior: RetrievalPrior) -> float:
@@ -33,7 +25,7 @@ def mean_ndcg(final_logits: Sequence[np.ndarray], questions: Sequence[dict], pri
     out = []
     for z, q in zip(final_logits, questions):
         s = np.asarray(z, dtype=np.float64) + prior.logits(len(z), int(q["pinned"]))
-        out.append(ndcg10(list(np.argsort(-s, kind="stable")), q["relevance"]))
+        out.append(ndcg(list(np.argsort(-s, kind="stable")), q["relevance"]))
     return float(np.mean(out))
 
 
@@ -48,7 +40,7 @@ def fit(final_logits: Sequence[np.ndarray], questions: Sequence[dict]) -> dict:
             score = mean_ndcg(final_logits, questions, p)
             if best is None or score > best[0] + 1e-12:
                 best = (score, p)
-    retrieval = float(np.mean([ndcg10(list(range(len(q["relevance"]))), q["relevance"]) for q in questions]))
+    retrieval = float(np.mean([ndcg(list(range(len(q["relevance"]))), q["relevance"]) for q in questions]))
     return {"prior": best[1], "ndcg10": round(best[0], 4),
             "head_only_ndcg10": round(mean_ndcg(final_logits, questions, RetrievalPrior(0.0, 0.0)), 4),
             "retrieval_ndcg10": round(retrieval, 4), "questions": len(questions)}

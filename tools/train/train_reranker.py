@@ -51,6 +51,14 @@ def groups_of(questions: list[dict], size: int, rng: random.Random) -> list[tupl
     return out
 
 
+def listwise_target(rels: list[int]):
+    """The listwise target distribution over a group: proportional to 2**relevance - 1 (a torch tensor)."""
+    import torch
+
+    target = torch.tensor([2.0 ** r - 1.0 for r in rels])
+    return target / target.sum()
+
+
 def _load_delta(model, path: str) -> int:
     """Put the trained tensors of a delta.safetensors over `model` (float32); returns how many there were."""
     import torch
@@ -187,8 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             rng.shuffle(order)
         question, texts, rels = groups[order.pop()]
         ids, types, mask = wordpiece.encode_pairs(tok, question, texts)
-        target = torch.tensor([2.0 ** r - 1.0 for r in rels])
-        target = target / target.sum()
+        target = listwise_target(rels)
         t_logp = None
         if teacher is not None:
             with torch.no_grad():

@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 
 from host.prism import wordpiece  # noqa: E402
 from host.weights import minilm_dir  # noqa: E402
-from tools.train.train_reranker import DELTA_FILE, _load_delta, _trained, groups_of  # noqa: E402
+from tools.train.train_reranker import DELTA_FILE, _load_delta, _trained, groups_of, listwise_target  # noqa: E402
 
 PRIOR_INIT = (2.0, 2.0)  # beta, gamma: what a fit of the phase-4 model's final logit + prior found on validation
 
@@ -136,8 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             rng.shuffle(corder)
         cq, ctexts, crels = cgroups[corder.pop()]
         cids, ctypes, cmask = wordpiece.encode_pairs(tok512, cq, ctexts)
-        ctarget = torch.tensor([2.0 ** r - 1.0 for r in crels])
-        ctarget = ctarget / ctarget.sum()
+        ctarget = listwise_target(crels)
         cz = model(input_ids=torch.from_numpy(cids), token_type_ids=torch.from_numpy(ctypes),
                    attention_mask=torch.from_numpy(cmask)).logits[:, 0]
         closs = -(ctarget * torch.log_softmax(cz, dim=0)).sum()
@@ -155,8 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             rng.shuffle(aorder)
         question, texts, rels, ranks, pins = ask[aorder.pop()]
         ids, types, mask = wordpiece.encode_pairs(tok512, question, texts)
-        target = torch.tensor([2.0 ** r - 1.0 for r in rels])
-        target = target / target.sum()
+        target = listwise_target(rels)
         feats = torch.tensor([[-math.log1p(r), float(p)] for r, p in zip(ranks, pins)])
         bias = feats @ prior
         zs = exits(ids, types, mask)
