@@ -31,6 +31,8 @@ MANIFEST = "manifest.json"
 STAMP = "ASSEMBLED"
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 SETTINGS_FILE = "prism.json"  # the calibrated pruning settings (host/prism/engine.py reads them), copied as is
+EXITS_FILE = "exits.safetensors"  # PRISM's per-layer exit heads (host/prism/exits.py reads them), copied as is
+SIDE_FILES = (SETTINGS_FILE, EXITS_FILE)
 DROP = ("embeddings.position_ids",)  # a buffer, not a weight
 
 
@@ -66,10 +68,13 @@ def is_current(out: Path, shipped: Path = SHIPPED) -> bool:
         stamp = (out / STAMP).read_text().strip()
         if stamp != read_manifest(shipped)["model_sha256"] or not (out / "model.safetensors").is_file():
             return False
-        src, dst = Path(shipped) / SETTINGS_FILE, out / SETTINGS_FILE
-        if src.is_file() != dst.is_file():
-            return False
-        return not src.is_file() or src.read_bytes() == dst.read_bytes()
+        for name in SIDE_FILES:
+            src, dst = Path(shipped) / name, out / name
+            if src.is_file() != dst.is_file():
+                return False
+            if src.is_file() and src.read_bytes() != dst.read_bytes():
+                return False
+        return True
     except (OSError, AssembleError):
         return False
 
@@ -149,8 +154,9 @@ def assemble(out: Path, backbone: Path, shipped: Path = SHIPPED, force: bool = F
             src = Path(backbone) / name
             if src.is_file():
                 shutil.copyfile(src, tmp / name)
-        if (Path(shipped) / SETTINGS_FILE).is_file():
-            shutil.copyfile(Path(shipped) / SETTINGS_FILE, tmp / SETTINGS_FILE)
+        for name in SIDE_FILES:
+            if (Path(shipped) / name).is_file():
+                shutil.copyfile(Path(shipped) / name, tmp / name)
         card = Path(shipped) / "CARD.md"
         if card.is_file():
             shutil.copyfile(card, tmp / "README.md")

@@ -8,7 +8,8 @@ Per query: the pairs are tokenized; the word-embedding rows of the query's disti
 the LRU-K row cache (embed_cache.py), the rest of the embedding is done chunk by chunk; then layer by
 layer: the layer's weights come from the streamer (streaming.py: two slots, layer l+1 read while layer
 l computes), the active candidates go through it in chunks sized to the memory budget (chunked.py),
-the head scores every active candidate's [CLS] state and the router (pruning.py) selects, drops or
+the exit after the layer scores every active candidate (exits.py: the model's exit head for that layer, or
+its own head on [CLS]) and the router (pruning.py) selects, drops or
 keeps candidates. The loop stops as soon as the top-k places are filled. Candidates given in retrieval's
 order get the model's retrieval prior (prior.py) added to every exit's logit.
 """
@@ -30,6 +31,7 @@ from host.prism.bert import (
 )
 from host.prism.chunked import chunk_rows, run_layer
 from host.prism.embed_cache import StreamedWeights
+from host.prism.exits import ExitHeads, exit_logits, read_exits
 from host.prism.prior import RetrievalPrior, check_prior
 from host.prism.pruning import SPLITS, Router, probabilities
 from host.prism.ranking import Ranking, check_k
@@ -80,7 +82,7 @@ class Prism:
     def __init__(self, model: BertCrossEncoder, st: SafetensorsFile, *, threshold: float = DEFAULT_THRESHOLD,
                  clusters: int = 3, start_layer: int = 0, memory_budget: int = DEFAULT_BUDGET,
                  prefetch: bool = True, prune: bool = True, prior: Optional[RetrievalPrior] = None,
-                 margin: int = 0, split: str = "prob"):
+                 margin: int = 0, split: str = "prob", exits: Optional[ExitHeads] = None):
         if not isinstance(model.weights, StreamedWeights):
             raise PrismModelError("Prism needs a model built on StreamedWeights (use Prism.from_pretrained)")
         self.model = model
@@ -92,6 +94,9 @@ class Prism:
         self.memory_budget = memory_budget
         self.prune = prune
         self.prior = prior
+        if exits is not None and exits.num_layers != model.config.num_layers:
+            raise PrismModelError("exit heads for %d layers on a %d-layer model" % (exits.num_layers, model.config.num_layers))
+        self.exits = exits
         chunk_rows(self.cfg, 1, memory_budget)  # validates the budget
         self.weights: StreamedWeights = model.weights
         self.streamer = LayerStreamer(st, model.prefix, self.cfg, prefetch=prefetch)
@@ -102,7 +107,9 @@ class Prism:
 
     @classmethod
     def from_pretrained(cls, model_dir: str, *, init_head: bool = False, seed: int = 0,
-                        max_length: Optional[int] = None, cache_fraction: float = 0.1, **kw) -> "Prism":
+                        max_length: Optional[int] = None, cache_fraction: float = 0.1, use_exits: bool = True,
+                        **kw) -> "Prism":
+        """use_exits=False scores every exit with the model's own head even when model_dir has exit heads."""
         model_dir = str(model_dir)
         if not os.path.isdir(model_dir):
             raise PrismModelError("model directory %s does not exist" % model_dir)
@@ -124,6 +131,8 @@ class Prism:
             if kw.get(key) is None:
                 kw[key] = value
         kw = {key: value for key, value in kw.items() if value is not None}
+        if use_exits and kw.get("exits") is None:
+            kw["exits"] = read_exits(model_dir, config.hidden_size, config.num_layers)
         return cls(model, st, **kw)
 
     def retrieval_prior(self, n: int, pinned: int = 0) -> Optional[np.ndarray]:
@@ -139,6 +148,7 @@ class Prism:
         """Weights held between queries: two layer slots, the embedding-row cache, the small tensors, the head."""
         cache = self.weights.cache.nbytes if self.weights.cache is not None else 0
         head = sum(int(a.nbytes) for a in self.model.head_tensors().values())
+        head += self.exits.nbytes if self.exits is not None else 0
         return 2 * self.streamer.layer_bytes + cache + self.weights.kept_bytes() + head
 
     def _embed(self, ids: np.ndarray, types: np.ndarray, rows: int) -> np.ndarray:
@@ -191,7 +201,7 @@ class Prism:
         for l in range(cfg.num_layers):
             lw = self.streamer.acquire(l)
             run_layer(hidden, mask, lw, cfg, rows)
-            keep = router.after_layer(l, probabilities(model.head(hidden[:, 0]), prior))
+            keep = router.after_layer(l, probabilities(exit_logits(model, l, hidden, mask, self.exits), prior))
             if router.done:
                 break
             if not keep.all():

@@ -19,7 +19,17 @@ KEYS = ("latency_ratio", "latency_ratio_p25", "latency_ratio_p75", "latency_rati
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    return make_tiny(tmp_path_factory.mktemp("m"), num_hidden_layers=3, max_position_embeddings=64)
+    """A tiny model with exit heads beside it (as the shipped reranker has): every variant must score through them."""
+    import numpy as np
+
+    from host.prism.exits import EXITS_FILE, ExitHeads
+
+    d = make_tiny(tmp_path_factory.mktemp("m"), num_hidden_layers=3, max_position_embeddings=64)
+    cfg = json.loads((d / "config.json").read_text())
+    h = cfg["hidden_size"]
+    rng = np.random.default_rng(0)
+    ExitHeads(rng.normal(0, 0.5, (2, 2 * h)), np.zeros(2), h, 3).save(str(d / EXITS_FILE))
+    return d
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +61,7 @@ def test_bench_prism_json_has_every_key(bench):
     assert 0 <= out["top5_agreement"] <= 1 and 1 <= out["layers_per_candidate_mean"] <= 3
     assert 0 <= out["final_ndcg10"] <= 1 and 0 < out["bm25_ndcg10"] <= 1  # every question has a relevant window
     assert "prefetch" in out["threads_note"]
+    assert out["exit_heads"] is True  # the model directory's exits.safetensors
     assert set(out["goals"]) == set(out["goals_met"]) == {
         "torch_latency_ratio", "torch_peak_mem_ratio", "top5_agreement", "layers_per_candidate_mean", "final_ndcg10"}
     assert out["goals"]["torch_latency_ratio"] == ["<=", 0.7] and out["goals"]["final_ndcg10"] == [">=", "bm25_ndcg10"]

@@ -151,7 +151,8 @@ def test_corrupt_model_directory(tmp_path):
 
 
 def test_assembly_carries_the_calibrated_settings(tmp_path):
-    """prism.json (the pruning settings host/prism/engine.py reads) follows the shipped one; a change re-assembles."""
+    """prism.json (the pruning settings host/prism/engine.py reads) and exits.safetensors follow the shipped ones;
+    a change re-assembles."""
     shipped = _copy_shipped(tmp_path)
     out = ra.assemble(tmp_path / "rr", shipped=shipped, force=True)
     assert ra.is_current(out, shipped) and not (out / ra.SETTINGS_FILE).exists()
@@ -162,6 +163,16 @@ def test_assembly_carries_the_calibrated_settings(tmp_path):
     assert json.loads((out / ra.SETTINGS_FILE).read_text()) == {"threshold": 0.05, "clusters": 4}
     (shipped / ra.SETTINGS_FILE).unlink()
     assert not ra.is_current(out, shipped)
+    ra.assemble(out, shipped=shipped)
+    (shipped / ra.EXITS_FILE).write_bytes(b"heads")  # the exit heads follow the shipped ones the same way
+    assert not ra.is_current(out, shipped)
+    ra.assemble(out, shipped=shipped)
+    assert ra.is_current(out, shipped) and (out / ra.EXITS_FILE).read_bytes() == b"heads"
+    (shipped / ra.EXITS_FILE).write_bytes(b"other")
+    assert not ra.is_current(out, shipped)
+    from host.prism import exits
+
+    assert ra.EXITS_FILE == exits.EXITS_FILE  # the name the engine reads
 
 
 def test_shipped_settings_belong_to_the_shipped_model():

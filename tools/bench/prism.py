@@ -9,8 +9,9 @@ pinned window first, as `edgetwin ask` gets them; relevance = how many of the qu
 window holds. Questions with fewer than K+1 windows or no relevant one are skipped and counted.
 Variants, one BLAS/torch thread each (PRISM adds its prefetch thread, which reads and does no arithmetic):
   full   BertCrossEncoder (host/prism/bert.py), all weights resident, the whole batch, every layer;
-  prism  host/prism/engine.py: pruning (threshold calibrated on validation questions, seeds 1000-1999, to the
-         target top-K agreement), layer streaming with prefetch, chunked execution, embedding-row cache;
+  prism  host/prism/engine.py: pruning on the model's exit heads (host/prism/exits.py; threshold calibrated on
+         validation questions, seeds 1000-1999, to the target top-K agreement), layer streaming with prefetch,
+         chunked execution, embedding-row cache;
   torch  transformers' BertForSequenceClassification, same weights, torch CPU.
 Time: the three run back to back on each question, their order rotating question by question, because the
 other jobs on this machine move absolute times by 2x or more; medians with p25/p75, ratios as medians of
@@ -133,6 +134,7 @@ class FullVariant:
 
         self.model = BertCrossEncoder.from_pretrained(model_dir, init_head=init_head, seed=0)
         self.prior = model_prior(model_dir, init_head)
+        self.exits = model_exits(model_dir, init_head)  # its per-layer record scores what PRISM's exits score
 
     def rank(self, question: str, texts: list[str], k: int, pinned: int = 0) -> Outcome:
         import numpy as np
@@ -141,7 +143,7 @@ class FullVariant:
         from host.prism.pruning import log_odds
 
         prior = self.prior.logits(len(texts), pinned) if self.prior is not None else None
-        r = rank_full(self.model, question, texts, k, prior)
+        r = rank_full(self.model, question, texts, k, prior, self.exits)
         order = [int(i) for i in np.argsort(-r.probs, kind="stable")]
         stats = {"tokens": r.tokens, "truncated": r.truncated}
         if prior is not None:  # the head's own order: its logit without the prior
@@ -249,6 +251,17 @@ def model_prior(model_dir: str, init_head: bool):
     from host.prism.engine import read_settings
 
     return None if init_head else read_settings(model_dir).get("prior")
+
+
+def model_exits(model_dir: str, init_head: bool):
+    """The model's exit heads (host/prism/exits.py) from its exits.safetensors; None for a random head or none."""
+    from host.prism.bert import _read_config
+    from host.prism.exits import read_exits
+
+    if init_head:
+        return None
+    cfg = _read_config(model_dir)
+    return read_exits(model_dir, cfg.hidden_size, cfg.num_layers)
 
 
 def timed(variant, q: dict, k: int) -> Outcome:
@@ -740,6 +753,7 @@ def run(args: argparse.Namespace, counts: list[int], points: list[int], threads:
         "k": k, "threads": threads, "threads_note": THREADS_NOTE % threads,
         "threshold": threshold if math.isfinite(threshold) else None, "clusters": pruning["clusters"],
         "margin": pruning["margin"], "split": pruning["split"], "calibration": calib,
+        "exit_heads": variants["full"].exits is not None,  # host/prism/exits.py: the model's per-layer heads score
     }
     out.update(main_figures(variants, questions, k))
     rss_args = None

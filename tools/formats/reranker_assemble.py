@@ -16,8 +16,8 @@ if __package__ in (None, ""):
 
 from host import reranker_delta  # noqa: E402
 from host.reranker_delta import (  # noqa: E402,F401  (the names tools/train/make_reranker.py and tests use)
-    DEFAULT_OUT, DELTA_FILE, MANIFEST, ROOT, SETTINGS_FILE, SHIPPED, STAMP, AssembleError, build_tensors, is_current,
-    read_manifest, sha256)
+    DEFAULT_OUT, DELTA_FILE, EXITS_FILE, MANIFEST, ROOT, SETTINGS_FILE, SHIPPED, STAMP, AssembleError, build_tensors,
+    is_current, read_manifest, sha256)
 
 
 def assemble(out: Path = DEFAULT_OUT, backbone: Path | None = None, shipped: Path = SHIPPED,

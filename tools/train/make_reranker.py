@@ -9,8 +9,10 @@ Steps: tools/train/train_reranker.py in four phases (1: from the backbone, windo
 training_phase2.json, training_phase3.json, training.json (phase 4); manifest.json (SHA-256
 of the backbone, the delta and the assembled model.safetensors); tools/formats/reranker_assemble.py into
 build/models/reranker; reference.json (numpy scores of a few fixed pairs, checked by the tests);
-prism.json (the retrieval prior fitted on validation questions with ask's own candidates, tools/train/reranker_prior.py,
-and PRISM's pruning settings calibrated on them, host/prism/engine.py's defaults); an optional phase 5
+exits.safetensors (PRISM's per-layer exit heads, tools/train/reranker_exits.py: ridge fits of each layer's pooled
+states to the final logit on train questions with ask's own candidates); prism.json (the retrieval prior fitted on
+validation questions with ask's own candidates, tools/train/reranker_prior.py, and PRISM's pruning settings
+calibrated on them through the exit heads, host/prism/engine.py's defaults); an optional phase 5
 (--train5-args, tools/train/train_reranker_ask.py: every layer on ask's candidates, measured and not shipped);
 tools/bench/models.py on held-out questions; CARD.md with the figures.
 """
@@ -31,6 +33,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tools.formats import reranker_assemble as ra  # noqa: E402
+from tools.train import reranker_exits  # noqa: E402
 
 REF_QUESTIONS = 3
 PHASE1 = "--questions 480 --epochs 1 --window-tokens 256 --group 6 --lr 2e-4 --seed 0 --max-steps 193 --minutes 60"
@@ -53,6 +56,7 @@ CALIB_N = 60  # validation questions (ask's candidates) the shipped pruning sett
 CALIB_TARGET = 0.99  # their top-5 agreement with the full model
 PRIOR_N = 120  # validation questions the retrieval prior is fitted on (the first CALIB_N calibrate the pruning)
 CALIB_CLUSTERS = (3, 4, 5, 6)
+EXITS_N = reranker_exits.QUESTIONS  # train questions (ask's candidates) the exit heads are fitted on
 WIDE_N = 90  # held-out questions of the second bench (the first 30 are the standard bench's)
 
 
@@ -301,14 +305,29 @@ def _phases(shipped: Path) -> list[dict]:
     return [json.loads(f.read_text()) for f in _phase_files(shipped) + [shipped / "training.json"]]
 
 
-def write_calibration(model_dir: Path, shipped: Path, manifest: dict, n: int = CALIB_N) -> dict:
+def write_exits(model_dir: Path, shipped: Path, questions: int) -> dict | None:
+    """exits.safetensors fitted on `questions` train questions (none shipped when 0); the fit's record."""
+    path = shipped / ra.EXITS_FILE
+    if questions <= 0:
+        path.unlink(missing_ok=True)
+        return None
+    heads, record = reranker_exits.train(str(model_dir), questions)
+    heads.save(str(path))
+    print("make_reranker: exit heads %s" % json.dumps(record), file=sys.stderr)
+    return record
+
+
+def write_calibration(model_dir: Path, shipped: Path, manifest: dict, n: int = CALIB_N,
+                      exits_record: dict | None = None) -> dict:
     """prism.json: the retrieval prior the last phase learned (when it learned one) and the most aggressive
     pruning settings whose top-5 agreement with the full model reaches CALIB_TARGET on the first n validation
-    questions, each with ask's own 20 candidates (tools/bench/prism_questions.py), the prior added as ask adds it."""
+    questions, each with ask's own 20 candidates (tools/bench/prism_questions.py), scored by the model's exit heads
+    (model_dir's exits.safetensors, when it has one) with the prior added, as ask scores them."""
     import numpy as np
 
     from host.prism.bert import BertCrossEncoder
     from host.prism.calibrate import DEFAULT_MARGINS, calibrate
+    from host.prism.exits import read_exits
     from host.prism.monolithic import layer_probs
     from host.prism.prior import RetrievalPrior
     from tools.bench import prism_questions
@@ -319,10 +338,11 @@ def write_calibration(model_dir: Path, shipped: Path, manifest: dict, n: int = C
     learned = json.loads((shipped / "training.json").read_text()).get("prior")
     prior = RetrievalPrior.from_settings(learned, "training.json")
     model = BertCrossEncoder.from_pretrained(str(model_dir), max_length=512)
+    exits = read_exits(str(model_dir), model.config.hidden_size, model.config.num_layers)
     questions, _ = prism_questions.ask_questions("validation", max(n, PRIOR_N), 20, 5)
-    logits = []  # [layers, candidates] per question, the head alone
+    logits = []  # [layers, candidates] per question, the exits alone (the last: the model's head)
     for i, q in enumerate(questions):
-        logits.append(log_odds(layer_probs(model, model.encode(q["question"], q["texts"]))[1]))
+        logits.append(log_odds(layer_probs(model, model.encode(q["question"], q["texts"]), exits=exits)[1]))
         print("make_reranker: calibration questions %d/%d" % (i + 1, len(questions)), file=sys.stderr, flush=True)
     fitted = None
     if prior is None:  # no phase learned one: fit it on these validation questions (tools/train/reranker_prior.py)
@@ -342,6 +362,8 @@ def write_calibration(model_dir: Path, shipped: Path, manifest: dict, n: int = C
         "note": "threshold null = never prune; host/prism/engine.py uses these unless the caller gives its own; "
                 "prior: what a candidate's place in retrieval's order adds to its logit (host/prism/prior.py)",
     }
+    if exits is not None:
+        out["exits"] = dict(exits_record or {}, file=ra.EXITS_FILE)
     out["prior"] = prior.to_settings()
     out["prior_source"] = ("learned in training (training.json)" if fitted is None else
                            "fitted on %d validation questions: nDCG@10 %.4f with it, %.4f the head alone, %.4f "
@@ -396,6 +418,9 @@ def main(argv: list[str] | None = None) -> int:
                     "(bench_wide.json, run in parallel in a subprocess; 0: skip; default %(default)s)")
     ap.add_argument("--reuse-bench", action="store_true", help="keep bench.json / bench_wide.json / prism.json when "
                     "they were made with the same assembled model (their model_sha256 matches the manifest)")
+    ap.add_argument("--exit-questions", type=int, default=EXITS_N, help="train questions PRISM's exit heads "
+                    "(exits.safetensors) are fitted on (default %(default)s; 0: ship none, the model's head scores "
+                    "every exit)")
     ap.add_argument("--calib-questions", type=int, default=CALIB_N, help="validation questions the pruning settings "
                     "(prism.json) are calibrated on (default %(default)s; 0: ship none)")
     args = ap.parse_args(argv)
@@ -423,10 +448,17 @@ def main(argv: list[str] | None = None) -> int:
     model_dir = ra.assemble(args.out, shipped=shipped, force=True)
     write_reference(model_dir, shipped)
     settings = shipped / ra.SETTINGS_FILE
+    old = _reusable(settings, manifest, None) if args.reuse_bench else None
+    # a reused prism.json must be of the current format and calibrated through the exit heads asked for
+    fresh = old is None or "cluster_on" not in old or ("exits" in old) != (args.exit_questions > 0)
+    record = None
+    if fresh:
+        record = write_exits(model_dir, shipped, args.exit_questions)
+        model_dir = ra.assemble(args.out, shipped=shipped, force=True)  # carries exits.safetensors
     if args.calib_questions <= 0:
         settings.unlink(missing_ok=True)
-    elif not args.reuse_bench or "cluster_on" not in (_reusable(settings, manifest, None) or {}):  # older format
-        cal = write_calibration(model_dir, shipped, manifest, args.calib_questions)
+    elif fresh:
+        cal = write_calibration(model_dir, shipped, manifest, args.calib_questions, record)
         print("make_reranker: prism.json %s" % json.dumps({k: cal[k] for k in ("threshold", "clusters", "agreement",
                                                                                "layers_per_candidate")}), file=sys.stderr)
     bench = _reusable(shipped / "bench.json", manifest, None) if args.reuse_bench else None

@@ -1,0 +1,146 @@
+"""host/prism/exits.py and tools/train/reranker_exits.py on tiny random cross-encoders: pooled states, the heads'
+file, PRISM scoring through them exactly as the full model's per-layer record does, and the ridge fit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from host.prism import BertCrossEncoder, PrismInputError, PrismModelError
+from host.prism.engine import Prism
+from host.prism.exits import EXITS_FILE, ExitHeads, pooled_states, read_exits
+from host.prism.monolithic import layer_probs, rank_full
+from host.prism.pruning import simulate
+from test_prism_bert import QUESTION, make_tiny
+from test_prism_engine import windows
+from tools.train import reranker_exits
+
+
+def tiny_model(tmp_path, layers: int = 4):
+    d = make_tiny(tmp_path / "m", num_hidden_layers=layers, max_position_embeddings=64)
+    return d, BertCrossEncoder.from_pretrained(str(d))
+
+
+def random_heads(model: BertCrossEncoder, seed: int = 0, scale: float = 3.0) -> ExitHeads:
+    cfg = model.config
+    rng = np.random.default_rng(seed)
+    return ExitHeads(rng.normal(0, scale / np.sqrt(cfg.hidden_size), (cfg.num_layers - 1, 2 * cfg.hidden_size)),
+                     rng.normal(0, 0.5, cfg.num_layers - 1), cfg.hidden_size, cfg.num_layers)
+
+
+def test_pooled_states_are_cls_and_the_mean_of_real_tokens():
+    rng = np.random.default_rng(1)
+    h = rng.normal(size=(3, 5, 4)).astype(np.float32)
+    mask = np.array([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0]])
+    got = pooled_states(h, mask)
+    assert got.shape == (3, 8) and got.dtype == np.float32
+    for i, n in enumerate((5, 2, 3)):
+        assert np.allclose(got[i, :4], h[i, 0]) and np.allclose(got[i, 4:], h[i, :n].mean(axis=0), atol=1e-6)
+    h2 = h.copy()
+    h2[1, 2:] = 1e6  # padding states do not count
+    assert np.allclose(pooled_states(h2, mask), got)
+    with pytest.raises(PrismInputError, match="no tokens"):
+        pooled_states(h, np.array([[1, 1, 0, 0, 0], [0, 0, 0, 0, 0], [1, 0, 0, 0, 0]]))
+
+
+def test_heads_file_round_trip_and_bad_files(tmp_path):
+    d, model = tiny_model(tmp_path)
+    cfg = model.config
+    assert read_exits(str(d), cfg.hidden_size, cfg.num_layers) is None  # none shipped: the model's head scores
+    heads = random_heads(model)
+    heads.save(str(d / EXITS_FILE))
+    back = read_exits(str(d), cfg.hidden_size, cfg.num_layers)
+    assert np.array_equal(back.weight, heads.weight) and np.array_equal(back.bias, heads.bias)
+    with pytest.raises(PrismModelError, match="shape"):
+        read_exits(str(d), cfg.hidden_size, cfg.num_layers + 1)  # heads of another model
+    with pytest.raises(PrismModelError, match="shape"):
+        ExitHeads(heads.weight, heads.bias[:1], cfg.hidden_size, cfg.num_layers)
+    with pytest.raises(PrismModelError, match="non-finite"):
+        ExitHeads(heads.weight * np.nan, heads.bias, cfg.hidden_size, cfg.num_layers)
+    from safetensors.numpy import save_file
+
+    save_file({"weight": heads.weight}, str(d / EXITS_FILE))
+    with pytest.raises(PrismModelError, match="no bias"):
+        Prism.from_pretrained(str(d))
+    (d / EXITS_FILE).write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
+    with pytest.raises(PrismModelError, match="readable"):
+        Prism.from_pretrained(str(d))
+    with pytest.raises(PrismInputError, match="no exit head after layer 3"):
+        heads.logits(3, np.zeros((1, 2, cfg.hidden_size), np.float32), np.ones((1, 2)))
+
+
+def test_prism_scores_through_the_exit_heads_as_the_full_model_records(tmp_path):
+    """With exits.safetensors beside the model, PRISM's pruning decisions are exactly the router replayed over the
+    full model's per-layer record made with the same heads; the heads change the early scores, never the final."""
+    d, model = tiny_model(tmp_path)
+    cands = windows(12, seed=5)
+    plain = rank_full(model, QUESTION, cands, 4)
+    heads = random_heads(model, seed=2)
+    heads.save(str(d / EXITS_FILE))
+    ref = rank_full(model, QUESTION, cands, 4, exits=heads)
+    assert np.allclose(ref.probs, plain.probs) and ref.top == plain.top  # the last layer keeps the model's head
+    assert np.max(np.abs(ref.layer_probs[:-1] - plain.layer_probs[:-1])) > 0.05  # the early exits are the heads'
+    p = Prism.from_pretrained(str(d), threshold=0.0, clusters=3)
+    assert p.exits is not None
+    r = p.rank(QUESTION, cands, 4)
+    sim = simulate(ref.layer_probs, 4, 0.0, 3)
+    assert r.top == sim.selected and (r.exit_layer == sim.exit_layer).all()
+    assert r.layers_per_candidate < model.config.num_layers  # it did prune
+    p.close()
+    q = Prism.from_pretrained(str(d), threshold=0.0, clusters=3, use_exits=False)
+    assert q.exits is None
+    r2 = q.rank(QUESTION, cands, 4)
+    sim2 = simulate(plain.layer_probs, 4, 0.0, 3)
+    assert r2.top == sim2.selected and (r2.exit_layer == sim2.exit_layer).all()
+    q.close()
+    with pytest.raises(PrismModelError, match="exit heads for 3 layers"):
+        small = BertCrossEncoder.from_pretrained(str(make_tiny(tmp_path / "s", num_hidden_layers=3,
+                                                               max_position_embeddings=64)))
+        Prism(p.model, p.st, exits=ExitHeads(np.zeros((2, 2 * small.config.hidden_size)), np.zeros(2),
+                                             small.config.hidden_size, 3))
+
+
+def test_layer_states_are_the_forward_passes_states(tmp_path):
+    _, model = tiny_model(tmp_path)
+    cands = windows(5, seed=7)
+    states, final = reranker_exits.layer_states(model, QUESTION, cands)
+    batch = model.encode(QUESTION, cands)
+    assert np.allclose(final, model.forward(batch)[:, 0], atol=1e-5)
+    hidden = model.embed(batch.input_ids, batch.token_type_ids)
+    for l in range(model.config.num_layers - 1):
+        hidden = model.layer(l, hidden, batch.attention_mask)
+        assert np.allclose(states[l], pooled_states(hidden, batch.attention_mask), atol=1e-5)
+    # heads fitted to these states reproduce layer_probs' early exits through the same code path
+    x, z, qid = reranker_exits.collect(model, [{"question": QUESTION, "texts": cands}] * 2)
+    assert x.shape == (model.config.num_layers - 1, 10, 2 * model.config.hidden_size) and list(qid) == [0] * 5 + [1] * 5
+    w, b = reranker_exits.fit(x, z, 1e-3)
+    heads = ExitHeads(w, b, model.config.hidden_size, model.config.num_layers)
+    _, probs = layer_probs(model, batch, exits=heads)
+    assert np.allclose(probs[0], 1 / (1 + np.exp(-(x[0, :5] @ w[0] + b[0]))), atol=1e-5)
+
+
+def test_ridge_fit_recovers_a_linear_map_and_refuses_bad_input():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2, 400, 6)).astype(np.float32)
+    true_w = rng.normal(size=6)
+    t = x[1].astype(np.float64) @ true_w + 2.5 + rng.normal(0, 0.01, 400)
+    w, b = reranker_exits.fit(x, t, ridge=1e-3)
+    assert np.allclose(w[1], true_w, atol=0.01) and abs(b[1] - 2.5) < 0.01  # the bias is not shrunk
+    qid = np.repeat(np.arange(40), 10)
+    assert reranker_exits.r2_within(x[1] @ w[1] + b[1], t, qid) > 0.999
+    assert reranker_exits.r2_within(x[0] @ w[0] + b[0], t, qid) < 0.5  # layer 0's states do not hold the map
+    heavy, _ = reranker_exits.fit(x, t, ridge=1e6)
+    assert np.abs(heavy).max() < 0.01  # a large penalty shrinks the weights to nothing
+    for bad, msg in (((x, t[:10], 1.0), "do not match"), ((x[:, :1], t[:1], 1.0), "two candidates"),
+                     ((x, t, 0.0), "ridge")):
+        with pytest.raises(ValueError, match=msg):
+            reranker_exits.fit(*bad)
+
+
+def test_command_line_refuses_bad_arguments(capsys):
+    for argv in (["--model", "m", "--out", "x", "--questions", "1"], ["--model", "m", "--out", "x", "--ridge", "0"],
+                 ["--out", "x"]):
+        with pytest.raises(SystemExit) as e:
+            reranker_exits.main(argv)
+        assert e.value.code == 2
+        assert "reranker_exits: error" in capsys.readouterr().err
