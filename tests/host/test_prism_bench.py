@@ -28,7 +28,8 @@ def tiny(tmp_path_factory):
     cfg = json.loads((d / "config.json").read_text())
     h = cfg["hidden_size"]
     rng = np.random.default_rng(0)
-    ExitHeads(rng.normal(0, 0.5, (2, 2 * h)), np.zeros(2), h, 3).save(str(d / EXITS_FILE))
+    ExitHeads(rng.normal(0, 0.5, (2, 2 * h, 4)), np.zeros((2, 4)), rng.normal(0, 1, (2, 4)), np.zeros(2), h,
+              3).save(str(d / EXITS_FILE))
     return d
 
 

@@ -1,5 +1,5 @@
 """host/prism/exits.py and tools/train/reranker_exits.py on tiny random cross-encoders: pooled states, the heads'
-file, PRISM scoring through them exactly as the full model's per-layer record does, and the ridge fit."""
+file, PRISM scoring through them exactly as the full model's per-layer record does, and the heads' fit."""
 
 from __future__ import annotations
 
@@ -21,11 +21,12 @@ def tiny_model(tmp_path, layers: int = 4):
     return d, BertCrossEncoder.from_pretrained(str(d))
 
 
-def random_heads(model: BertCrossEncoder, seed: int = 0, scale: float = 3.0) -> ExitHeads:
+def random_heads(model: BertCrossEncoder, seed: int = 0, units: int = 8) -> ExitHeads:
     cfg = model.config
     rng = np.random.default_rng(seed)
-    return ExitHeads(rng.normal(0, scale / np.sqrt(cfg.hidden_size), (cfg.num_layers - 1, 2 * cfg.hidden_size)),
-                     rng.normal(0, 0.5, cfg.num_layers - 1), cfg.hidden_size, cfg.num_layers)
+    e, d = cfg.num_layers - 1, 2 * cfg.hidden_size
+    return ExitHeads(rng.normal(0, 3.0 / np.sqrt(d), (e, d, units)), rng.normal(0, 0.5, (e, units)),
+                     rng.normal(0, 1.0, (e, units)), rng.normal(0, 0.5, e), cfg.hidden_size, cfg.num_layers)
 
 
 def test_pooled_states_are_cls_and_the_mean_of_real_tokens():
@@ -50,17 +51,20 @@ def test_heads_file_round_trip_and_bad_files(tmp_path):
     heads = random_heads(model)
     heads.save(str(d / EXITS_FILE))
     back = read_exits(str(d), cfg.hidden_size, cfg.num_layers)
-    assert np.array_equal(back.weight, heads.weight) and np.array_equal(back.bias, heads.bias)
+    for a, b in zip((back.w1, back.b1, back.w2, back.b2), (heads.w1, heads.b1, heads.w2, heads.b2)):
+        assert np.array_equal(a, b)
     with pytest.raises(PrismModelError, match="shape"):
         read_exits(str(d), cfg.hidden_size, cfg.num_layers + 1)  # heads of another model
-    with pytest.raises(PrismModelError, match="shape"):
-        ExitHeads(heads.weight, heads.bias[:1], cfg.hidden_size, cfg.num_layers)
+    with pytest.raises(PrismModelError, match="b1 has shape"):
+        ExitHeads(heads.w1, heads.b1[:, :1], heads.w2, heads.b2, cfg.hidden_size, cfg.num_layers)
+    with pytest.raises(PrismModelError, match="w1 has shape"):
+        ExitHeads(heads.w1[:, :4], heads.b1, heads.w2, heads.b2, cfg.hidden_size, cfg.num_layers)
     with pytest.raises(PrismModelError, match="non-finite"):
-        ExitHeads(heads.weight * np.nan, heads.bias, cfg.hidden_size, cfg.num_layers)
+        ExitHeads(heads.w1, heads.b1, heads.w2 * np.nan, heads.b2, cfg.hidden_size, cfg.num_layers)
     from safetensors.numpy import save_file
 
-    save_file({"weight": heads.weight}, str(d / EXITS_FILE))
-    with pytest.raises(PrismModelError, match="no bias"):
+    save_file({"w1": heads.w1, "b1": heads.b1, "w2": heads.w2}, str(d / EXITS_FILE))
+    with pytest.raises(PrismModelError, match="no b2"):
         Prism.from_pretrained(str(d))
     (d / EXITS_FILE).write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
     with pytest.raises(PrismModelError, match="readable"):
@@ -96,8 +100,7 @@ def test_prism_scores_through_the_exit_heads_as_the_full_model_records(tmp_path)
     with pytest.raises(PrismModelError, match="exit heads for 3 layers"):
         small = BertCrossEncoder.from_pretrained(str(make_tiny(tmp_path / "s", num_hidden_layers=3,
                                                                max_position_embeddings=64)))
-        Prism(p.model, p.st, exits=ExitHeads(np.zeros((2, 2 * small.config.hidden_size)), np.zeros(2),
-                                             small.config.hidden_size, 3))
+        Prism(p.model, p.st, exits=random_heads(small))
 
 
 def test_layer_states_are_the_forward_passes_states(tmp_path):
@@ -110,35 +113,39 @@ def test_layer_states_are_the_forward_passes_states(tmp_path):
     for l in range(model.config.num_layers - 1):
         hidden = model.layer(l, hidden, batch.attention_mask)
         assert np.allclose(states[l], pooled_states(hidden, batch.attention_mask), atol=1e-5)
-    # heads fitted to these states reproduce layer_probs' early exits through the same code path
+    # heads fitted to these states score layer_probs' early exits through the same code path
     x, z, qid = reranker_exits.collect(model, [{"question": QUESTION, "texts": cands}] * 2)
     assert x.shape == (model.config.num_layers - 1, 10, 2 * model.config.hidden_size) and list(qid) == [0] * 5 + [1] * 5
-    w, b = reranker_exits.fit(x, z, 1e-3)
-    heads = ExitHeads(w, b, model.config.hidden_size, model.config.num_layers)
+    heads = ExitHeads(*reranker_exits.fit(x, z, hidden=4, epochs=2), model.config.hidden_size, model.config.num_layers)
     _, probs = layer_probs(model, batch, exits=heads)
-    assert np.allclose(probs[0], 1 / (1 + np.exp(-(x[0, :5] @ w[0] + b[0]))), atol=1e-5)
+    assert np.allclose(probs[0], 1 / (1 + np.exp(-heads.score(0, x[0, :5])[:, 0])), atol=1e-5)
 
 
-def test_ridge_fit_recovers_a_linear_map_and_refuses_bad_input():
+def test_fit_learns_a_nonlinear_map_and_refuses_bad_input():
+    """The MLP heads learn what a linear head cannot (a rectified map of layer 1's states), the standardisation
+    folded into w1 / b1 (a constant feature included), and bad shapes are one clear error."""
     rng = np.random.default_rng(3)
-    x = rng.normal(size=(2, 400, 6)).astype(np.float32)
-    true_w = rng.normal(size=6)
-    t = x[1].astype(np.float64) @ true_w + 2.5 + rng.normal(0, 0.01, 400)
-    w, b = reranker_exits.fit(x, t, ridge=1e-3)
-    assert np.allclose(w[1], true_w, atol=0.01) and abs(b[1] - 2.5) < 0.01  # the bias is not shrunk
-    qid = np.repeat(np.arange(40), 10)
-    assert reranker_exits.r2_within(x[1] @ w[1] + b[1], t, qid) > 0.999
-    assert reranker_exits.r2_within(x[0] @ w[0] + b[0], t, qid) < 0.5  # layer 0's states do not hold the map
-    heavy, _ = reranker_exits.fit(x, t, ridge=1e6)
-    assert np.abs(heavy).max() < 0.01  # a large penalty shrinks the weights to nothing
-    for bad, msg in (((x, t[:10], 1.0), "do not match"), ((x[:, :1], t[:1], 1.0), "two candidates"),
-                     ((x, t, 0.0), "ridge")):
+    x = rng.normal(size=(2, 1200, 6)).astype(np.float32)
+    x[:, :, 5] = 4.0  # constant: no spread to standardise by
+    v = rng.normal(size=6)
+    v[5] = 0.0
+    t = np.maximum(x[1].astype(np.float64) @ v, 0.0) * 2.0 + 1.0
+    heads = ExitHeads(*reranker_exits.fit(x[:, :1000], t[:1000], hidden=16, epochs=400), 3, 3)
+    qid = np.repeat(np.arange(20), 10)
+    held = slice(1000, 1200)
+    assert reranker_exits.r2_within(heads.score(1, x[1, held])[:, 0], t[held], qid) > 0.95
+    assert reranker_exits.r2_within(heads.score(0, x[0, held])[:, 0], t[held], qid) < 0.3  # layer 0 holds nothing
+    w = np.linalg.lstsq(np.c_[x[1, :1000], np.ones(1000)], t[:1000], rcond=None)[0][:6]  # (the intercept: centred out)
+    assert reranker_exits.r2_within(x[1, held] @ w, t[held], qid) < 0.9  # a linear head cannot
+    for bad, msg in (((x, t[:10]), "do not match"), ((x[:, :1], t[:1]), "two candidates")):
         with pytest.raises(ValueError, match=msg):
             reranker_exits.fit(*bad)
+    with pytest.raises(ValueError, match="hidden"):
+        reranker_exits.fit(x, t[:1200], hidden=0)
 
 
 def test_command_line_refuses_bad_arguments(capsys):
-    for argv in (["--model", "m", "--out", "x", "--questions", "1"], ["--model", "m", "--out", "x", "--ridge", "0"],
+    for argv in (["--model", "m", "--out", "x", "--questions", "1"], ["--model", "m", "--out", "x", "--hidden", "0"],
                  ["--out", "x"]):
         with pytest.raises(SystemExit) as e:
             reranker_exits.main(argv)

@@ -196,3 +196,24 @@ def test_shipped_settings_belong_to_the_shipped_model():
         assert settings["prior_source"].startswith("fitted on %d validation questions" % make_reranker.PRIOR_N)
         assert settings["prior"]["rank_log"] in reranker_prior.RANK_LOG_GRID
         assert settings["prior"]["pinned"] in reranker_prior.PINNED_GRID
+
+
+def test_shipped_exit_heads_predict_the_final_score():
+    """models/reranker/exits.safetensors: made by make_reranker for this model (prism.json records the fit), and on
+    validation questions with ask's own candidates each exit explains most of the final logit's spread within a
+    question (the model's own head on those states explains about none of it: docs/PRISM.md)."""
+    from host.prism.exits import read_exits
+    from tools.bench import prism_questions
+    from tools.train import make_reranker, reranker_exits
+
+    settings = json.loads((SHIPPED / ra.SETTINGS_FILE).read_text())
+    ex = settings["exits"]
+    assert ex["file"] == ra.EXITS_FILE and ex["split"] == "train" and ex["questions"] == make_reranker.EXITS_N
+    model = BertCrossEncoder.from_pretrained(str(weights.reranker_dir()))
+    cfg = model.config
+    heads = read_exits(str(weights.reranker_dir()), cfg.hidden_size, cfg.num_layers)  # assembly carried them
+    assert heads is not None and heads.w1.shape == (cfg.num_layers - 1, 2 * cfg.hidden_size, ex["hidden"])
+    questions, _ = prism_questions.ask_questions("validation", 2, 20, 5, seeds=1)
+    states, final, qid = reranker_exits.collect(model, questions)
+    r2 = [reranker_exits.r2_within(heads.score(l, states[l])[:, 0], final, qid) for l in range(cfg.num_layers - 1)]
+    assert min(r2) > 0.5 and r2[-1] > 0.8, r2

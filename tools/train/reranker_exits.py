@@ -4,8 +4,11 @@
 
 The encoder is not touched: for train-split questions with `ask`'s own candidates (tools/bench/prism_questions.py),
 the numpy model runs every layer once, keeps each intermediate layer's pooled states ([CLS] ; mean of the tokens)
-and the final exit's logit, and a ridge regression per layer maps the states to that logit (distillation: the
-exits learn to predict what the full model will say, so pruning can act on it early). The bias is not penalised.
+and the final exit's logit, and a small MLP per layer (128 GELU units, torch, AdamW on the squared error) learns
+to map the states to that logit (distillation: the exits learn to predict what the full model will say, so pruning
+can act on it early). Measured on validation questions (2026-12-05): the share of the final logit's spread within a
+question that the exits after layers 1-5 explain is 0.77 / 0.83 / 0.85 / 0.89 / 0.94 with these heads, against
+0.55 / 0.55 / 0.59 / 0.64 / 0.76 for ridge regression on the same states (linear heads).
 The final layer keeps the model's head, so the final ranking and every quality figure of the model are unchanged.
 """
 
@@ -26,7 +29,12 @@ if __package__ in (None, ""):
 from host.prism.bert import BertCrossEncoder  # noqa: E402
 from host.prism.exits import ExitHeads, pooled_states  # noqa: E402
 
-RIDGE = 1.0  # the L2 penalty: 0.3 / 1 / 3 calibrated to 2.8 / 2.9 / 3.2 layers on validation (2026-12-05)
+HIDDEN = 128  # GELU units per exit head
+EPOCHS = 60
+LR = 1e-3
+WEIGHT_DECAY = 0.05
+BATCH = 256
+SEED = 0
 QUESTIONS = 450  # train questions (ask's candidates) the shipped heads are fitted on
 SEEDS = 30  # plant seeds they come from (train seeds 0..29: ~15 usable questions each)
 
@@ -58,28 +66,45 @@ def collect(model: BertCrossEncoder, questions: Sequence[dict],
     return np.concatenate(xs, axis=1), np.concatenate(zs), np.array(qid)
 
 
-def fit(states: np.ndarray, target: np.ndarray, ridge: float = RIDGE) -> tuple[np.ndarray, np.ndarray]:
-    """Ridge regression per layer: (weight [layers - 1, D], bias [layers - 1]) minimising
-    |X w + b - target|^2 + ridge |w|^2 (b unpenalised: features and target are centred first)."""
+def fit(states: np.ndarray, target: np.ndarray, hidden: int = HIDDEN, epochs: int = EPOCHS, seed: int = SEED
+        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One MLP per layer (inputs standardised, `hidden` GELU units, one output) trained by AdamW on the mean
+    squared error to `target`; returns ExitHeads' (w1, b1, w2, b2) with the standardisation folded into w1, b1."""
+    import torch
+
     if states.ndim != 3 or states.shape[1] != target.shape[0]:
         raise ValueError("states [layers, N, D] and target [N] do not match: %s, %s" % (states.shape, target.shape))
     if states.shape[1] < 2:
         raise ValueError("need at least two candidates to fit exit heads")
-    if not ridge > 0:
-        raise ValueError("ridge must be > 0, got %r" % (ridge,))
-    t = np.asarray(target, np.float64)
-    tm = t.mean()
-    weight = np.empty((states.shape[0], states.shape[2]))
-    bias = np.empty(states.shape[0])
-    for l in range(states.shape[0]):
-        x = states[l].astype(np.float64)
-        xm = x.mean(axis=0)
-        xc = x - xm
-        a = xc.T @ xc
-        a[np.diag_indices_from(a)] += ridge
-        weight[l] = np.linalg.solve(a, xc.T @ (t - tm))
-        bias[l] = tm - xm @ weight[l]
-    return weight, bias
+    if hidden < 1 or epochs < 1:
+        raise ValueError("hidden and epochs must be >= 1, got %r, %r" % (hidden, epochs))
+    e, n, d = states.shape
+    t = torch.tensor(np.asarray(target), dtype=torch.float32)
+    out = (np.empty((e, d, hidden), np.float32), np.empty((e, hidden), np.float32), np.empty((e, hidden), np.float32),
+           np.empty(e, np.float32))
+    for l in range(e):
+        x = torch.from_numpy(np.ascontiguousarray(states[l], dtype=np.float32))
+        mu, sd = x.mean(0), x.std(0) + 1e-3  # + 1e-3: a constant feature must not divide by zero
+        xs = (x - mu) / sd
+        gen = torch.Generator().manual_seed(seed + l)
+        torch.manual_seed(seed + l)
+        net = torch.nn.Sequential(torch.nn.Linear(d, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, 1))
+        opt = torch.optim.AdamW(net.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+        for _ in range(epochs):
+            perm = torch.randperm(n, generator=gen)
+            for i in range(0, n, BATCH):
+                idx = perm[i:i + BATCH]
+                loss = ((net(xs[idx])[:, 0] - t[idx]) ** 2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        with torch.no_grad():
+            w1 = net[0].weight / sd  # [M, D]: W (x - mu) / sd + b = (W / sd) x + (b - (W / sd) mu)
+            out[0][l] = w1.T.numpy()
+            out[1][l] = (net[0].bias - w1 @ mu).numpy()
+            out[2][l] = net[2].weight[0].numpy()
+            out[3][l] = float(net[2].bias[0])
+    return out
 
 
 def r2_within(pred: np.ndarray, target: np.ndarray, qid: np.ndarray) -> float:
@@ -95,13 +120,13 @@ def r2_within(pred: np.ndarray, target: np.ndarray, qid: np.ndarray) -> float:
 
 def report(heads: ExitHeads, states: np.ndarray, target: np.ndarray, qid: np.ndarray) -> list[float]:
     """Within-question R^2 of each exit head on the given states."""
-    return [round(r2_within(states[l] @ heads.weight[l] + heads.bias[l], target, qid), 4)
-            for l in range(states.shape[0])]
+    return [round(r2_within(heads.score(l, states[l])[:, 0], target, qid), 4) for l in range(states.shape[0])]
 
 
-def train(model_dir: str, questions: int = QUESTIONS, seeds: int = SEEDS, ridge: float = RIDGE,
+def train(model_dir: str, questions: int = QUESTIONS, seeds: int = SEEDS, hidden: int = HIDDEN,
           split: str = "train") -> tuple[ExitHeads, dict]:
-    """Fit the heads on `questions` questions of `split` (ask's top 20 each); (heads, a JSON-able record)."""
+    """Fit the heads on `questions` questions of `split` (ask's top 20 each); (heads, a JSON-able record).
+    Needs torch (the test extra), as every training tool here."""
     from tools.bench import prism_questions
 
     t0 = time.time()
@@ -115,10 +140,11 @@ def train(model_dir: str, questions: int = QUESTIONS, seeds: int = SEEDS, ridge:
             print("reranker_exits: %d/%d questions (%.0f s)" % (i, n, time.time() - t0), file=sys.stderr, flush=True)
 
     states, target, qid = collect(model, qs, progress)
-    weight, bias = fit(states, target, ridge)
+    t1 = time.time()
     cfg = model.config
-    heads = ExitHeads(weight, bias, cfg.hidden_size, cfg.num_layers)
-    record = {"questions": len(qs), "split": split, "seeds": seeds, "candidates": int(target.size), "ridge": ridge,
+    heads = ExitHeads(*fit(states, target, hidden), cfg.hidden_size, cfg.num_layers)
+    record = {"questions": len(qs), "split": split, "seeds": seeds, "candidates": int(target.size), "hidden": hidden,
+              "epochs": EPOCHS, "fit_seconds": round(time.time() - t1, 1),
               "skipped": skipped, "r2_within_train": report(heads, states, target, qid),
               "features": "[CLS] state ; mean token state of each layer", "target": "the final exit's logit",
               "seconds": round(time.time() - t0, 1)}
@@ -131,11 +157,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--out", required=True, type=Path, help="where exits.safetensors goes")
     ap.add_argument("--questions", type=int, default=QUESTIONS)
     ap.add_argument("--seeds", type=int, default=SEEDS)
-    ap.add_argument("--ridge", type=float, default=RIDGE)
+    ap.add_argument("--hidden", type=int, default=HIDDEN, help="GELU units per head (default %(default)s)")
     args = ap.parse_args(argv)
-    if args.questions < 2 or args.seeds < 1 or not args.ridge > 0:
-        ap.error("--questions >= 2, --seeds >= 1 and --ridge > 0 are needed")
-    heads, record = train(args.model, args.questions, args.seeds, args.ridge)
+    if args.questions < 2 or args.seeds < 1 or args.hidden < 1:
+        ap.error("--questions >= 2, --seeds >= 1 and --hidden >= 1 are needed")
+    heads, record = train(args.model, args.questions, args.seeds, args.hidden)
     heads.save(str(args.out))
     print(json.dumps(record))
     return 0
