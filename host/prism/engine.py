@@ -33,7 +33,7 @@ from host.prism.chunked import chunk_rows, run_layer
 from host.prism.embed_cache import StreamedWeights
 from host.prism.exits import ExitHeads, exit_logits, read_exits
 from host.prism.prior import RetrievalPrior, check_prior
-from host.prism.pruning import SPLITS, Router, probabilities
+from host.prism.pruning import SPLITS, Router, check_settings, probabilities
 from host.prism.ranking import Ranking, check_k
 from host.prism.st_file import SafetensorsFile
 from host.prism.streaming import LayerStreamer
@@ -89,7 +89,7 @@ class Prism:
         self.cfg = model.config
         self.st = st
         self.threshold, self.clusters, self.start_layer = threshold, clusters, start_layer
-        Router(1, 1, 1, 0.0, clusters, 0, margin, split)  # validates margin and split here, not at the first query
+        check_settings(threshold, clusters, margin, split)  # here, not at the first query
         self.margin, self.split = margin, split
         self.memory_budget = memory_budget
         self.prune = prune

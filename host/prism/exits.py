@@ -20,7 +20,7 @@ from typing import Optional
 
 import numpy as np
 
-from host.prism.bert import F32, PrismInputError, PrismModelError, gelu_erf
+from host.prism.bert import F32, BertCrossEncoder, PrismInputError, PrismModelError, gelu_erf
 
 EXITS_FILE = "exits.safetensors"
 
@@ -100,7 +100,8 @@ def read_exits(model_dir: str, hidden_size: int, num_layers: int) -> Optional[Ex
     return ExitHeads.from_file(path, hidden_size, num_layers) if os.path.isfile(path) else None
 
 
-def exit_logits(model, layer: int, hidden: np.ndarray, mask: np.ndarray, exits: Optional[ExitHeads]) -> np.ndarray:
+def exit_logits(model: BertCrossEncoder, layer: int, hidden: np.ndarray, mask: np.ndarray,
+                exits: Optional[ExitHeads]) -> np.ndarray:
     """The logits every exit scores with: the exit head after an intermediate layer when there is one, the
     model's own head (on [CLS]) otherwise and always after the last layer."""
     if exits is not None and layer < exits.num_layers - 1:

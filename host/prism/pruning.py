@@ -120,6 +120,18 @@ def log_odds(p: np.ndarray) -> np.ndarray:
     return np.log(q) - np.log1p(-q)
 
 
+def check_settings(threshold: float, clusters: int, margin: int, split: str) -> None:
+    """PrismInputError unless the pruning settings are usable (a threshold of inf: never prune)."""
+    if isinstance(threshold, bool) or not (isinstance(threshold, (int, float)) and threshold >= 0):
+        raise PrismInputError("threshold must be a number >= 0, got %r" % (threshold,))
+    if not isinstance(clusters, int) or isinstance(clusters, bool) or clusters < 2:
+        raise PrismInputError("clusters must be an int >= 2, got %r" % (clusters,))
+    if not isinstance(margin, int) or isinstance(margin, bool) or margin < 0:
+        raise PrismInputError("margin must be an int >= 0, got %r" % (margin,))
+    if split not in SPLITS:
+        raise PrismInputError("split must be one of %s, got %r" % (", ".join(SPLITS), split))
+
+
 class Router:
     """Pruning decisions for one query of n candidates, top k.
 
@@ -136,14 +148,7 @@ class Router:
             raise PrismInputError("k must be a positive integer, got %r" % (k,))
         if k > n:
             raise PrismInputError("k=%d is larger than the number of candidates (%d)" % (k, n))
-        if not (isinstance(threshold, (int, float)) and threshold >= 0):
-            raise PrismInputError("threshold must be a number >= 0, got %r" % (threshold,))
-        if not isinstance(clusters, int) or clusters < 2:
-            raise PrismInputError("clusters must be an int >= 2, got %r" % (clusters,))
-        if not isinstance(margin, int) or isinstance(margin, bool) or margin < 0:
-            raise PrismInputError("margin must be an int >= 0, got %r" % (margin,))
-        if split not in SPLITS:
-            raise PrismInputError("split must be one of %s, got %r" % (", ".join(SPLITS), split))
+        check_settings(threshold, clusters, margin, split)
         self.margin, self.split = margin, split
         self.n, self.k, self.num_layers = n, k, num_layers
         self.threshold, self.clusters, self.start_layer = float(threshold), clusters, start_layer
