@@ -144,10 +144,15 @@ def test_fit_learns_a_nonlinear_map_and_refuses_bad_input():
         reranker_exits.fit(x, t[:1200], hidden=0)
 
 
-def test_command_line_refuses_bad_arguments(capsys):
-    for argv in (["--model", "m", "--out", "x", "--questions", "1"], ["--model", "m", "--out", "x", "--hidden", "0"],
-                 ["--out", "x"]):
+def test_command_line_refuses_bad_arguments(tmp_path, capsys):
+    out = str(tmp_path / "exits.safetensors")
+    for argv in (["--model", "m", "--out", out, "--questions", "1"], ["--model", "m", "--out", out, "--hidden", "0"],
+                 ["--out", out], ["--model", "m", "--out", str(tmp_path / "absent" / "x.safetensors")]):
         with pytest.raises(SystemExit) as e:
             reranker_exits.main(argv)
         assert e.value.code == 2
         assert "reranker_exits: error" in capsys.readouterr().err
+    # a model directory that is not there: one line, exit 2, nothing written
+    assert reranker_exits.main(["--model", str(tmp_path / "no-model"), "--out", out]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "does not exist" in err[0] and not (tmp_path / "exits.safetensors").exists()

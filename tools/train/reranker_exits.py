@@ -26,7 +26,7 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from host.prism.bert import BertCrossEncoder  # noqa: E402
+from host.prism.bert import BertCrossEncoder, PrismInputError, PrismModelError  # noqa: E402
 from host.prism.exits import ExitHeads, pooled_states  # noqa: E402
 
 HIDDEN = 128  # GELU units per exit head
@@ -161,7 +161,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = ap.parse_args(argv)
     if args.questions < 2 or args.seeds < 1 or args.hidden < 1:
         ap.error("--questions >= 2, --seeds >= 1 and --hidden >= 1 are needed")
-    heads, record = train(args.model, args.questions, args.seeds, args.hidden)
+    if not args.out.parent.is_dir():  # found out before the minutes of work, not after
+        ap.error("--out: folder %s does not exist" % args.out.parent)
+    try:
+        heads, record = train(args.model, args.questions, args.seeds, args.hidden)
+    except (PrismModelError, PrismInputError) as e:
+        print("reranker_exits: %s" % e, file=sys.stderr)
+        return 2
     heads.save(str(args.out))
     print(json.dumps(record))
     return 0
