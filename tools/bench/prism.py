@@ -131,10 +131,12 @@ class FullVariant:
 
     def __init__(self, model_dir: str, init_head: bool):
         from host.prism.bert import BertCrossEncoder
+        from host.prism.exits import read_exits
 
         self.model = BertCrossEncoder.from_pretrained(model_dir, init_head=init_head, seed=0)
         self.prior = model_prior(model_dir, init_head)
-        self.exits = model_exits(model_dir, init_head)  # its per-layer record scores what PRISM's exits score
+        cfg = self.model.config  # its per-layer record scores what PRISM's exits score (none for a random head)
+        self.exits = None if init_head else read_exits(model_dir, cfg.hidden_size, cfg.num_layers)
 
     def rank(self, question: str, texts: list[str], k: int, pinned: int = 0) -> Outcome:
         import numpy as np
@@ -251,17 +253,6 @@ def model_prior(model_dir: str, init_head: bool):
     from host.prism.engine import read_settings
 
     return None if init_head else read_settings(model_dir).get("prior")
-
-
-def model_exits(model_dir: str, init_head: bool):
-    """The model's exit heads (host/prism/exits.py) from its exits.safetensors; None for a random head or none."""
-    from host.prism.bert import _read_config
-    from host.prism.exits import read_exits
-
-    if init_head:
-        return None
-    cfg = _read_config(model_dir)
-    return read_exits(model_dir, cfg.hidden_size, cfg.num_layers)
 
 
 def timed(variant, q: dict, k: int) -> Outcome:
