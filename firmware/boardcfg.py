@@ -83,6 +83,35 @@ def choose(prof, port="uart", impl=None, virtual=None):
     return "BusioUART" if port == "uart" else "UsbCdcData"
 
 
+def open_bus(prof, bus, impl=None):
+    """(uart adapter, driver-enable pin or None) for an RS-485 bus of the plant description (its compiled
+    entry: [uart, tx, rx, de, baud, parity, stop, timeout_ms, gap_us]). On the virtual board the bus is a
+    pty whose path is in $EDGETWIN_BUS<uart> (`edgetwin vboard --bus <uart>`); on MicroPython a
+    machine.UART with a small receive ring (a Modbus answer is at most 256 bytes) and the DE pin an
+    output driven low (receiving)."""
+    uid, tx, rx, de, baud = bus[0], bus[1], bus[2], bus[3], bus[4]
+    impl = impl or interpreter()
+    if _virtual_uart():
+        import os
+
+        path = os.getenv("EDGETWIN_BUS%d" % uid)
+        if not path:
+            raise BoardConfigError("the virtual board has no UART%d for the RS-485 bus: start it with "
+                                   "`edgetwin vboard --bus %d`" % (uid, uid))
+        return uart.PtyUART(path), None
+    if impl != "micropython" or not _has_module("machine"):
+        raise BoardConfigError("an RS-485 bus needs MicroPython's machine.UART (this is %s)" % impl)
+    import machine
+
+    if uid == prof["uart"]["id"]:
+        raise BoardConfigError("UART%d is the link to the gateway: the RS-485 bus needs another" % uid)
+    u = uart.MachineUART(uid, baud, tx, rx, 512, 0, bus[5], bus[6])
+    pin = None
+    if de >= 0:
+        pin = machine.Pin(de, machine.Pin.OUT, value=0)
+    return u, pin
+
+
 def open_link(prof=None, port="uart", path=PROFILE_PATH, timeout_ms=0, impl=None, virtual=None):
     """Open and return the link adapter for this board (profile read from `path` unless given).
     `impl`/`virtual` override the detected interpreter and $EDGETWIN_UART (for tests)."""

@@ -8,42 +8,9 @@ MicroPython."""
 
 from shared.compat import MASK30, const
 
+from shared.linefmt import put_bytes, put_hex4, put_uint  # noqa: F401 (the node's report lines use them)
+
 LINE_MAX = const(128)
-_HEX = b"0123456789abcdef"
-
-
-def put_uint(buf, j, x):
-    """Write the decimal digits of x >= 0 at buf[j]; returns the offset after them."""
-    if x == 0:
-        buf[j] = 48
-        return j + 1
-    n = 0
-    y = x
-    while y:
-        y //= 10
-        n += 1
-    k = j + n
-    while x:
-        k -= 1
-        buf[k] = 48 + x % 10
-        x //= 10
-    return j + n
-
-
-def put_bytes(buf, j, b):
-    for i in range(len(b)):
-        buf[j + i] = b[i]
-    return j + len(b)
-
-
-def put_hex4(buf, j, src, off):
-    """The 4 bytes src[off..off+3] as 8 hex digits, most significant first (a little-endian u32)."""
-    for i in range(3, -1, -1):
-        v = src[off + i]
-        buf[j] = _HEX[v >> 4]
-        buf[j + 1] = _HEX[v & 15]
-        j += 2
-    return j
 
 
 class LineQueue:

@@ -6,9 +6,9 @@
 It reads /board.json (the profile) and /node.json (optional; keys below), opens the link port
 (firmware/boardcfg.py: PtyUART on the virtual board, machine.UART / busio.UART on a board) and loops:
 
-    sampler.poll   plant ticks due -> readings into versioned slots, log lines into the LineQueue (each
-                   numbered: lseq 1, 2, ... per boot); a full queue moves its oldest line to the flash
-                   spill ring (firmware/spill.py) instead of dropping it
+    sampler.poll   the plant's inputs (or the simulator's ticks) due -> readings into versioned slots, log
+                   lines into the LineQueue (each numbered: lseq 1, 2, ... per boot); a full queue moves its
+                   oldest line to the flash spill ring (firmware/spill.py) instead of dropping it
     link.poll      read, deliver VERDICTs, acks, retransmit, heartbeat, handshake
     logs           spilled lines first, then queued ones -> LOG frames while the link window has room;
                    logging comes first: drafts get the link only when no line is waiting
@@ -26,24 +26,14 @@ node never waits for the gateway: without one it keeps sampling and queueing (li
 go to the spill ring; only when the ring's budget is full do the oldest lines go, counted as dropped)
 and annotates alone (offline tokens, unverified).
 
-/node.json keys (defaults): seed 1, machines 4, sample_every 5 (ticks between sample lines),
-tick_ms 1000 (one plant second), queue 16 (lines), report_ms 2000, model (the profile's model file,
-or a path; null: no drafting), k (profile draft_k), temperature 0, top_k 4, max_len 16 (annotation
-tokens per episode), prompt_max 48 (tokens of the log line in a prompt), offline_ms 4000, run_s 0
-(0: forever), window 8, window_bytes 2048 (the link's retransmit window), stream false (the memory plan's
-layout: false / "resident" holds the layers in RAM, "layer" / "phase" / "matrix" read them from flash at
-every step, true means "phase"; deploy writes the mode `edgetwin plan` chose), out_rows 64 (classifier
-rows per streamed block, from the same plan), tokenizer false (true: prompts are
-shared/episode.py text encoded with the tokenizer the model file carries, read lazily from flash),
-stop_ids [] (token ids that end a note, e.g. the ids holding a newline), spill_bytes -1 (the flash spill
-ring's size: -1 the profile's spill_bytes, 0 none), spill_path "/spill.bin", uid_path "/node.uid" (where
-a board without machine.unique_id() keeps its generated id), episodes 4 (episodes waiting for the
-annotator: firmware/episodes.py; a full queue drops its oldest, ep_dropped in the NODE report), summary_s
-600 (plant seconds between summary episodes, 0: none), faults [] ("MACHINE:FAULT[:SEVERITY[:SIGNAL]][@SECOND]"
-strings: faults injected into the node's plant, the demo's early events). Wall time: the gateway's HELLO and TIME
-frames (docs/NODE.md "Time and identity"); each LOG line carries the wall time it was logged at.
-Every value is checked (RULES
-below; docs/NODE.md): a bad /node.json, or a model that cannot be loaded, makes the node run logs-only and
+/node.json holds the node's settings (firmware/nodecfg.py says every key and its default); /plant.json
+the compiled plant description (docs/PLANT.md): with it the sampler step polls that plant's sources and
+its engine writes the lines (firmware/inputs.py), without it the built-in simulator does
+(firmware/sampler.py). Either way the first line of a boot names the description (`PLANT ... hash=`), so
+the gateway can check it reads the lines against the same one. While the draft model computes, the inputs
+are polled from its step hook between kernels, so they keep their period. Wall time: the gateway's HELLO
+and TIME frames (docs/NODE.md "Time and identity"); each LOG line carries the wall time it was logged at.
+A bad /node.json, /plant.json or model makes the node run logs-only (or without the plant's inputs) and
 say why on the console and to the gateway (main, Node.notice), never stop at boot.
 
 Heap: the big buffers (link, queue) are allocated before the plant simulator's modules are imported,
@@ -51,22 +41,17 @@ so they find contiguous room on a heap that module loading fragments (measured o
 port with the rp2040_pico heap of 196608 B: frame + link + plant bytecode take ~130 KB there).
 """
 import gc
-import json
 import sys
 import time
 
 from firmware.logq import LINE_MAX, LineQueue, put_bytes, put_uint
+from firmware.nodecfg import CONFIG, DEFAULTS, ConfigError, load_config, parse_fault
 from shared import frame, link
 from shared.compat import MASK30, const, ticks_diff, ticks_ms
+from shared.wallclock import WallClock
 
-CONFIG = "/node.json"
 _HOST = sys.implementation.name == "cpython"
 NOTE_MAX = const(192)  # bytes of a boot-time error line sent to the gateway (Node.notice)
-DEFAULTS = {"seed": 1, "machines": 4, "sample_every": 5, "tick_ms": 1000, "queue": 16, "report_ms": 2000,
-            "model": "", "k": 0, "temperature": 0, "top_k": 4, "max_len": 16, "prompt_max": 48,
-            "offline_ms": 4000, "run_s": 0, "window": 8, "window_bytes": 2048, "stream": False, "out_rows": 64,
-            "tokenizer": False, "stop_ids": [], "episodes": 4, "summary_s": 600, "faults": []}
-DEFAULTS.update({"spill_bytes": -1, "spill_path": "/spill.bin", "uid_path": "/node.uid"})  # logging, identity
 
 def _mem():
     gc.collect()
@@ -100,26 +85,23 @@ class Node:
         del once
         self.q.spill = self.spill
         self.boot = self.spill.boot if self.spill is not None else 0
-        from firmware.sampler import Sampler  # after the big buffers: its modules fragment the heap
-
         self.eq = None  # the episodes waiting for the annotator (firmware/episodes.py), with a model only
         if drafter is not None:
             from firmware.episodes import EpisodeQueue
 
             self.eq = EpisodeQueue(c["episodes"], c["summary_s"])
-        faults = sorted((parse_fault(f) for f in c["faults"]), key=lambda f: f[0])
-        self.sampler = Sampler(self.q, c["seed"], c["machines"], c["sample_every"], c["tick_ms"], now, self.spill,
-                               self.eq, faults)
-        if faults:  # names the plant does not know fail now (ValueError: logs-only, saying why), not hours later
-            from shared import plant
-
-            for f in faults:
-                plant.Plant(c["seed"], n_machines=c["machines"]).inject(f[1], f[2], f[3], f[4])
+        self.notes = []  # boot-time error lines (a bad model, /node.json or /plant.json): sent once the link is up
+        self.clock = WallClock(now)  # the lines' timestamps (a described plant's; the simulator keeps its own)
+        self.sampler = self._inputs(prof, c, now)  # after the big buffers: its modules fragment the heap
+        self._cmd = getattr(self.sampler, "command", None)  # a described plant's; the simulator takes none
         self.ann = None
         if drafter is not None:
             from firmware.annotator import Annotator
 
             self.ann = Annotator(drafter, self, vocab, c["prompt_max"], c["offline_ms"], tok)
+            if self.sampler is not None and hasattr(drafter, "model"):
+                # a draft step takes half a second on an RP2040: the inputs are polled between its kernels
+                drafter.model.hook = self._hook
         # types of the data frames in flight, by send order: acks release them in the same order, so
         # the node knows how many of its LOG lines the gateway has (logs_acked; it stored them first)
         self._types = bytearray(64)
@@ -143,14 +125,57 @@ class Node:
         self.w_first = 0  # the tick of the first sync this boot: lines before it are back-dated
         self.syncs = 0
         self._hellos = 0
-        self.notes = []  # boot-time error lines (a bad model or /node.json): sent once the link is up
         self.notes_sent = 0
+
+    def _inputs(self, prof, c, now):
+        """The line producer: the described plant's sources and engine (firmware/inputs.py) when the board
+        has a /plant.json, else the built-in simulator (firmware/sampler.py). A description that cannot be
+        used leaves a node that logs nothing of the plant but says why (None)."""
+        from shared import plantcfg
+
+        try:
+            pc = plantcfg.load(c["plant"], prof)
+        except (plantcfg.PlantConfigError, MemoryError) as e:
+            self._boot_error("NODE plant error: %s; logging no plant inputs" % e)
+            return None
+        if pc is None:
+            from firmware.sampler import Sampler
+
+            faults = sorted((parse_fault(f) for f in c["faults"]), key=lambda f: f[0])
+            s = Sampler(self.q, c["seed"], c["machines"], c["sample_every"], c["tick_ms"], now, self.spill,
+                        self.eq, faults)
+            if faults:  # names the plant does not know fail now (ValueError: logs-only, saying why), not hours later
+                from shared import plant
+
+                for f in faults:
+                    plant.Plant(c["seed"], n_machines=c["machines"]).inject(f[1], f[2], f[3], f[4])
+            s.plant_line(now)
+            return s
+        try:
+            from firmware.inputs import PlantInputs
+
+            s = PlantInputs(self.q, pc, prof, now, self.clock, self.eq)
+        except (ValueError, OSError, MemoryError, ImportError) as e:  # a bus or pin the board cannot open
+            self._boot_error("NODE plant error: %s: %s; logging no plant inputs" % (c["plant"], e))
+            return None
+        s.plant_line(now)
+        return s
+
+    def _boot_error(self, text):
+        print(text)
+        self.notice(text)
+
+    def _hook(self):
+        # the model's step hook (shared/llama.py): poll the inputs between the draft step's kernels
+        self.sampler.poll(ticks_ms())
 
     # ---- link callbacks (called from lk.poll, allocation-free) ----
 
     def on_frame(self, t, buf, off, n):
         if t == frame.VERDICT and self.ann is not None:
             self.ann.on_verdict(buf, off, n)
+        elif t == frame.CMD and self._cmd is not None:  # an operator's alarm command: the plant's engine logs it
+            self._cmd(buf, off, n, self.lk.now)
         elif t == frame.TIME:
             self._sync(frame.u16(buf, off + frame.TM_DAY), frame.u32s(buf, off + frame.TM_MS), self.lk.now)
 
@@ -162,6 +187,7 @@ class Node:
         if not self.w_ok:
             self.w_ok = True
             self.w_first = tick
+        self.clock.set(day, ms, tick)
         self.w_day = day
         self.w_ms = ms
         self.w_tick = tick
@@ -329,7 +355,8 @@ class Node:
         return self.send(frame.LOG, body, j + len(text))
 
     def step(self, now):
-        self.sampler.poll(now)
+        if self.sampler is not None:
+            self.sampler.poll(now)
         self.lk.poll(now)
         lk = self.lk
         if lk.hellos_in != self._hellos:  # a HELLO from the gateway: its wall time, if it sent one
@@ -364,142 +391,6 @@ class Node:
                 return
             if self.ann is None and idle is not None:
                 idle(1)  # logs only: nothing to compute between ticks
-
-
-class ConfigError(ValueError):
-    """A bad /node.json: one line naming the file and the key."""
-
-
-# key -> (kind, low, high): "int" (not bool), "num" (int or float, finite), "bool", "model" (str or null),
-# "pow2" (an int power of two), "ids" (a list of at most `high` ints in 0..0xFFFFFF). Keys of DEFAULTS
-# without a rule are checked against the type of their default (an int or a number >= 0, a bool, a str or null).
-RULES = {"seed": ("int", 0, 0xFFFFFFFF), "machines": ("int", 1, 16), "sample_every": ("int", 1, 3600),
-         "tick_ms": ("int", 1, 3600000), "queue": ("int", 1, 256), "report_ms": ("int", 1, 86400000),
-         "model": ("model", 0, 0), "k": ("int", 0, 32), "temperature": ("num", 0, 10), "top_k": ("int", 1, 16),
-         "max_len": ("int", 1, 4096), "prompt_max": ("int", 1, 4096), "offline_ms": ("int", 0, 86400000),
-         "run_s": ("int", 0, 500000), "window": ("pow2", 1, 64), "window_bytes": ("int", 64, 0xFFFF),
-         "stream": ("stream", 0, 0), "out_rows": ("int", 1, 4096), "spill_bytes": ("int", -1, 0x3FFFFFFF),
-         "spill_path": ("path", 0, 0), "uid_path": ("path", 0, 0), "tokenizer": ("bool", 0, 0),
-         "stop_ids": ("ids", 0, 16),
-         "episodes": ("int", 1, 64), "summary_s": ("int", 0, 86400), "faults": ("faults", 0, 8)}
-STREAM_MODES = ("resident", "layer", "phase", "matrix")  # shared/memplan.MODES, without importing the planner
-CONFIG_MAX = const(4096)  # bytes: a longer /node.json is refused before it is parsed
-
-
-def _show(v):
-    r = repr(v)
-    return r if len(r) <= 40 else r[:37] + "..."
-
-
-def _is_int(v):
-    return type(v) is int  # bool is not an int here
-
-
-def check_value(path, key, v):
-    """v if it is a valid value of /node.json key `key`, else ConfigError naming the file and the key."""
-    rule = RULES.get(key)
-    if rule is None:
-        d = DEFAULTS[key]
-        rule = ("bool", 0, 0) if d is True or d is False else ("model", 0, 0) if d is None or type(d) is str \
-            else ("num", 0, 0x3FFFFFFF) if type(d) is float else ("int", 0, 0x3FFFFFFF)
-    kind, lo, hi = rule
-    if kind == "int" or kind == "pow2":
-        if _is_int(v) and lo <= v <= hi and (kind == "int" or not v & (v - 1)):
-            return v
-        want = "an int in %d..%d" % (lo, hi) if kind == "int" else "a power of two in %d..%d" % (lo, hi)
-    elif kind == "num":
-        if (_is_int(v) or type(v) is float) and v == v and lo <= v <= hi:
-            return v
-        want = "a number in %d..%d" % (lo, hi)
-    elif kind == "bool":
-        if v is True or v is False:
-            return v
-        want = "true or false"
-    elif kind == "stream":  # the memory plan's layout (shared/memplan.MODES), or true ("phase") / false
-        if v is True or v is False or v in STREAM_MODES:
-            return v
-        want = "true, false or one of %s" % ", ".join(STREAM_MODES)
-    elif kind == "path":
-        if type(v) is str and 0 < len(v) <= 128:
-            return v
-        want = "a file path of 1..128 characters"
-    elif kind == "model":
-        if v is None or (type(v) is str and len(v) <= 128):
-            return v
-        want = "a file path (at most 128 characters) or null"
-    elif kind == "faults":  # a list of "MACHINE:FAULT[:SEVERITY[:SIGNAL]][@SECOND]" (gen_logs --inject's form)
-        if type(v) is list and len(v) <= hi:
-            for t in v:
-                try:
-                    parse_fault(t)
-                except ValueError:
-                    break
-            else:
-                return v
-        want = "a list of at most %d faults like \"P-101:bearing_wear:3@600\"" % hi
-    else:  # ids
-        if type(v) is list and len(v) <= hi:
-            for t in v:
-                if not _is_int(t) or t < 0 or t > 0xFFFFFF:
-                    break
-            else:
-                return v
-        want = "a list of at most %d token ids (ints in 0..16777215)" % hi
-    raise ConfigError("%s: key '%s' must be %s, got %s" % (path, key, want, _show(v)))
-
-
-def parse_fault(text):
-    """"MACHINE:FAULT[:SEVERITY[:SIGNAL]][@SECOND]" -> (second, machine, fault, severity, signal), or
-    ValueError. Names are checked by the plant when the sampler starts (shared/plant.py inject)."""
-    if type(text) is not str or not 0 < len(text) <= 64:
-        raise ValueError("a fault must be a string of 1..64 characters")
-    at = 0
-    spec = text
-    k = text.find("@")
-    if k >= 0:
-        spec = text[:k]
-        when = text[k + 1:]
-        if not when.isdigit() or len(when) > 6:
-            raise ValueError("fault %s: the second after @ must be a whole number" % text)
-        at = int(when)
-    parts = spec.split(":")
-    if not 2 <= len(parts) <= 4 or not all(parts):
-        raise ValueError("fault %s: expected MACHINE:FAULT[:SEVERITY[:SIGNAL]][@SECOND]" % text)
-    sev = 3
-    if len(parts) >= 3:
-        if not parts[2].isdigit() or not 1 <= int(parts[2]) <= 5:
-            raise ValueError("fault %s: severity must be 1..5" % text)
-        sev = int(parts[2])
-    return at, parts[0], parts[1], sev, parts[3] if len(parts) == 4 else None
-
-
-def parse_config(text, path=CONFIG):
-    """The checked settings of a /node.json text (a dict of the keys it gives), or ConfigError."""
-    if len(text) > CONFIG_MAX:
-        raise ConfigError("%s: %d bytes, at most %d" % (path, len(text), CONFIG_MAX))
-    try:
-        cfg = json.loads(text)
-    except Exception:  # ValueError; MicroPython: also RuntimeError (nesting), MemoryError
-        raise ConfigError("%s is not valid JSON" % path)
-    if not isinstance(cfg, dict):
-        raise ConfigError("%s must hold a JSON object" % path)
-    for key in cfg:
-        if key not in DEFAULTS:
-            raise ConfigError("%s: unknown key %s (known: %s)" % (path, _show(key), ", ".join(sorted(DEFAULTS))))
-        check_value(path, key, cfg[key])
-    return cfg
-
-
-def load_config(path=CONFIG):
-    """parse_config of the file at path; {} when there is none (every key at its default)."""
-    try:
-        with open(path) as f:
-            text = f.read(CONFIG_MAX + 1)
-    except OSError:
-        return {}
-    except Exception:  # UnicodeError (CPython), bytes that are not UTF-8
-        raise ConfigError("%s is not UTF-8 text" % path)
-    return parse_config(text, path)
 
 
 def make_drafter(prof, cfg):

@@ -10,10 +10,13 @@
 - with an annotator, hands them to its EpisodeQueue too (firmware/episodes.py: the ticks that are episodes);
 - injects /node.json's `faults` at their plant second (the demo's early events).
 
-Where it runs: on MicroPython with machine.Timer (RP2040, ESP32) a timer IRQ only counts due ticks
-(`due` is an int attribute: allocation-free, IRQ-safe), and the main loop runs them; on the unix port
-(the virtual board) and CircuitPython the main loop checks the clock (`poll(now)`). Either way the work
-happens in the main loop, never in the IRQ, so plant.step() needs no lock. Allocation-free per tick."""
+Where it runs: the main loop checks the clock (`poll(now)`), and while the draft model computes so does
+the model's step hook between its kernels (firmware/node.py), so no tick waits for a whole draft step;
+the work never runs in an IRQ, so plant.step() needs no lock. Allocation-free per tick.
+
+The first line of a boot names the simulator's description (`PLANT name=simulator hash=...`: its hash is
+shared/plant_catalogue.DESCRIPTION_HASH, the hash of shared/plant_sim.json), as a described plant's node
+names its own (firmware/inputs.py)."""
 from array import array
 
 from shared import plant, seqlock
@@ -43,41 +46,40 @@ class Sampler:
         self.scratch = bytearray(LINE_MAX)
         self.tick_ms = tick_ms
         self.next_at = now
-        self.due = 0  # ticks counted by a timer IRQ (where there is one)
         self.ticks = 0
-        self.timer = None
         self.faults = list(faults)  # (tick, machine, fault, severity, signal) by tick: node.parse_fault, checked
         self.fault_errors = 0
 
-    def start_timer(self):
-        # MicroPython boards: a periodic timer counts due ticks; False where there is none (unix port)
-        try:
-            from machine import Timer
-        except ImportError:
-            return False
-        try:
-            self.timer = Timer(-1)
-            self.timer.init(period=self.tick_ms, mode=Timer.PERIODIC, callback=self._irq)
-        except (ValueError, OSError, TypeError):
-            self.timer = None
-            return False
-        return True
+    def plant_line(self, now):
+        """The boot line naming the simulator's description, at the plant's clock (boot time: allocates)."""
+        from shared.plant_catalogue import DESCRIPTION_HASH
 
-    def _irq(self, _t):
-        self.due += 1
+        p = self.plant
+        text = "%s PLANT name=simulator hash=%s machines=%d signals=%d" % (
+            plant.iso(p.epoch_s(p.tick if p.tick >= 0 else 0)), DESCRIPTION_HASH, p.n, self.n_signals())
+        off = self.q.slot()
+        b = text.encode()
+        for j in range(len(b)):
+            self.q.buf[off + j] = b[j]
+        self.q.put(len(b), 1, now)
+
+    def n_signals(self):
+        from shared.plant_catalogue import KEY
+
+        n = 0
+        for m in range(self.plant.n):
+            for ch in range(plant.NCH):
+                if KEY[self.plant.kind[m] * plant.NCH + ch] is not None:
+                    n += 1
+        return n
 
     def poll(self, now):
         """Run the ticks that are due; returns how many ran (at most 4 per call: catch up gradually)."""
         ran = 0
         while ran < 4:
-            if self.timer is not None:
-                if not self.due:
-                    break
-                self.due -= 1
-            elif ticks_diff(now, self.next_at) < 0:
+            if ticks_diff(now, self.next_at) < 0:
                 break
-            else:
-                self.next_at = (self.next_at + self.tick_ms) & MASK30
+            self.next_at = (self.next_at + self.tick_ms) & MASK30
             self.tick(now)
             ran += 1
         return ran

@@ -39,15 +39,20 @@ class MachineUART:
     """MicroPython machine.UART: Raspberry Pi Pico (RP2040) UART0 on GP0/GP1, ESP32-S3 UART1 on
     GPIO17/18. `rxbuf` sizes the driver's receive ring (the ESP32 hardware FIFO is only 128 B, the
     RP2040's 32 B): at 115200 baud 1 KB is ~90 ms of traffic the application may fall behind by.
-    timeout=0: reads return at once; the real readinto then returns None when nothing came."""
+    timeout=0: reads return at once; the real readinto then returns None when nothing came. parity 0 none,
+    1 even, 2 odd and stop 1 or 2 (an RS-485 Modbus bus: 8E1 by the standard)."""
 
-    def __init__(self, uart_id, baud, tx=-1, rx=-1, rxbuf=1024, timeout_ms=0):
+    def __init__(self, uart_id, baud, tx=-1, rx=-1, rxbuf=1024, timeout_ms=0, parity=0, stop=1):
         import machine  # imported here so tests can put a fake in sys.modules first
 
         if not hasattr(machine, "UART"):
             raise HalError("this port's machine module has no UART (unix port?): use PtyUART on the "
                            "virtual board or run on a board")
         kw = {"baudrate": baud, "rxbuf": rxbuf, "timeout": timeout_ms}
+        if parity or stop != 1:  # machine.UART: parity None, 0 (even) or 1 (odd)
+            kw["bits"] = 8
+            kw["parity"] = None if not parity else parity - 1
+            kw["stop"] = stop
         if tx >= 0:
             kw["tx"] = machine.Pin(tx)
         if rx >= 0:
@@ -67,6 +72,11 @@ class MachineUART:
 
     def any(self):
         return self._u.any()
+
+    def flush(self):
+        """Wait until every byte written has left the transmitter (machine.UART.flush; on the RP2040 the
+        last stop bit included): the Modbus master drops RS-485 driver-enable after it."""
+        self._u.flush()
 
     def close(self):
         self._u.deinit()

@@ -8,10 +8,10 @@ windows as [n], and the windows it cited are listed with their node and time spa
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
+from host.cliargs import check_store
 from host.errors import UserError
 
 PROMPT_BUDGET = 360  # host.qa.PROMPT_BUDGET (not imported here: `edgetwin --help` stays light)
@@ -21,7 +21,7 @@ DEFAULT_DB = "edgetwin.db"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("question", help='the question, e.g. "why did P-101 trip?"; - reads it from stdin')
+    p.add_argument("question", help='the question, e.g. "why did pump 1 trip?"; - reads it from stdin')
     p.add_argument("--db", default=DEFAULT_DB, help="the gateway's log store (default %s)" % DEFAULT_DB)
     p.add_argument("--k", type=int, default=3, help="log windows given to the target model (default 3)")
     p.add_argument("--candidates", type=int, default=CANDIDATES,
@@ -39,22 +39,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "nearest its hit)" % PROMPT_BUDGET)
     p.add_argument("--no-answer", action="store_true", help="only rank and list the windows (no target model)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-
-
-def check_store(db: Path) -> None:
-    """UserError unless `db` is a readable log store (what --db of `ask` and `edgetwin ui` must name)."""
-    if db.is_dir():
-        raise UserError("--db %s is a directory, not a log store (give the gateway's --db file)" % db)
-    if not db.is_file():
-        raise UserError("log store %s does not exist (give the gateway's --db file)" % db)
-    if not os.access(db, os.R_OK):
-        raise UserError("--db %s: not readable (permission denied)" % db)
-    from host.store import LogStore, StoreError
-
-    try:  # a file that is not a log store is refused here, not by a traceback later
-        LogStore(db, readonly=True).close()
-    except StoreError as e:
-        raise UserError(str(e)) from None
 
 
 def _reranker_dir(arg: str | None) -> str:

@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _check(args: argparse.Namespace) -> "tuple[MqttConfig, list[str], str, int]":
     """(MqttConfig, topic filters, client id, expiry) from the options; UserError for a bad one."""
     from host import mqtt_topics
-    from host.cmd_gateway import check_out_path
+    from host.cliargs import check_out_path
     from host.fleet import default_client_id
 
     if args.mqtt is None:

@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from host.cliargs import check_out_path
 from host.errors import UserError
 
 HELP = "run the gateway: one session per serial port, logs into SQLite, drafts verified in batches"
@@ -49,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     u.add_argument("--ui", action="store_true",
                    help="serve the dashboard beside the gateway: nodes, machines' plots, annotations, questions; "
                         "on 127.0.0.1 only unless told otherwise (its address is printed)")
-    from host.cmd_ui import add_ask_arguments
+    from host.cliargs import add_ask_arguments
     from host.ui import serve
 
     serve.add_arguments(u)
@@ -86,16 +87,6 @@ def _split(spec: str) -> tuple[str | None, str]:
         if name and port:
             return name, port
     return None, spec
-
-
-def check_out_path(opt: str, path: Path) -> None:
-    """A file the gateway writes: an existing file, or a new one in an existing directory (none is created)."""
-    if path.exists() and not path.is_file():
-        raise UserError("%s %s: not a file" % (opt, path))
-    if not path.parent.is_dir():
-        raise UserError("%s %s: directory %s does not exist (create it first)" % (opt, path, path.parent))
-    if not os.access(path if path.exists() else path.parent, os.W_OK):
-        raise UserError("%s %s: not writable" % (opt, path))
 
 
 def _mqtt_config(args: argparse.Namespace):
@@ -264,7 +255,7 @@ def _run(args: argparse.Namespace, ports: list[str], names: list[str], db: Path,
 
 def _ui_bind(args: argparse.Namespace) -> dict | None:
     """The dashboard's bind settings with --ui (host/ui/serve.check), None without; UserError for a bad one."""
-    from host.cmd_ui import check_target
+    from host.cliargs import check_target
     from host.ui import serve
 
     if not args.ui:

@@ -19,15 +19,8 @@ from host.errors import UserError
 HELP = "serve the dashboard on a log store: nodes, machines' plots, annotations, operator questions (127.0.0.1)"
 
 
-def add_ask_arguments(g, opt: str = "--") -> None:
-    """The question box's models (`edgetwin ask`'s --target and --reranker)."""
-    g.add_argument(opt + "target", default="domain", metavar="TARGET",
-                   help="the model that answers questions: domain (default), stock or a GGUF file (as `edgetwin ask`)")
-    g.add_argument(opt + "reranker", default=None, metavar="DIR",
-                   help="the reranker directory (default: the shipped one)")
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from host.cliargs import add_ask_arguments
     from host.ui import serve
 
     p.add_argument("--db", default="edgetwin.db", help="the gateway's log store (default edgetwin.db)")
@@ -54,19 +47,8 @@ def status_reader(path: Path | None):
     return read
 
 
-def check_target(opt: str, target: str) -> None:
-    """The target choice `ask` will load (host/target_delta.choose, its one rule), checked before the server
-    starts: a missing file or model is the operator's one line now, not an error in the question box later."""
-    from host import target_delta
-
-    try:
-        target_delta.choose(target)
-    except OSError as e:  # ModelNotInstalled is a FileNotFoundError
-        raise UserError("%s %s: %s" % (opt, target, e)) from None
-
-
 def run(args: argparse.Namespace) -> int:
-    from host.cmd_ask import check_store
+    from host.cliargs import check_store, check_target
     from host.ui import asking, serve
 
     bind = serve.check(args)

@@ -50,16 +50,26 @@ class Gateway:
     def __init__(self, ports: list[str], db: str | Path, baud: int = 115200, names: list[str] | None = None,
                  spec_factory: Callable | None = None, verify: Callable[[list], None] | None = None,
                  status_path: str | Path | None = None, status_s: float = 0.5, tick_s: float = 0.002,
-                 out=None, status_every: float = 30.0, peer_timeout_s: float = 3.5, publisher=None) -> None:
+                 out=None, status_every: float = 30.0, peer_timeout_s: float = 3.5, publisher=None,
+                 plants: list | None = None) -> None:
         if not ports:
             raise ValueError("at least one --port is needed")
         if len(set(ports)) != len(ports):
             raise ValueError("a port is given twice: %s" % ", ".join(sorted(p for p in ports if ports.count(p) > 1)))
         self.store = LogStore(db)
-        names = names or [None] * len(ports)  # type: ignore[list-item]
+        names = list(names or [None] * len(ports))  # type: ignore[list-item]
+        plants = list(plants or [None] * len(ports))
+        if len(plants) == 1 and len(ports) > 1:
+            plants *= len(ports)
+        if len(plants) != len(ports):
+            raise ValueError("%d plant descriptions for %d ports" % (len(plants), len(ports)))
+        for i, d in enumerate(plants):  # a node is named by its description when only it runs that plant
+            if names[i] is None and d is not None and not d.simulator and plants.count(d) == 1:
+                names[i] = d.name
         self.sessions = [Session(p, self.store, name=n, baud=baud, spec_factory=spec_factory,
-                                 peer_timeout_s=peer_timeout_s)
-                         for p, n in zip(ports, names)]
+                                 peer_timeout_s=peer_timeout_s, plant=d)
+                         for p, n, d in zip(ports, names, plants)]
+        self._plant_said = [""] * len(self.sessions)
         self.node_errors: dict[str, list[str]] = {}  # per node: its "NODE ... error: ..." lines (printed)
         for s in self.sessions:
             self._watch_errors(s)
@@ -110,8 +120,12 @@ class Gateway:
         self._stop = True
 
     def round(self) -> None:
-        for s in self.sessions:
+        for i, s in enumerate(self.sessions):
             s.poll()
+            if s.plant_mismatch != self._plant_said[i]:  # said once per change, in one line
+                self._plant_said[i] = s.plant_mismatch
+                if s.plant_mismatch:
+                    print("edgetwin gateway: node %s %s" % (s.name, s.plant_mismatch), flush=True)
         if self.verify is not None:
             streams = [s for s in self.sessions if s.spec is not None]
             if streams:

@@ -103,7 +103,13 @@ class Publisher:
 
     def _row_payload(self, source: str, kind: str, row: dict) -> bytes:
         assert self.outbox is not None
-        return row_payload(self.outbox.store_id, self.config.gateway, source, kind, row)
+        desc = None
+        if source == "logs":
+            try:
+                desc = self.outbox.plant(row.get("plant"))  # the description the line was stored with
+            except (OSError, ValueError):  # the simulator's own description missing or broken: the line's fields
+                pass
+        return row_payload(self.outbox.store_id, self.config.gateway, source, kind, row, desc)
 
     # ---- the paho client (its callbacks run in paho's thread: they only queue) ----
 

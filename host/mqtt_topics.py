@@ -18,7 +18,8 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 
-from host.plantlines import ALARM_VERBS, REPORT, is_trip, report_pairs
+from host import plantlines
+from host.plantlines import REPORT, report_pairs
 
 PAYLOAD_VERSION = 1
 PASSWORD_ENV = "EDGETWIN_MQTT_PASSWORD"
@@ -174,23 +175,48 @@ def classify(text: str) -> str | None:
     """What a stored log line is for MQTT: 'alarm', 'trip', 'health' (the node's NODE lines), or None."""
     if text.startswith("NODE "):
         return "health"
-    f = text.split()
-    if len(f) >= 8 and f[1] in ALARM_VERBS:
+    line = plantlines.parse(text)
+    if line is None:
+        return None
+    if line.kind == "alarm":
         return "alarm"
-    if is_trip(f):
-        return "trip"
-    return None
+    return "trip" if line.is_trip else None
 
 
-def _line_fields(kind: str, text: str) -> dict:
-    """The line's own fields by the plant's grammar (docs/PLANT.md), beside its text."""
-    f = text.split()
+def _line_fields(kind: str, text: str, desc=None) -> dict:
+    """The line's own fields by the log grammar (docs/PLANT.md, host/plantlines.py), beside its text, and
+    what the plant's description (a host.plantdesc.PlantDesc, None when unknown) says of the alarm point: its
+    signal's key, its limit, the interlock's point for a trip."""
+    line = plantlines.parse(text)
+    if line is None or kind not in ("alarm", "trip"):
+        return {}
+    m = desc.machine(line.machine) if desc is not None else None
+    out: dict = {"machine": line.machine}
+    if desc is not None:
+        out["plant"] = desc.name
+    if m is not None:
+        out["machine_kind"] = m.kind
     if kind == "alarm":
-        return {"machine": f[3], "verb": f[1], "alarm_level": f[2], "tag": f[4], "value": f[5],
-                "priority": int(f[6][5:]) if f[6][5:].isdigit() else None, "state": f[7]}
-    if kind == "trip":
-        return {"machine": f[2], "transition": f[3], "cause": f[4].split("=", 1)[-1]}
-    return {}
+        out.update({"verb": line.verb, "alarm_level": line.level, "tag": line.tag,
+                    "value": text.split()[5],  # as the line writes it ("7.4mm/s", "?")
+                    "number": line.value, "unit": line.unit, "priority": line.prio, "state": line.astate})
+        out.update(line.extras)  # by=, why=
+        s = m.signal(line.tag) if m is not None else None
+        if s is not None:
+            out.update({"signal": s.key, "unit": s.unit})
+            point = s.alarm(line.level)
+            if point is not None:
+                out["limit"] = point.limit
+        return out
+    out.update({"transition": "%s->%s" % (line.from_state, line.to_state), "cause": line.cause.split("=", 1)[1],
+                "interlock": line.interlock})
+    for s in m.signals if m is not None and line.interlock else ():
+        point = next((a for a in s.alarms if a.interlock == line.interlock), None)
+        if point is not None:  # the alarm point the interlock stands for
+            out.update({"tag": s.tag, "signal": s.key, "unit": s.unit, "alarm_level": point.level,
+                        "limit": point.limit, "priority": point.priority})
+            break
+    return out
 
 
 def health_fields(text: str) -> dict:
@@ -210,8 +236,9 @@ def gateway_status(gateway: str, since_ms: int, online: bool, reason: str) -> by
     return json.dumps(body).encode()
 
 
-def row_payload(store_id: str, gateway: str, source: str, kind: str, row: dict) -> bytes:
-    """An event: an annotation row, or an alarm or trip line with its fields, keyed by its row in the store."""
+def row_payload(store_id: str, gateway: str, source: str, kind: str, row: dict, desc=None) -> bytes:
+    """An event: an annotation row, or an alarm or trip line with its fields, keyed by its row in the store.
+    desc: the description the line was stored with (host/store.read_plant), for its unit, limit and priority."""
     body = {"v": PAYLOAD_VERSION, "kind": kind, "key": "%s/%s/%d" % (store_id, source, row["id"]), "store": store_id,
             "table": source, "id": row["id"], "gateway": gateway, "node": row["node"]}
     if source == "annotations":
@@ -221,5 +248,5 @@ def row_payload(store_id: str, gateway: str, source: str, kind: str, row: dict) 
     else:
         body.update({"wall_ms": row["wall_ms"], "time": _iso(row["wall_ms"]), "level": row["level"],
                      "text": row["text"], "epoch": row["epoch"], "seq": row["seq"]})
-        body.update(_line_fields(kind, row["text"]))
+        body.update(_line_fields(kind, row["text"], desc))
     return json.dumps(body).encode()

@@ -18,15 +18,17 @@ answer ends at its first blank line, an end-of-turn token or max_tokens, and dec
 token per forward after the prefill).
 
 Words (host/logwords.py): the question is searched in the log's own words as well ("acknowledged" is ACK,
-"pump 1" is P-101, "overheating" is temp), and the lines of the machines and the minutes it names rank first.
+"pump 1" is the plant's first pump, "discharge pressure" its tag's "discharge press"), and the lines of the
+machines and the minutes it names rank first. What the plant's words mean comes from the descriptions of the
+lines in the store (vocabulary(): each node's own, the built-in simulator's for lines that name none).
 
-Record: "when was the HI vibration alarm on CV-401 acknowledged?" and "when did M-201 start running hot?"
-are answered by one line the alarm's lifecycle finds (its ACK or CLEAR after its raise; the machine's first
-raise of the alarms its fault raises first, logwords.FAULT_TAGS) better than words do; retrieve() puts that
-window first (Retrieval.pinned) and rerank() keeps it. When the record proves there is no such line (M-201
-never raised a temperature alarm; P-102 never tripped), that is the answer (Retrieval.answer: "Nothing of
-the kind in the log since ..."), given without the target: three windows cannot show an absence, and the
-target, shown another alarm of the machine, took it for the fault.
+Record: "when was the HI alarm on AHU-1 acknowledged?" and "when did P-1 start running hot?" are answered by
+one line the alarm's lifecycle finds (its ACK or CLEAR after its raise; the machine's first raise of the
+signals the question names by their words) better than words do; retrieve() puts that window first
+(Retrieval.pinned) and rerank() keeps it. When the record proves there is no such line (P-1 never raised a
+bearing temperature alarm; AHU-2 never tripped), that is the answer (Retrieval.answer: "Nothing of the kind
+in the log since ..."), given without the target: three windows cannot show an absence, and the target,
+shown another alarm of the machine, took it for the fault.
 
 Fallback: when no log line holds the question's words (nothing has tripped yet, a word the logs never use),
 retrieve() returns the most recent alarm/state windows instead (or the most recent lines, if there are no
@@ -106,12 +108,42 @@ def _open_store(store_path: str | Path, question: str):
         raise QAError(str(e)) from None
 
 
-def _windows(store, question: str, limit: int, lines: int) -> list:
+def descriptions(store) -> list:
+    """The descriptions of the lines the store holds (host/plantdesc.PlantDesc): every one it keeps, and those
+    each node's first and latest lines name (LogStore.plant: a line that names none, as every line of a node
+    without a description and of a store made before descriptions, is the built-in simulator's)."""
+    kept = store.plants()
+    named: list = []
+    with store._lock:  # noqa: SLF001 (a read of the store's own connection)
+        db = store._db  # noqa: SLF001
+        if "plant" not in {r[1] for r in db.execute("PRAGMA table_info(logs)").fetchall()}:
+            named.append(None)
+        else:
+            for (nid,) in db.execute("SELECT id FROM nodes").fetchall():
+                for o in ("ASC", "DESC"):  # one index seek each (logs_node_time), not a scan of the lines
+                    row = db.execute("SELECT plant FROM logs WHERE node=? ORDER BY wall_ms %s, id %s LIMIT 1"
+                                     % (o, o), (nid,)).fetchone()
+                    if row is not None and row[0] not in named and row[0] not in kept:
+                        named.append(row[0])
+    if not kept and not named:
+        named.append(None)  # no line yet: the simulator's words
+    out = [store.plant(h) for h in sorted(named, key=lambda h: h or "")] + list(kept.values())
+    return list({d.hash: d for d in out if d is not None}.values())
+
+
+def vocabulary(store):
+    """What the words of a question mean in the plants of the store's lines (host/logwords.Vocabulary)."""
+    from host import logwords
+
+    return logwords.Vocabulary.of(descriptions(store))
+
+
+def _windows(store, question: str, limit: int, lines: int, vocab) -> list:
     """The store's windows for the question in the log's words, its machines and minutes first (host/logwords)."""
     from host import logwords
 
-    return store.windows(logwords.expand(question), limit=limit, lines=lines, minutes=logwords.minutes(question),
-                         machines=logwords.named_ids(question))
+    return store.windows(logwords.expand(question, vocab), limit=limit, lines=lines,
+                         minutes=logwords.minutes(question), machines=logwords.named_ids(question, vocab))
 
 
 def candidates(store_path: str | Path, question: str, limit: int = 20, lines: int = 8) -> list:
@@ -120,7 +152,7 @@ def candidates(store_path: str | Path, question: str, limit: int = 20, lines: in
 
     store = _open_store(store_path, question)
     try:
-        return _windows(store, question, limit, lines)
+        return _windows(store, question, limit, lines, vocabulary(store))
     except StoreError as e:
         raise QAError(str(e)) from None
     finally:
@@ -138,6 +170,7 @@ class Retrieval:
     labels: dict
     pinned: int = 0  # the first `pinned` windows were found by an alarm's own record: rerank always keeps them
     answer: str = ""  # the plant's record answers it already (no such trip or fault alarm): no target needed
+    vocab: object = None  # the words of the plants searched (host/logwords.Vocabulary): fit_sources reads them
 
 
 _PORTLIKE = re.compile(r"^(/|[A-Za-z][A-Za-z0-9+.-]*://|COM\d+$)")
@@ -182,16 +215,17 @@ def _recent_lines(store, limit: int, lines: int) -> list:
     return out[:limit]
 
 
-def _with_sole_ids(store, question: str) -> str:
-    """The question with "the motor" read as the store's one motor, where its log names only one."""
+def _with_sole_ids(store, question: str, vocab) -> str:
+    """The question with "the silo" read as the store's one silo, where its log names only one of the silos
+    of the plants' descriptions."""
     from host import logwords
 
     sole = {}
-    for prefix in logwords.unnamed_kinds(question):
-        ids = store.machines(prefix)
+    for kind in logwords.unnamed_kinds(question, vocab):
+        ids = store.machines(list(vocab.kinds[kind]))
         if len(ids) == 1:
-            sole[prefix] = ids[0]
-    return logwords.with_sole_ids(question, sole) if sole else question
+            sole[kind] = ids[0]
+    return logwords.with_sole_ids(question, sole, vocab) if sole else question
 
 
 def _nothing(store, machine: str, what: str) -> str:
@@ -203,30 +237,29 @@ def _nothing(store, machine: str, what: str) -> str:
         fmt_ms(since, time_only=True)[:5], fmt_ms(since)[:10], what)
 
 
-def _by_record(store, question: str, lines: int):
+def _by_record(store, question: str, lines: int, vocab):
     """(the window of the line that answers by the plant's record, what it is, "") or (None, what, the answer)
     when the record proves that nothing of the kind happened, or None: the ACK or CLEAR line of the one alarm
     the question names (logwords.alarm_follow -> LogStore.alarm_follow); for "when did it start ...", the first
-    alarm the machine raised of those its fault raises first (logwords.onset -> LogStore.first_raise), and
-    none of them ever raised is the answer; for "why did P-101 trip?", no trip of it ever logged is."""
+    alarm the machine raised of the signals the question names (logwords.onset -> LogStore.first_raise), and
+    none of them ever raised is the answer; for "why did P-1 trip?", no trip of it ever logged is."""
     from host import logwords
 
-    f = logwords.alarm_follow(question)
+    f = logwords.alarm_follow(question, vocab)
     if f is not None:
         w = store.alarm_follow(f["machine"], f["verb"], f["level"], f["words"], f["minute"], lines=lines)
         return None if w is None else (w, "the alarm's %s line" % f["verb"], "")
-    f = logwords.onset(question)
+    f = logwords.onset(question, vocab)
     if f is not None:
         m = f["machine"]
         w = store.first_raise(m, f["words"], lines=lines, tags=f["tags"])
         if w is not None:
             return w, "%s's first alarm" % m, ""
-        if f["fault"] is None:
+        if f["tags"] is None:
             return None
-        what = "%s raised no %s alarm, the first sign of %s" % (m, logwords.FAULT_SIGNS[f["fault"]],
-                                                                  logwords.FAULT_WORDS[f["fault"]])
-        return None, "no %s alarm of %s" % (logwords.FAULT_SIGNS[f["fault"]], m), _nothing(store, m, what)
-    m = logwords.trip(question)
+        signals = " or ".join(f["signals"])  # in the description's words, as the operator knows them
+        return None, "no %s alarm of %s" % (signals, m), _nothing(store, m, "%s raised no %s alarm" % (m, signals))
+    m = logwords.trip(question, vocab)
     if m is not None and not store.tripped(m):
         return None, "no trip of %s" % m, _nothing(store, m, "no trip of %s" % m)
     return None
@@ -239,32 +272,33 @@ def retrieve(store_path: str | Path, question: str, limit: int = 20, lines: int 
     store = _open_store(store_path, question)
     try:
         labels = node_labels(store)
-        question = _with_sole_ids(store, question)
-        found = _windows(store, question, limit, lines)
-        record = _by_record(store, question, lines)
+        vocab = vocabulary(store)
+        question = _with_sole_ids(store, question, vocab)
+        found = _windows(store, question, limit, lines, vocab)
+        record = _by_record(store, question, lines, vocab)
         if record is not None and record[0] is None:
             _, what, answer = record
             how = "the plant's record answers it: %s" % what
             if found:
-                return Retrieval(found, True, how, labels, answer=answer)
-            return Retrieval(_recent_lines(store, limit, lines), False, how, labels, answer=answer)
+                return Retrieval(found, True, how, labels, answer=answer, vocab=vocab)
+            return Retrieval(_recent_lines(store, limit, lines), False, how, labels, answer=answer, vocab=vocab)
         if record is not None:
             w0, what, _ = record
             # windows overlapping it would repeat its lines in the prompt's budget
             found = [w0] + [w for w in found if not (w.node == w0.node and w.first_id <= w0.last_id
                                                       and w0.first_id <= w.last_id)][:limit - 1]
             return Retrieval(found, True, "%s (by the plant's record) and %d windows holding the question's words"
-                             % (what, len(found) - 1), labels, pinned=1)
+                             % (what, len(found) - 1), labels, pinned=1, vocab=vocab)
         if found:
-            return Retrieval(found, True, "%d windows hold the question's words" % len(found), labels)
+            return Retrieval(found, True, "%d windows hold the question's words" % len(found), labels, vocab=vocab)
         found = store.windows(FALLBACK_QUERY, limit=limit, lines=lines)
         found.sort(key=lambda w: -w.t1_ms)
         if found:
             return Retrieval(found, False, "no log line holds the question's words: the %d most recent alarm/state "
-                             "windows instead" % len(found), labels)
+                             "windows instead" % len(found), labels, vocab=vocab)
         found = _recent_lines(store, limit, lines)
         return Retrieval(found, False, "no log line holds the question's words and no alarm or state line is "
-                         "stored: the %d most recent windows instead" % len(found), labels)
+                         "stored: the %d most recent windows instead" % len(found), labels, vocab=vocab)
     except (StoreError, sqlite3.Error) as e:
         raise QAError(str(e)) from None
     finally:
@@ -328,16 +362,17 @@ def _words(text: str) -> set:
 
 
 def fit_sources(question: str, sources: Sequence[Source], count: Callable[[str], int],
-                budget: int = PROMPT_BUDGET) -> list[Source]:
+                budget: int = PROMPT_BUDGET, vocab=None) -> list[Source]:
     """The sources with their text cut to fit `budget` tokens in all (count(line) = its tokens): each window
     keeps, in its own order, first the lines that hold most of the question's words (a word weighs 1 / the
     number of the window's lines that hold it, so the rare ones decide), then event and note lines, then the
     lines nearest its middle (where the FTS hit is), as many as its share of the budget allows
     (what one window leaves over goes to the next); every window keeps at least one line. Lines lose their
-    ISO date (short_line). The question's words include the log's words for them (host/logwords.expand)."""
+    ISO date (short_line). The question's words include the log's words for them (host/logwords.expand, in the
+    words of `vocab`, the plants' the windows come from: Retrieval.vocab; None: the grammar's words only)."""
     from host import logwords
 
-    want = _words(logwords.expand(question))
+    want = _words(logwords.expand(question, vocab if vocab is not None else logwords.Vocabulary.of(())))
     out: list[Source] = []
     left = budget
     for i, s in enumerate(sources):
@@ -349,7 +384,7 @@ def fit_sources(question: str, sources: Sequence[Source], count: Callable[[str],
 
         def prio(j: int) -> tuple:
             # a question word counts 1/(lines of the window holding it): in a window where every line names
-            # M-202 and its vibration, the one ACK line of "who acked ..." is what tells the answer
+            # one machine and one of its signals, the one ACK line of "who acked ..." is what tells the answer
             weight = sum(1.0 / df[w] for w in held[j])
             return (-weight, not any(w in lines[j] for w in EVENT_WORDS), abs(j - mid))
 
@@ -472,14 +507,14 @@ class Answerer:
 
     def answer(self, question: str, sources: Sequence[Source], max_tokens: int = 64,
                on_text: Optional[Callable[[str], None]] = None, note: str = "",
-               budget: Optional[int] = PROMPT_BUDGET) -> str:
+               budget: Optional[int] = PROMPT_BUDGET, vocab=None) -> str:
         """Greedy answer; on_text gets each new piece of text as soon as it decodes to whole characters.
 
-        The windows are cut to `budget` prompt tokens first (fit_sources; None: as they are); the answer ends
-        at a stop id, at its first blank line after some text, or after max_tokens."""
+        The windows are cut to `budget` prompt tokens first (fit_sources, in the words of `vocab`; None: as
+        they are); the answer ends at a stop id, at its first blank line after some text, or after max_tokens."""
         t0 = time.perf_counter()
         if budget is not None and sources:
-            sources = fit_sources(question, sources, self.count, budget)
+            sources = fit_sources(question, sources, self.count, budget, vocab)
         ids = self.encode(prompt_text(question, sources, note))
         ctx = self.target.cfg.context_length
         staged = PREFILL_CHUNK  # the prompt is fed in chunks this long (larger matmuls: ~15% faster than 64)
@@ -587,7 +622,8 @@ def ask(question: str, store_path: str | Path, prism, answerer: Optional[Callabl
     t3 = time.perf_counter()
     rep("progress", "generating the answer (at most %d tokens)" % max_tokens)
     text = answerer.answer(question, chosen, max_tokens=max_tokens, budget=budget,
-                           on_text=lambda piece: rep("text", piece), note="" if found.matched else NO_MATCH_NOTE)
+                           on_text=lambda piece: rep("text", piece), note="" if found.matched else NO_MATCH_NOTE,
+                           vocab=found.vocab)
     t4 = time.perf_counter()
     res.update(answer=text, cited=cited_sources(text, chosen))
     res["times"].update(wait_target_s=round(t3 - t2, 3), answer_s=round(t4 - t3, 3), total_s=round(t4 - t0, 3))

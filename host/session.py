@@ -14,6 +14,15 @@ A session owns:
   sequence number unwrapped to 64 bits per boot epoch; and by node, boot, line seq for protocol 1.1
   nodes, whose LOG bodies carry them: the layout follows the minor version of the node's HELLO); PROMPT and DRAFT into the speculative stream
   (`spec`, see host/gateway.py); anything malformed is counted and dropped, never raised.
+- the plant: the description this port's node should run (`plant`, host/plantdesc.py; the built-in
+  simulator's by default). The first line of each node boot names the description it runs (`PLANT ...
+  hash=H`, docs/PLANT.md); every line is stored under the hash its boot named. A node whose hash is not
+  the expected one is reported (`plant_mismatch`, in the status and by the gateway in one line) and
+  nothing of it is verified against the wrong description: its PROMPT and DRAFT frames are dropped
+  (counted), its lines still stored.
+- operators' commands (`edgetwin ack`: the store's `commands`): sent to a node speaking protocol 1.2 as
+  CMD frames once its description is confirmed, marked done when the node's link acknowledged the frame;
+  a command not yet delivered (the node away, rebooted, or this gateway restarted) is sent again.
 
 On SerialException/OSError (unplugged board, closed pty) the port is closed and reopened every
 `reopen_s`; the link keeps its state, so the node and gateway carry on where they were.
@@ -29,12 +38,14 @@ from typing import Callable
 
 import serial
 
+from host import plantdesc
 from host.store import LogStore
-from shared import frame, frame_host, link
-from shared.compat import ticks_add, ticks_diff, ticks_ms
+from shared import frame, frame_host, link, plant_alarms
+from shared.compat import MASK30, ticks_add, ticks_diff, ticks_ms
 
 
 
+_VERBS = {"ACK": plant_alarms.ACK, "SHELVE": plant_alarms.SHELVE, "UNSHELVE": plant_alarms.UNSHELVE}
 UNIX_MS_2000 = 946684800000  # 2000-01-01T00:00:00Z: the wire's wall times count days from here
 
 
@@ -153,9 +164,16 @@ class Session:
     def __init__(self, url: str, store: LogStore, name: str | None = None, baud: int = 115200,
                  spec_factory: Callable[["Session", bytes], object] | None = None, reopen_s: float = 0.5,
                  clock: Callable[[], int] = ticks_ms, wall: Callable[[], int] | None = None,
-                 time_s: float = 30.0, peer_timeout_s: float = 3.5) -> None:
+                 time_s: float = 30.0, peer_timeout_s: float = 3.5,
+                 plant: plantdesc.PlantDesc | None = None) -> None:
         self.url = url
         self.name = name or url
+        self.plant = plant or plantdesc.builtin()  # the description this node should run
+        self.node_plant = ""  # the hash the node's current boot named in its PLANT line ("" until then)
+        self.plant_mismatch = ""  # one line saying how the node's description differs from ours
+        self._boot_plant: dict[int, str] = {}  # boot -> the hash its PLANT line named (spilled lines of older boots)
+        self._cmd_inflight: dict[int, int] = {}  # command id -> link acks that mean it was delivered
+        self._next_cmd = 0
         self.store = store
         self.baud = baud
         self.reopen_s = reopen_s
@@ -173,7 +191,7 @@ class Session:
         self.disconnects = 0
         self.last_error = ""
         self.counts = {"logs": 0, "log_dups": 0, "bad_frames": 0, "prompts": 0, "drafts": 0, "verdicts": 0,
-                       "reboots": 0, "lost": 0, "other": 0, "spilled": 0}
+                       "reboots": 0, "lost": 0, "other": 0, "spilled": 0, "unverified_plant": 0, "commands": 0}
         self.outbox: collections.deque = collections.deque()
         self._seq_base: dict[int, int] = {}  # peer epoch -> last full (64-bit) seq delivered
         self.link = link.Link(self, on_frame=self.on_frame, on_event=self.on_event, role=frame.ROLE_GATEWAY,
@@ -183,6 +201,7 @@ class Session:
         if state is not None:  # restarted: resume after what is stored
             self.link.restore(state[0], state[1])
         self.store.node_id(self.name)
+        self.store.add_plant(self.plant)
 
     # ---- transport for the link (delegates to the open port; disconnected = nothing moves) ----
 
@@ -260,8 +279,32 @@ class Session:
                 self._next_time = ticks_add(now, self.time_ms)
                 if not self.outbox:  # a TIME waiting behind verdicts would be late: skip it, next one soon
                     self.send(frame.TIME, frame_host.pack_body(frame.TIME, day=day, ms=ms))
+        self._commands(now)
         self.link.poll(now)
         self._commit()
+
+    def _commands(self, now: int) -> None:
+        """Operators' commands for this node (the store's queue) out as CMD frames; the delivered ones done."""
+        lk = self.link
+        if not lk.established or lk.peer_minor < frame.MINOR_CMD or self.plant_mismatch or not self.node_plant:
+            return
+        for cid, target in list(self._cmd_inflight.items()):
+            if lk.tx_acked - target >= 0:
+                self.store.command_done(cid, self.wall(), "delivered")
+                del self._cmd_inflight[cid]
+        if ticks_diff(now, self._next_cmd) < 0:
+            return
+        self._next_cmd = ticks_add(now, 1000)
+        for c in self.store.pending_commands(self.name):
+            if c.id in self._cmd_inflight:
+                continue
+            level = 0xFF if not c.level else plant_alarms.LEVELS.index(c.level.encode())
+            body = frame_host.pack_cmd(c.id & MASK30, _VERBS[c.verb], c.machine, c.tag, c.by, level)
+            if self.outbox or not lk.send(frame.CMD, body):
+                break  # no room now: next round
+            self._cmd_inflight[c.id] = lk.tx_acked + lk.queued()
+            self.counts["commands"] += 1
+            self.store.command_sent(c.id, self.wall())
 
     def close(self) -> None:
         self._commit()
@@ -286,6 +329,8 @@ class Session:
             epoch, seq16, _ = self.link.rx_state()
             if ftype == frame.LOG:
                 self._log(epoch, seq16, buf, off, n)
+            elif ftype in (frame.PROMPT, frame.DRAFT) and self.plant_mismatch:
+                self.counts["unverified_plant"] += 1  # not verified against a description the node does not run
             elif ftype in (frame.PROMPT, frame.DRAFT) and self.spec is not None:
                 body = bytes(buf[off:off + n])
                 if ftype == frame.PROMPT:
@@ -318,9 +363,12 @@ class Session:
         full = self._full_seq(epoch, seq16)
         if wall is None:
             wall = self.wall()
+        if text[21:27] == "PLANT " and not flags & frame.LG_SPILLED:
+            self._plant_line(text, boot)
+        plant = self._boot_plant.get(boot, self.node_plant) if flags & frame.LG_SPILLED else self.node_plant
         if self.store.add_log(self.name, epoch, full, ts, wall, level, text,
                               commit=False, boot=boot,
-                              lseq=lseq, flags=flags):
+                              lseq=lseq, flags=flags, plant=plant or None):
             self.counts["logs"] += 1
             if flags & frame.LG_SPILLED:
                 self.counts["spilled"] += 1
@@ -328,6 +376,23 @@ class Session:
                 self.spec.on_log(text, wall)  # type: ignore[attr-defined]
         else:
             self.counts["log_dups"] += 1
+
+    def _plant_line(self, text: str, boot: int) -> None:
+        """A node's boot line naming its description: remember it, compare it with ours."""
+        f = dict(w.split("=", 1) for w in text[27:].split() if "=" in w)
+        h = f.get("hash", "")
+        self.node_plant = h
+        self._boot_plant[boot] = h
+        self.store.set_node_plant(self.name, h)
+        if h == self.plant.hash:
+            self.plant_mismatch = ""
+            return
+        known = self.store.plant(h) if h else None
+        self.plant_mismatch = ("runs plant description %s (%s), not %s (%s) given to this gateway: its lines are "
+                               "stored under its own hash, nothing of it is verified or answered against %s; "
+                               "start the gateway with --plant set to the node's description"
+                               % (f.get("name", "?"), h or "no hash", self.plant.name, self.plant.hash,
+                                  self.plant.name) + ("" if known else " (this store has no description %s)" % h))
 
     def on_event(self, code: int, value: int) -> None:
         if code == link.EV_ESTABLISHED:
@@ -341,6 +406,7 @@ class Session:
                 self.spec = self.spec_factory(self, bytes(self.link.peer_hello))
         elif code == link.EV_PEER_REBOOT:
             self.counts["reboots"] += 1
+            self._cmd_inflight.clear()  # frames the rebooted node never acknowledged: sent again
             if self.spec is not None and hasattr(self.spec, "on_reboot"):
                 self.spec.on_reboot()  # type: ignore[attr-defined]
         elif code == link.EV_PEER_LOST:
@@ -359,7 +425,9 @@ class Session:
     def status(self) -> dict:
         st = {"name": self.name, "uid": self.uid, "url": self.url, "open": self.transport is not None,
               "established": self.link.established, "opens": self.opens, "disconnects": self.disconnects,
-              "last_error": self.last_error}
+              "last_error": self.last_error,
+              "plant": {"name": self.plant.name, "hash": self.plant.hash, "node_hash": self.node_plant,
+                        "mismatch": self.plant_mismatch}}
         st.update(self.counts)
         ls = self.link.stats()
         for k in ("rx_delivered", "rx_dup", "tx_retx", "tx_data", "peer_reboots", "err_crc", "err_cobs"):

@@ -1,6 +1,6 @@
 """The gateway's log store: SQLite in WAL mode with an FTS5 index over the log lines.
 
-What it holds (schema version 2; a version-1 store is upgraded in place when the gateway opens it):
+What it holds (schema version 3; a version-1 or -2 store is upgraded in place when the gateway opens it):
 
 - ``nodes``: one row per node (its name, usually the serial port or a name given on the command line;
   the board id and (protocol 1.1) the node's unique id ``uid`` (hex) from its HELLO; first/last seen; the link receive state ``peer_epoch`` + ``last_seq``
@@ -23,7 +23,14 @@ What it holds (schema version 2; a version-1 store is upgraded in place when the
   ``fix`` (the target's correction after a rejection) or ``unverified`` (drafted while the gateway was
   away); the pieces join to ``text``. The column is added (NULL for older rows) when a gateway opens a
   store made before it, without changing the schema version: older gateways and readers ignore it, and a
-  reader of an older store sees NULL.
+  reader of an older store sees NULL;
+- ``plants``: every plant description (docs/PLANT.md) a line was stored with, by its hash (name, the
+  description as JSON, when it was added): kept for good, since the lines of an older version still need it.
+  ``logs.plant`` is the hash of the description the node named (its PLANT line) for that line and
+  ``nodes.plant`` the one it named last; NULL is the built-in simulator's (every line stored before schema 3);
+- ``commands``: operators' ACK / SHELVE / UNSHELVE of an alarm point, queued for a node (``edgetwin ack``
+  writes them, with or without a gateway running); the gateway that serves the node sends each once
+  (``sent_ms``) and records what came of it (``done_ms``, ``result``).
 
 Durability: ``journal_mode=WAL`` with ``synchronous=FULL``, so every committed transaction survives a
 crash of the process or the machine. ``add_log(..., commit=False)`` batches lines in one transaction;
@@ -61,14 +68,34 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
+from host.plantlines import ID_RE as _MACHINE  # a machine id (docs/PLANT.md, Log grammar)
 from shared import plant_alarms
 
 _ALARM_LEVELS = tuple(x.decode() for x in plant_alarms.LEVELS)  # the line's level words (docs/PLANT.md): HI, HIHI, ...
 
 SCHEMA_NAME = "edgetwin-store"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SPAN_KINDS = ("draft", "fix", "unverified")  # who wrote a piece of an annotation (annotations.spans)
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "LEVEL5", "LEVEL6", "LEVEL7")
+
+# schema 3: the plant descriptions, by hash (docs/PLANT.md), and the operators' commands queued for nodes
+_PLANTS_SCHEMA = """
+CREATE TABLE plants (hash TEXT PRIMARY KEY, name TEXT NOT NULL, text TEXT NOT NULL, added_ms INTEGER NOT NULL);
+CREATE TABLE commands (
+    id INTEGER PRIMARY KEY,
+    node TEXT NOT NULL,
+    verb TEXT NOT NULL,
+    machine TEXT NOT NULL,
+    tag TEXT NOT NULL,
+    level TEXT,
+    by TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    sent_ms INTEGER,
+    done_ms INTEGER,
+    result TEXT
+);
+CREATE INDEX commands_unsent ON commands (node, id) WHERE sent_ms IS NULL AND done_ms IS NULL;
+"""
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -80,7 +107,8 @@ CREATE TABLE nodes (
     first_seen_ms INTEGER NOT NULL,
     last_seen_ms INTEGER NOT NULL,
     peer_epoch INTEGER,
-    last_seq INTEGER
+    last_seq INTEGER,
+    plant TEXT
 );
 CREATE TABLE logs (
     id INTEGER PRIMARY KEY,
@@ -94,6 +122,7 @@ CREATE TABLE logs (
     boot INTEGER,
     lseq INTEGER,
     flags INTEGER NOT NULL DEFAULT 0,
+    plant TEXT,
     UNIQUE (node, epoch, seq)
 );
 CREATE INDEX logs_node_time ON logs (node, wall_ms, id);
@@ -114,7 +143,7 @@ CREATE TABLE annotations (
     spans TEXT
 );
 CREATE INDEX annotations_node_time ON annotations (node, t0_ms);
-"""
+""" + _PLANTS_SCHEMA
 
 # schema 1 -> 2: the line seq columns (docs/PROTOCOL.md 3.5, protocol 1.1)
 _UPGRADE_1_2 = """
@@ -125,14 +154,25 @@ ALTER TABLE logs ADD COLUMN flags INTEGER NOT NULL DEFAULT 0;
 CREATE UNIQUE INDEX logs_line ON logs (node, boot, lseq) WHERE flags & 1;
 UPDATE meta SET value='2' WHERE key='version';
 """
+# schema 2 -> 3: which description each line and node named (NULL: the built-in simulator's), the descriptions,
+# the commands
+_UPGRADE_2_3 = """
+ALTER TABLE nodes ADD COLUMN plant TEXT;
+ALTER TABLE logs ADD COLUMN plant TEXT;
+""" + _PLANTS_SCHEMA + """
+UPDATE meta SET value='3' WHERE key='version';
+"""
 _DROPPED = re.compile(r"\bdropped=(\d+)")
+_HASH = re.compile(r"[0-9A-Fa-f]{16}")  # a description's hash (docs/PLANT.md)
+_BY = re.compile(r"[A-Za-z0-9_.-]{1,32}")  # who commands (the node logs it as by=NAME)
+COMMAND_VERBS = ("ACK", "SHELVE", "UNSHELVE")  # what an operator may ask a node to do to an alarm point
+_COMMAND_COLS = "id, node, verb, machine, tag, level, by, created_ms, sent_ms, done_ms, result"
 
 # words that carry no retrieval signal in an operator's question
 _STOP = frozenset("a an and are at be by did do does for from had has have how i in is it its me of on or so "
                   "that the then this to was were what when where which who why will with".split())
-_WORD = re.compile(r"[A-Za-z0-9_]+(?:[-.][A-Za-z0-9_]+)*")  # P-101, 81.2, bearing_temp stay whole
+_WORD = re.compile(r"[A-Za-z0-9_]+(?:[-.][A-Za-z0-9_]+)*")  # AHU-1, 81.2, supply_temp stay whole
 _MINUTE = re.compile(r"([01]\d|2[0-3]):[0-5]\d")
-_MACHINE = re.compile(r"(CV|P|M|C)-\d{3}")
 MINUTE_BOOST = 3.0  # a hit at a minute the question names outranks the same words at any other time
 MACHINE_BOOST = 3.0  # and one on a machine it names, the same words on another machine
 
@@ -146,9 +186,9 @@ CREATE TABLE IF NOT EXISTS outbox_acked (dest TEXT NOT NULL, source TEXT NOT NUL
 # What the outbox reads per source: committed rows after an id, oldest first. logs: every line but the
 # plant's level-1 samples (alarms and ACK/CLEAR are level 2, a trip's STATE line 3, the node's NODE reports 0).
 _OUTBOX_ROWS = {
-    "logs": ("SELECT logs.id, nodes.name, logs.wall_ms, logs.level, logs.text, logs.epoch, logs.seq FROM logs "
-             "JOIN nodes ON nodes.id=logs.node WHERE logs.id>? AND logs.level!=1 ORDER BY logs.id LIMIT ?",
-             ("id", "node", "wall_ms", "level", "text", "epoch", "seq")),
+    "logs": ("SELECT logs.id, nodes.name, logs.wall_ms, logs.level, logs.text, logs.epoch, logs.seq, logs.plant "
+             "FROM logs JOIN nodes ON nodes.id=logs.node WHERE logs.id>? AND logs.level!=1 ORDER BY logs.id LIMIT ?",
+             ("id", "node", "wall_ms", "level", "text", "epoch", "seq", "plant")),
     "annotations": ("SELECT annotations.id, nodes.name, t0_ms, t1_ms, text, verified, tokens, created_ms FROM "
                     "annotations JOIN nodes ON nodes.id=annotations.node WHERE annotations.id>? "
                     "ORDER BY annotations.id LIMIT ?",
@@ -173,12 +213,29 @@ class Window:
     last_id: int = 0
 
 
+@dataclass(frozen=True)
+class Command:
+    """An operator's ACK / SHELVE / UNSHELVE of one alarm point, queued for a node (``commands``)."""
+
+    id: int
+    node: str
+    verb: str
+    machine: str
+    tag: str
+    level: str | None
+    by: str
+    created_ms: int
+    sent_ms: int | None = None
+    done_ms: int | None = None
+    result: str | None = None
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
 
 def fts_query(query: str) -> str:
-    """An FTS5 MATCH expression from free text: its words (tags like P-101 as phrases), quoted and
+    """An FTS5 MATCH expression from free text: its words (ids like AHU-1 as phrases), quoted and
     OR-ed; stop words and single letters are dropped unless nothing else is left."""
     words = [w.lower() for w in _WORD.findall(query)]
     keep = [w for w in words if w not in _STOP and len(w) > 1] or words
@@ -200,9 +257,38 @@ def _check_int(name: str, v: object, lo: int, hi: int) -> int:
     return v
 
 
+def _check_hash(h: object) -> str | None:
+    if h is not None and not (isinstance(h, str) and _HASH.fullmatch(h)):
+        raise StoreError("a plant description's hash is 16 hex digits or None, got %r" % (h,))
+    return h
+
+
+def read_plant(db: sqlite3.Connection, h: str | None, cache: dict):
+    """The description of hash `h` (a host.plantdesc.PlantDesc) from a store's ``plants``, through any of its
+    connections (the store's, the outbox's, the dashboard's): the built-in simulator's for None, and for its
+    own hash when it was never kept; None for a hash the store does not know. cache: hash -> PlantDesc (a
+    description never changes under its hash)."""
+    from host import plantdesc
+
+    _check_hash(h)
+    if h is None:
+        return plantdesc.builtin()
+    desc = cache.get(h)
+    if desc is None:
+        try:
+            row = db.execute("SELECT text FROM plants WHERE hash=?", (h,)).fetchone()
+        except sqlite3.OperationalError:  # a store before schema 3 (read as it is): no descriptions
+            row = None
+        if row is not None:
+            desc = cache[h] = plantdesc.from_dict(json.loads(row[0]), h)
+        elif plantdesc.SIM_FILE.exists() and plantdesc.builtin().hash == h:
+            desc = plantdesc.builtin()
+    return desc
+
+
 def _check_machine(machine: object) -> str:
     if not isinstance(machine, str) or not _MACHINE.fullmatch(machine):
-        raise StoreError("machine must be an id like 'P-101', got %r" % (machine,))
+        raise StoreError("machine must be a machine id (docs/PLANT.md: AHU-1, P-1), got %r" % (machine,))
     return machine
 
 
@@ -298,16 +384,19 @@ class LogStore:
                              "give another --db path" % self.path) from None
         if rows.get("schema") != SCHEMA_NAME:
             raise StoreError("%s is not an edgetwin log store (schema %r)" % (self.path, rows.get("schema")))
-        self._lines = True  # the store has the line seq columns
-        if rows.get("version") == "1":
-            if self.readonly:
-                self._lines = False  # read as it is; the gateway upgrades it when it opens it
-            else:
-                self._db.executescript("BEGIN IMMEDIATE;" + _UPGRADE_1_2 + "COMMIT;")
-                rows["version"] = str(SCHEMA_VERSION)
-        if rows.get("version") != str(SCHEMA_VERSION) and self._lines:
+        version = rows.get("version")
+        if version not in ("1", "2", str(SCHEMA_VERSION)):
             raise StoreError("%s is an edgetwin log store of version %s; this gateway reads version %d"
-                             % (self.path, rows.get("version"), SCHEMA_VERSION))
+                             % (self.path, version, SCHEMA_VERSION))
+        if version != str(SCHEMA_VERSION) and not self.readonly:  # upgraded in place, each step one transaction
+            if version == "1":
+                self._db.executescript("BEGIN IMMEDIATE;" + _UPGRADE_1_2 + "COMMIT;")
+            self._db.executescript("BEGIN IMMEDIATE;" + _UPGRADE_2_3 + "COMMIT;")
+            version = str(SCHEMA_VERSION)
+        # an older store read as it is (the gateway upgrades it when it opens it): what it lacks reads as NULL
+        self._lines = version != "1"  # the line seq columns
+        self._plants = version == str(SCHEMA_VERSION)  # the plant columns, descriptions and commands
+        self._descs: dict[str, object] = {}  # hash -> PlantDesc, read once (a description never changes)
         cols = {r[1] for r in self._db.execute("PRAGMA table_info(annotations)").fetchall()}
         self._spans = "spans" in cols
         if not self._spans and not self.readonly:  # a store made before the spans column: add it (NULL = unknown)
@@ -419,12 +508,14 @@ class LogStore:
         return self._in_tx
 
     def add_log(self, node: str, epoch: bytes | int, seq: int, ticks: int, wall_ms: int, level: int, text: str,
-                commit: bool = True, boot: int = 0, lseq: int = 0, flags: int = 0) -> bool:
+                commit: bool = True, boot: int = 0, lseq: int = 0, flags: int = 0, plant: str | None = None) -> bool:
         """Store one log line; False if (node, epoch, seq) or (node, boot, lseq) is already stored (a
-        duplicate: nothing changes). boot/lseq 0: the line has no line seq (stored as NULL).
+        duplicate: nothing changes). boot/lseq 0: the line has no line seq (stored as NULL). plant: the hash
+        of the description the node named for it (its PLANT line), None for the built-in simulator's.
 
         commit=False leaves it in the open transaction until commit()."""
         self._writable()
+        _check_hash(plant)
         ep = _epoch_int(epoch)
         _check_int("boot", boot, 0, 0xFFFF)
         _check_int("lseq", lseq, 0, (1 << 30) - 1)
@@ -441,8 +532,9 @@ class LogStore:
             nid = self.node_id(node)
             self._begin()
             cur = self._db.execute("INSERT OR IGNORE INTO logs (node, epoch, seq, ticks, wall_ms, level, text, boot, "
-                                   "lseq, flags) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                                   (nid, ep, seq, ticks, wall_ms, level, text, boot or None, lseq or None, flags))
+                                   "lseq, flags, plant) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                   (nid, ep, seq, ticks, wall_ms, level, text, boot or None, lseq or None, flags,
+                                    plant))
             added = cur.rowcount == 1
             if commit:
                 self.commit()
@@ -482,6 +574,140 @@ class LogStore:
             if commit:
                 self.commit()
             return int(cur.lastrowid)
+
+    # ---- plant descriptions ----
+
+    def add_plant(self, desc, commit: bool = True) -> bool:
+        """Keep a description (host/plantdesc.PlantDesc) by its hash; False when that hash is already kept
+        (every version a node ever named stays: the lines it described still need it)."""
+        self._writable()
+        h = getattr(desc, "hash", None)
+        if not h or not isinstance(getattr(desc, "text", None), str) or not desc.text:
+            raise StoreError("add_plant needs a PlantDesc with its hash and text, got %r" % (desc,))
+        _check_hash(h)
+        with self._lock:
+            self._begin()
+            cur = self._db.execute("INSERT OR IGNORE INTO plants (hash, name, text, added_ms) VALUES (?, ?, ?, ?)",
+                                   (h, desc.name, desc.text, now_ms()))
+            if commit:
+                self.commit()
+            return cur.rowcount == 1
+
+    def plant(self, h: str | None):
+        """The description of hash `h` (a PlantDesc) as kept; the built-in simulator's for None (and for its
+        own hash when it was never kept); None for a hash the store does not know."""
+        with self._lock:
+            return read_plant(self._db, h, self._descs)
+
+    def plants(self) -> dict:
+        """Every kept description: hash -> PlantDesc, oldest first."""
+        if not self._plants:
+            return {}
+        with self._lock:
+            hashes = [h for (h,) in self._db.execute("SELECT hash FROM plants ORDER BY added_ms, hash")]
+        return {h: self.plant(h) for h in hashes}
+
+    def node_plant(self, node: str) -> str | None:
+        """The hash of the description node `node` named last (None: the simulator's, or an unknown node)."""
+        if not self._plants:
+            return None
+        with self._lock:
+            row = self._db.execute("SELECT plant FROM nodes WHERE name=?", (node,)).fetchone()
+        return None if row is None else row[0]
+
+    def set_node_plant(self, node: str, h: str | None, commit: bool = True) -> None:
+        """Record that `node` named description `h` (its PLANT line); the node row is made on first use."""
+        self._writable()
+        _check_hash(h)
+        with self._lock:
+            nid = self.node_id(node)
+            self._begin()
+            self._db.execute("UPDATE nodes SET plant=? WHERE id=?", (h, nid))
+            if commit:
+                self.commit()
+
+    def line_plants(self, ids) -> dict[int, str | None]:
+        """line id -> the hash of the description it was stored with (None: the simulator's), for the ids
+        that are stored."""
+        ids = [_check_int("id", i, 0, (1 << 63) - 1) for i in ids]
+        out: dict[int, str | None] = {}
+        with self._lock:
+            for k in range(0, len(ids), 500):  # SQLite's limit on bound parameters
+                part = ids[k:k + 500]
+                sql = "SELECT id, %s FROM logs WHERE id IN (%s)" % ("plant" if self._plants else "NULL",
+                                                                     ",".join("?" * len(part)))
+                out.update((int(i), p) for i, p in self._db.execute(sql, part).fetchall())
+        return out
+
+    # ---- operators' commands (edgetwin ack: queued here, sent by the gateway once the node is there) ----
+
+    def queue_command(self, node: str, verb: str, machine: str, tag: str, level: str | None, by: str) -> int:
+        """Queue `verb` (ACK, SHELVE, UNSHELVE) of `machine`'s alarm point `tag` (of `level`, None: every
+        level of the tag) for `node`, by operator `by`; returns its id. Committed at once: no gateway needs to
+        run, the next one to serve the node sends it."""
+        from host.plantlines import ALARM_LEVELS, ID_RE, TAG_RE
+
+        self._writable()
+        if not isinstance(node, str) or not node:
+            raise StoreError("node name must be a non-empty str, got %r" % (node,))
+        if verb not in COMMAND_VERBS:
+            raise StoreError("verb must be one of %s, got %r" % (", ".join(COMMAND_VERBS), verb))
+        if not isinstance(machine, str) or not ID_RE.fullmatch(machine):
+            raise StoreError("machine must be a machine id (docs/PLANT.md: AHU-1, P-1), got %r" % (machine,))
+        if not isinstance(tag, str) or not TAG_RE.fullmatch(tag):
+            raise StoreError("tag must be an alarm tag (lower case, digits, _), got %r" % (tag,))
+        if level is not None and level not in ALARM_LEVELS:
+            raise StoreError("level must be %s or None, got %r" % (", ".join(ALARM_LEVELS), level))
+        if not isinstance(by, str) or not _BY.fullmatch(by):
+            raise StoreError("by must be 1..32 letters, digits, _ . or -, got %r" % (by,))
+        with self._lock:
+            self._begin()
+            cur = self._db.execute("INSERT INTO commands (node, verb, machine, tag, level, by, created_ms) "
+                                   "VALUES (?, ?, ?, ?, ?, ?, ?)", (node, verb, machine, tag, level, by, now_ms()))
+            self.commit()
+            return int(cur.lastrowid)
+
+    def pending_commands(self, node: str) -> list[Command]:
+        """`node`'s commands not sent yet (and not given up), oldest first."""
+        if not self._plants:
+            return []
+        with self._lock:
+            rows = self._db.execute("SELECT %s FROM commands WHERE node=? AND sent_ms IS NULL AND done_ms IS NULL "
+                                    "ORDER BY id" % _COMMAND_COLS, (node,)).fetchall()
+        return [Command(*r) for r in rows]
+
+    def command(self, cid: int) -> Command | None:
+        if not self._plants:
+            return None
+        _check_int("id", cid, 0, (1 << 63) - 1)
+        with self._lock:
+            row = self._db.execute("SELECT %s FROM commands WHERE id=?" % _COMMAND_COLS, (cid,)).fetchone()
+        return None if row is None else Command(*row)
+
+    def _command_update(self, cid: int, sql: str, args: tuple) -> bool:
+        self._writable()
+        _check_int("id", cid, 1, (1 << 63) - 1)
+        with self._lock:
+            if self._db.execute("SELECT 1 FROM commands WHERE id=?", (cid,)).fetchone() is None:
+                raise StoreError("no command %d" % cid)
+            self._begin()
+            n = self._db.execute(sql, args + (cid,)).rowcount
+            self.commit()
+            return n == 1
+
+    def command_sent(self, cid: int, ms: int) -> bool:
+        """Mark command `cid` sent at wall time `ms`; False when it was sent already (it is sent once)."""
+        _check_int("ms", ms, 0, (1 << 63) - 1)
+        return self._command_update(cid, "UPDATE commands SET sent_ms=? WHERE sent_ms IS NULL AND id=?", (ms,))
+
+    def command_done(self, cid: int, ms: int, result: str) -> bool:
+        """Record command `cid`'s outcome (the node's line that applied it, or why it was not); False when
+        it was done already."""
+        _check_int("ms", ms, 0, (1 << 63) - 1)
+        if not isinstance(result, str) or not result:
+            raise StoreError("result must be a non-empty str, got %r" % (result,))
+        return self._command_update(cid, "UPDATE commands SET done_ms=?, result=? WHERE done_ms IS NULL AND id=?",
+                                    (ms, result))
 
     # ---- reads ----
 
@@ -593,7 +819,7 @@ class LogStore:
         are never a hit nor part of a window.
 
         What a question pins down counts more (host/logwords.py finds it): a hit whose line names one of
-        `machines` (ids such as "P-101") scores MACHINE_BOOST times, one whose own timestamp is of one of
+        `machines` (ids such as "AHU-1") scores MACHINE_BOOST times, one whose own timestamp is of one of
         `minutes` ("HH:MM") MINUTE_BOOST times, and those hits are searched first, so the line limit
         never crowds them out."""
         if not isinstance(query, str):
@@ -604,7 +830,7 @@ class LogStore:
             if not isinstance(vals, (tuple, list)) or len(vals) > 16 or not all(
                     isinstance(v, str) and pat.fullmatch(v) for v in vals):
                 raise StoreError("%s must be at most 16 strings like %s, got %r"
-                                 % (name, "'HH:MM'" if name == "minutes" else "'P-101'", vals))
+                                 % (name, "'HH:MM'" if name == "minutes" else "'AHU-1' (machine ids)", vals))
         match = fts_query(query)
         if not match:
             return []
@@ -614,11 +840,14 @@ class LogStore:
         # substr: the line's "HH:MM" (docs/PLANT.md: every plant line starts with its UTC time)
         at = (" AND substr(logs.text, 12, 5) IN (%s)" % ",".join("?" * len(minutes)), tuple(minutes))
         anytime = ("", ())
-        tiers = []  # (MATCH, time condition, boost), most pinned down first
+        tiers = []  # (MATCH, condition, boost), most pinned down first
         if machines:
             of = "(%s) AND (%s)" % (" OR ".join('"%s"' % m.lower() for m in machines), match)
-            tiers += [(of, at, MACHINE_BOOST * MINUTE_BOOST)] if minutes else []
-            tiers += [(of, anytime, MACHINE_BOOST)]
+            # the id as a word of the line: FTS5 reads "P-1" as the phrase "p 1", which "P=1.2bar" holds too
+            on = (" AND (%s)" % " OR ".join(["instr(logs.text, ?) > 0"] * len(machines)),
+                  tuple(" %s " % m for m in machines))
+            tiers += [(of, (on[0] + at[0], on[1] + at[1]), MACHINE_BOOST * MINUTE_BOOST)] if minutes else []
+            tiers += [(of, on, MACHINE_BOOST)]
         tiers += [(match, at, MINUTE_BOOST)] if minutes else []
         tiers += [(match, anytime, 1.0)]
         with self._lock:
@@ -700,9 +929,9 @@ class LogStore:
     def first_raise(self, machine: str, words: tuple | list | set = (), lines: int = 8,
                     tags: tuple | list | set | None = None) -> Window | None:
         """The window around `machine`'s first "ALARM ... RAISED" line: when a machine "first showed" a fault.
-        With `tags` (logwords.FAULT_TAGS: the alarms a fault raises first), only a HI, HIHI, LO or LOLO raise of
-        one of them counts (a BAD raise is a sensor's fault, not the machine's); else the tags that hold most of
-        `words` (any tag when none holds one). None when it never raised one."""
+        With `tags` (the caller's: those of the signals a question names, host/logwords.onset), only a HI, HIHI,
+        LO or LOLO raise of one of them counts (a BAD raise is a sensor's fault, not the machine's); else the
+        tags that hold most of `words` (any tag when none holds one). None when it never raised one."""
         _check_machine(machine)
         _check_int("lines", lines, 1, 1000)
         if tags is not None:
@@ -737,24 +966,31 @@ class LogStore:
         with self._lock:
             nids = [n for (n,) in self._db.execute("SELECT id FROM nodes")]
             if machine is not None:
+                # the id as a word of the line, not only its FTS5 phrase ("P-1" is "p 1", as "P=1.2bar" is)
                 nids = [n for n in nids if self._db.execute(
                     "SELECT 1 FROM logs_fts JOIN logs ON logs.id=logs_fts.rowid WHERE logs_fts MATCH ? AND "
-                    "logs.node=? LIMIT 1", ('"%s"' % machine.lower(), n)).fetchone()]
+                    "logs.node=? AND instr(' ' || logs.text || ' ', ?) > 0 LIMIT 1",
+                    ('"%s"' % machine.lower(), n, " %s " % machine)).fetchone()]
             # one index seek per node (logs_node_time), not a scan of the lines
             firsts = [self._db.execute("SELECT min(wall_ms) FROM logs WHERE node=?", (n,)).fetchone()[0] for n in nids]
         firsts = [t for t in firsts if t is not None]
         return min(firsts) if firsts else None
 
-    def machines(self, prefix: str, lines: int = 20000) -> list[str]:
-        """The machine ids of a kind ("M" -> M-201, M-202...) that the latest `lines` plant lines name, sorted."""
-        if not isinstance(prefix, str) or not re.fullmatch(r"CV|P|M|C", prefix):
-            raise StoreError("prefix must be one of CV, P, M, C, got %r" % (prefix,))
+    def machines(self, ids: tuple | list, lines: int = 20000) -> list[str]:
+        """Which of the machines `ids` (the machines of one kind in the plants' descriptions, PlantDesc.kinds)
+        the latest `lines` plant lines name, sorted: a kind's machines that this store's nodes really log."""
+        if not isinstance(ids, (tuple, list)) or len(ids) > 256 or not all(
+                isinstance(i, str) and _MACHINE.fullmatch(i) for i in ids):
+            raise StoreError("ids must be at most 256 machine ids (docs/PLANT.md: AHU-1, P-1), got %r" % (ids,))
         _check_int("lines", lines, 1, 10 ** 7)
-        pat = re.compile(r"\b%s-\d{3}\b" % prefix)
+        if not ids:
+            return []
+        # every line names its machine between spaces ("...Z P-1 RUNNING", "ALARM HI P-1 tag", "STATE P-1 ...")
+        held = " OR ".join(["instr(text, ?) > 0"] * len(ids))
         with self._lock:
             rows = self._db.execute("SELECT text FROM (SELECT text FROM logs WHERE level>0 ORDER BY id DESC "
-                                    "LIMIT ?) WHERE text LIKE ?", (lines, "%% %s-%%" % prefix)).fetchall()
-        return sorted({m for (t,) in rows for m in pat.findall(t)})
+                                    "LIMIT ?) WHERE %s" % held, (lines, *(" %s " % i for i in ids))).fetchall()
+        return sorted({i for (t,) in rows for i in ids if " %s " % i in t})
 
     def alarm_follow(self, machine: str, verb: str, level: str | None = None, words: tuple | list | set = (),
                      minute: str | None = None, lines: int = 8) -> Window | None:
@@ -827,6 +1063,7 @@ class Outbox:
             self._db.executescript("BEGIN IMMEDIATE;" + _OUTBOX_SCHEMA + "COMMIT;")
             self.store_id = self._store_id()
             self.marks = {src: self._mark(src) for src in self.SOURCES}
+            self._descs: dict = {}
         except sqlite3.DatabaseError as e:
             self._db.close()
             raise StoreError("log store %s: cannot use it as the outbox: %s" % (self.path, e)) from None
@@ -860,6 +1097,10 @@ class Outbox:
         """Committed rows of `source` with id > `after`, oldest first (logs: all but level-1 samples)."""
         sql, keys = _OUTBOX_ROWS[source]
         return [dict(zip(keys, r)) for r in self._db.execute(sql, (after, limit)).fetchall()]
+
+    def plant(self, h: str | None):
+        """The description a row's ``plant`` names (store.read_plant)."""
+        return read_plant(self._db, h, self._descs)
 
     def latest_node_reports(self) -> list[dict]:
         """Each node's newest NODE report line (its health) and its board and uid, for the retained status."""

@@ -16,6 +16,7 @@ _TS = 21  # "2026-11-30T06:50:28Z " : a plant log line's timestamp and its space
 # first word after the timestamp. A tick holding any of them is an event episode (its event lines, the
 # last MAX_LINES); a tick with none may be a periodic summary episode (its sample lines).
 EVENT_HEADS = ("ALARM", "ACK", "CLEAR", "SHELVE", "UNSHELVE", "STATE", "LOST")
+_EVENT_WORDS = tuple(h.encode() for h in EVENT_HEADS)  # is_event_at compares bytes
 
 
 class EpisodeError(ValueError):
@@ -75,15 +76,22 @@ def is_event(line):
 
 
 def is_event_at(buf, off, n):
-    """is_event for the bytes buf[off:off+n] of a plant line, allocation-free (the node's hot path).
-    After the timestamp a sample line starts with a machine id (P-, M-, C-, CV-); an event line with
-    ALARM, ACK, LOST, SHELVE, STATE, UNSHELVE or CLEAR (C then L: no id has an L there)."""
-    if n < _TS + 4:
-        return False
-    c = buf[off + _TS]
-    if c == 65 or c == 76 or c == 83 or c == 85:  # A L S U
-        return True
-    return c == 67 and buf[off + _TS + 1] == 76  # CL(EAR)
+    """is_event for the bytes buf[off:off+n] of a plant line, allocation-free (the node's hot path): the
+    first word after the timestamp, compared byte by byte with each event word. Not a first-letter test: any
+    plant's machine ids start a sample line, and AHU-1, CLR-7, ALM-1 or STATX share a first letter (or more)
+    with an event word."""
+    s = off + _TS
+    end = off + n
+    for w in _EVENT_WORDS:
+        k = len(w)
+        if s + k > end or (s + k < end and buf[s + k] != 32):  # the word must end at a space or the line's end
+            continue
+        i = 0
+        while i < k and buf[s + i] == w[i]:
+            i += 1
+        if i == k:
+            return True
+    return False
 
 
 def is_stop(token_bytes):

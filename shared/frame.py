@@ -1,5 +1,5 @@
 # frame.py: the wire layouts: header, every body's offsets, sizes, type codes and flags, their put/get and checks.
-"""Frames of the node <-> gateway link, version 1.1 (reads 1.0 peers too). docs/PROTOCOL.md is the specification;
+"""Frames of the node <-> gateway link, version 1.2 (reads 1.1 and 1.0 peers too). docs/PROTOCOL.md is the specification;
 this module holds every layout in it. Every integer is little-endian. A frame on the wire is
 
     0x00  COBS(header[20] + body[len] + (signature[14] if type bit 7) + CRC-32[4])  0x00
@@ -33,9 +33,11 @@ annotator write bodies but no frames, so they import this module only.
 """
 from shared.compat import MASK30, const  # positions, counts and timestamps travel mod 2**30 (small ints)
 
-VERSION = const(0x11)  # major 1, minor 1 (1.1: LOG bodies carry a line sequence number)
+# major 1, minor 2 (1.1: LOG bodies carry a line sequence number; 1.2: CMD frames, operators' alarm commands)
+VERSION = const(0x12)
 VERSION_MAJOR = const(1)
-MINOR = const(1)  # this side's minor; a peer's is the low nibble of its HELLO's version byte
+MINOR = const(2)  # this side's minor; a peer's is the low nibble of its HELLO's version byte
+MINOR_CMD = const(2)  # the first minor that takes CMD frames
 MAX_FRAME = const(1024)  # default cap on a decoded frame (header + body + trailer + CRC)
 MIN_FRAME = const(64)
 MAX_FRAME_LIMIT = const(16384)
@@ -70,6 +72,7 @@ VERDICT = const(0x12)
 KVSNAP = const(0x13)
 PROMPT = const(0x14)
 TIME = const(0x15)  # 1.1: the gateway's wall clock, sent periodically (3.10)
+CMD = const(0x16)  # 1.2: an operator's ACK / SHELVE / UNSHELVE of an alarm, for the node to apply and log (3.11)
 
 # HELLO body
 HE_ROLE = const(0)
@@ -146,6 +149,18 @@ LG_FLAGS_KNOWN = const(3)
 TM_DAY = const(0)
 TM_MS = const(2)
 TIME_SIZE = const(6)
+# CMD body: id u32 (u30), verb u8, level u8, three lengths u8, then machine id, tag, operator name (ASCII)
+CM_ID = const(0)
+CM_VERB = const(4)  # shared/plant_alarms verb codes: 1 ACK, 3 SHELVE, 4 UNSHELVE
+CM_LEVEL = const(5)  # 0 HI, 1 HIHI, 2 LO, 3 LOLO, 4 BAD; CM_ALL: every point of the signal
+CM_MLEN = const(6)
+CM_TLEN = const(7)
+CM_BLEN = const(8)
+CM_TEXT = const(9)
+CM_ALL = const(255)
+CM_MACHINE_MAX = const(16)
+CM_TAG_MAX = const(32)
+CM_BY_MAX = const(32)
 # DRAFT body
 _DR_BLOCK = const(0)
 _DR_BASE = const(2)
@@ -278,6 +293,8 @@ def check_body(t, buf, off, n, minor=MINOR):
         if n < TIME_SIZE:
             return BODY_SHORT
         return BODY_OK if _wall_ok(buf, off + TM_DAY, off + TM_MS, False) else BODY_FIELD
+    if t == CMD:
+        return _check_cmd(buf, off, n)
     if t == KVSNAP:
         return _check_kvsnap(buf, off, n)
     if t == PROMPT:
@@ -290,6 +307,28 @@ def check_body(t, buf, off, n, minor=MINOR):
         return BODY_SHORT if n < ACK_SIZE or (buf[off] & ACK_SACK and n < ACK_SIZE + 2) else BODY_OK
     if t == ERROR:
         return BODY_SHORT if n < ERROR_MIN else BODY_OK
+    return BODY_OK
+
+
+def _check_cmd(buf, off, n):
+    if n < CM_TEXT:
+        return BODY_SHORT
+    v = buf[off + CM_VERB]
+    lv = buf[off + CM_LEVEL]
+    ml = buf[off + CM_MLEN]
+    tl = buf[off + CM_TLEN]
+    bl = buf[off + CM_BLEN]
+    if (buf[off + CM_ID + 3] & 0xC0 or not (v == 1 or v == 3 or v == 4) or (lv > 4 and lv != CM_ALL)
+            or not 0 < ml <= CM_MACHINE_MAX or not 0 < tl <= CM_TAG_MAX or not 0 < bl <= CM_BY_MAX):
+        return BODY_FIELD
+    if n < CM_TEXT + ml + tl + bl:
+        return BODY_SHORT
+    if n > CM_TEXT + ml + tl + bl:
+        return BODY_TRAILING
+    for i in range(off + CM_TEXT, off + n):
+        c = buf[i]
+        if c < 33 or c > 126:  # printable ASCII without spaces: each lands in a log line as one word
+            return BODY_FIELD
     return BODY_OK
 
 

@@ -47,6 +47,8 @@ from shared.frame import (
     SIGNED,
     SIG_COUNTER,
     TIME,
+    CMD,
+    CM_TEXT,
     UID_LEN,
     VD_CORRECTION,
     VD_STALE,
@@ -63,7 +65,8 @@ from shared.frame import (
 )
 
 TYPE_NAMES = {HELLO: "HELLO", HEARTBEAT: "HEARTBEAT", ACK: "ACK", ERROR: "ERROR", LOG: "LOG",
-              DRAFT: "DRAFT", VERDICT: "VERDICT", KVSNAP: "KVSNAP", PROMPT: "PROMPT", TIME: "TIME"}
+              DRAFT: "DRAFT", VERDICT: "VERDICT", KVSNAP: "KVSNAP", PROMPT: "PROMPT", TIME: "TIME",
+              CMD: "CMD"}
 
 BODY_ERRORS = ("ok", "body too short", "field out of range", "draft counts do not sum to 65536",
                "draft record runs past the body", "draft token ids are not strictly ascending",
@@ -84,6 +87,7 @@ BODIES = {
     KVSNAP: ("<HIII", ("snap", "total", "offset", "crc"), "data"),
     PROMPT: ("<IBB", ("base", "n", "flags"), "ids"),
     TIME: ("<HI", ("day", "ms"), None),
+    CMD: ("<IBBBBB", ("id", "verb", "level", "machine_len", "tag_len", "by_len"), "text"),
 }
 BODIES_10 = {LOG: ("<IB", ("ts", "level"), "text"),  # version 1.0 layouts that 1.1 changed
              HELLO: (BODIES[HELLO][0][:-4], BODIES[HELLO][1][:-3], None)}
@@ -177,6 +181,23 @@ def parse_body(t, body, minor=MINOR):
     if old and t == LOG:
         out.update(flags=0, boot=0, lseq=0, day=WALL_NONE, ms=0)
     return out
+
+
+def pack_cmd(cid, verb, machine, tag, by, level=0xFF):
+    """CMD body (1.2): an operator's verb (plant_alarms ACK 1, SHELVE 3, UNSHELVE 4) for `tag` of `machine`,
+    at `level` (0..4) or every level (255), naming who (`by`)."""
+    m, t, b = (x.encode() if isinstance(x, str) else bytes(x) for x in (machine, tag, by))
+    return pack_body(CMD, id=cid, verb=verb, level=level, machine_len=len(m), tag_len=len(t), by_len=len(b),
+                     text=m + t + b)
+
+
+def parse_cmd(body):
+    """A CMD body's fields, with machine, tag and by split out as str."""
+    f = parse_body(CMD, body)
+    text = f.pop("text")
+    m, t = f["machine_len"], f["tag_len"]
+    f.update(machine=text[:m].decode(), tag=text[m:m + t].decode(), by=text[m + t:].decode())
+    return f
 
 
 def pack_draft(block, base, tokens, greedy=False):

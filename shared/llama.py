@@ -89,6 +89,7 @@ class Model:
         # which the fragmented rp2040 test heap may not have. The plan itself is not kept.
         self.mode = plan.mode
         self.n_out = cfg.n_out
+        self.hook = None  # called before each kernel of a step: the node polls its inputs there (firmware/node.py)
         stream = plan.mode != "resident"
         pool = None if stream else model_load.reserve(reader, cfg)  # big blocks first
         nibbles = self._stream_buffers(plan) if stream else None
@@ -210,7 +211,10 @@ class Model:
         return s
 
     def _fetch(self, layer, t):
-        """Streamed: read the layer matrices the plan loads at step t (memplan.STEPS) into their buffers."""
+        """Before each kernel of a layer: the step hook, then (streamed) read the layer matrices the plan loads
+        at step t (memplan.STEPS) into their buffers."""
+        if self.hook is not None:
+            self.hook()
         f = self.fetch[t]
         if f is not None:
             self.reader.load_layer(layer, f, False)
@@ -320,6 +324,8 @@ class Model:
         _add(self.x, self.xb, self.cfg.dim)
 
     def _classifier(self):
+        if self.hook is not None:
+            self.hook()
         kernels.rmsnorm(self.xb, self.x, self.out_norm)
         kernels.quantize_act(self.act_d, self.xb)
         self.emb.head.logits(self.logits, self.act_d)

@@ -11,25 +11,35 @@
 Everything that decides a line is integer arithmetic (values in hundredths of their unit, gains in
 Q12, a two-half xorshift32 whose ints stay below 2**30, a field-by-field clock), so one seed gives
 byte-identical lines on CPython and on MicroPython, whose floats are single precision on the boards.
-The log grammar, the machines and their alarms are documented in docs/PLANT.md.
+The machines, their alarms and faults are documented in docs/SIMULATOR.md, the log grammar in docs/PLANT.md.
 """
 from array import array
 
-from shared.plant_alarms import (ACKED, ALARM, BAD, HI, HIHI, LEVELS, LO, LOLO, RTN_UNACK, SHELVED, UNACK, VERBS,
-                                 AlarmBank)
+from shared.plant_alarms import ACKED, ALARM, BAD, LEVELS, RTN_UNACK, SHELVED, UNACK, VERBS, AlarmBank
 from shared.plant_alarms import STATES as ALARM_STATES
 from shared.plant_faults import (BEARING_WEAR, CAVITATION, CLOGGED_FILTER, DRIFT, MISSING, OVERHEATING, SENSOR_FIRST,
                                  Faults)
 from shared.plant_faults import NAMES as FAULTS
 from shared.compat import const
+from shared.linefmt import date_into, put_decimal
+from shared.linefmt import put_bytes as _put
+from shared.linefmt import put_fixed as _put_fixed
+from shared.linefmt import put_uint as _put_uint
+# the catalogue: which kinds, signals, units, alarm points and interlocks the simulator's machines have
+from shared.plant_catalogue import ALARMS as _ALARMS
+from shared.plant_catalogue import BAD_POINT as _BAD_POINT
+from shared.plant_catalogue import KEY as _KEY
+from shared.plant_catalogue import SETTLE_S as _SETTLE
+from shared.plant_catalogue import TAG as _TAG
+from shared.plant_catalogue import UNIT as _UNIT
+from shared.plant_catalogue import UNIT_X as _UNIT_X
+from shared.plant_catalogue import KINDS, MAX_MACHINES, MAXP, NCH, PREFIXES, TRIPS, machine_id  # noqa: F401 (re-exported)
 
-PUMP = const(0)
+PUMP = const(0)  # = plant_catalogue.PUMP ...: kinds and channels are folded constants here (the hot path)
 MOTOR = const(1)
 COMPRESSOR = const(2)
 CONVEYOR = const(3)
-KINDS = ("pump", "motor", "compressor", "conveyor")
-PREFIXES = ("P", "M", "C", "CV")
-MAX_MACHINES = const(16)
+
 LINE_MAX = const(128)  # no line is longer (values are clamped to their sensor ranges)
 START_EPOCH = const(1796018400)  # 2026-11-30T06:00:00Z
 MAX_EPOCH = 253402300799 - (1 << 31)  # the clock stays within four-digit years
@@ -41,7 +51,7 @@ STOPPING = const(3)
 TRIPPED = const(4)
 STATES = (b"STOPPED", b"STARTING", b"RUNNING", b"STOPPING", b"TRIPPED")
 
-# channels; readings are in hundredths of the unit
+# channels (= plant_catalogue.T ... X); readings are in hundredths of the unit
 _T = const(0)
 _V = const(1)
 _I = const(2)
@@ -49,18 +59,6 @@ _P = const(3)
 _Q = const(4)
 _D = const(5)
 _X = const(6)
-NCH = const(7)
-_UNIT = (b"C", b"mm/s", b"A", b"bar", b"m3/h", b"kPa", None)
-_UNIT_X = (None, b"rpm", None, b"m/s")
-# per kind * NCH + channel: key in the sample line, alarm tag (None: the kind has no such sensor)
-_KEY = (b"T", b"V", b"I", b"P", b"Q", b"dP", None,
-        b"T", b"V", b"I", None, None, None, b"N",
-        b"T", b"V", b"I", b"P", b"Q", b"dP", None,
-        b"T", b"V", b"I", None, None, None, b"S")
-_TAG = (b"bearing_temp", b"vibration", b"motor_current", b"discharge_press", b"flow", b"strainer_dp", None,
-        b"winding_temp", b"vibration", b"motor_current", None, None, None, b"speed",
-        b"discharge_temp", b"vibration", b"motor_current", b"receiver_press", b"air_flow", b"intake_filter_dp", None,
-        b"gearbox_temp", b"vibration", b"motor_current", None, None, None, b"belt_speed")
 # first-order lag gain per tick, Q12 (4096: follows at once; 14: time constant ~300 s)
 _GAIN = (14, 2048, 3000, 2048, 1400, 1400, 0,
          7, 2048, 3000, 0, 0, 0, 1600,
@@ -86,38 +84,12 @@ _START = (5, 8, 10, 6)
 _STOP = (4, 12, 15, 5)
 _INRUSH = (3, 4, 3, 2)  # starting current at zero speed, times rated
 
-TRIPS = (b"", b"HIHI_TEMP", b"HIHI_VIB", b"HIHI_CURR", b"HIHI_DP", b"LOLO_FLOW", b"HIHI_PRESS")
 _C_SCHEDULE = const(0)
 _C_OPERATOR = const(1)
 _C_RAMP = const(2)
 _C_RESET = const(3)
 _C_TRIP = const(8)  # + trip code
 _CAUSES = (b"cmd=schedule", b"cmd=operator", b"ramp=done", b"reset=operator")
-# alarm points per kind: (channel, level, limit, deadband, on-delay s, off-delay s, prio 1..4, trip code,
-# armed only when running, limit and deadband relative to the nominal in per mille); every channel also
-# gets a BAD point (reading missing: on after 3 missing samples, off after 60 good ones, prio 1)
-_ALARMS = (
-    ((_T, HI, 8000, 200, 10, 10, 2, 0, 0, 0), (_T, HIHI, 9500, 200, 3, 3, 4, 1, 0, 0),
-     (_V, HI, 710, 50, 5, 30, 3, 0, 0, 0), (_V, HIHI, 1100, 50, 2, 3, 4, 2, 0, 0),
-     (_I, HI, 1100, 20, 5, 10, 2, 0, 1, 1), (_I, HIHI, 1300, 20, 2, 3, 4, 3, 1, 1),
-     (_P, HI, 1250, 50, 5, 10, 3, 0, 1, 1), (_Q, LO, 300, 30, 10, 10, 2, 0, 1, 1),
-     (_Q, LOLO, 120, 30, 5, 3, 4, 5, 1, 1),
-     (_D, HI, 6000, 300, 10, 10, 2, 0, 0, 0), (_D, HIHI, 9000, 300, 3, 3, 4, 4, 0, 0)),
-    ((_T, HI, 12000, 300, 10, 10, 2, 0, 0, 0), (_T, HIHI, 14000, 300, 3, 3, 4, 1, 0, 0),
-     (_V, HI, 710, 50, 5, 30, 3, 0, 0, 0), (_V, HIHI, 1100, 50, 2, 3, 4, 2, 0, 0),
-     (_I, HI, 1100, 20, 5, 10, 2, 0, 1, 1), (_I, HIHI, 1250, 20, 2, 3, 4, 3, 1, 1)),
-    ((_T, HI, 10500, 200, 10, 10, 2, 0, 0, 0), (_T, HIHI, 11500, 200, 3, 3, 4, 1, 0, 0),
-     (_V, HI, 710, 50, 5, 30, 3, 0, 0, 0), (_V, HIHI, 1100, 50, 2, 3, 4, 2, 0, 0),
-     (_I, HI, 1100, 20, 5, 10, 2, 0, 1, 1), (_I, HIHI, 1300, 20, 2, 3, 4, 3, 1, 1),
-     (_P, LO, 550, 20, 30, 10, 2, 0, 1, 0), (_P, HIHI, 950, 20, 2, 3, 4, 6, 0, 0),
-     # the intake filter's dP falls whenever the compressor unloads: hold the alarm through an unload
-     (_D, HI, 600, 30, 10, 180, 2, 0, 0, 0), (_D, HIHI, 900, 30, 3, 3, 4, 4, 0, 0)),
-    ((_T, HI, 8500, 200, 10, 10, 2, 0, 0, 0), (_T, HIHI, 10000, 200, 3, 3, 4, 1, 0, 0),
-     (_V, HI, 710, 50, 5, 30, 3, 0, 0, 0), (_V, HIHI, 1100, 50, 2, 3, 4, 2, 0, 0),
-     (_I, HI, 1150, 20, 5, 10, 2, 0, 1, 1), (_I, HIHI, 1350, 20, 2, 3, 4, 3, 1, 1)),
-)
-MAXP = const(17)  # alarm points per machine (the pump's 11 + 6 BAD)
-_SETTLE = const(20)  # running-only alarms arm this many seconds after RUNNING
 _ACK = ((0, 0), (60, 900), (30, 300), (15, 120), (5, 40))  # operator ack delay by prio: base, spread (s)
 _SHELVE_AFTER = const(600)  # an acknowledged BAD alarm still active this long gets shelved ...
 _SHELVE_FOR = const(3600)  # ... for an hour
@@ -147,43 +119,13 @@ def _check_int(name, v, lo, hi):
 def civil(epoch_s):
     """(year, month, day, hour, minute, second) of a Unix time (integer arithmetic, proleptic Gregorian)."""
     days, sod = divmod(epoch_s, 86400)
-    z = days + 719468
-    era = z // 146097
-    doe = z - era * 146097
-    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
-    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    mp = (5 * doy + 2) // 153
-    d = doy - (153 * mp + 2) // 5 + 1
-    mo = mp + 3 if mp < 10 else mp - 9
-    return (yoe + era * 400 + (1 if mo <= 2 else 0), mo, d, sod // 3600, sod // 60 % 60, sod % 60)
+    ymd = [0, 0, 0]
+    date_into(days, ymd)
+    return (ymd[0], ymd[1], ymd[2], sod // 3600, sod // 60 % 60, sod % 60)
 
 
 def iso(epoch_s):
     return "%04d-%02d-%02dT%02d:%02d:%02dZ" % civil(epoch_s)
-
-
-def _put(buf, j, b):
-    for k in range(len(b)):
-        buf[j + k] = b[k]
-    return j + len(b)
-
-
-def _put_uint(buf, j, x):
-    d = 1
-    while d * 10 <= x:
-        d *= 10
-    while d:
-        buf[j] = 48 + x // d % 10
-        j += 1
-        d //= 10
-    return j
-
-
-def _put_fixed(buf, j, x, width):
-    for w in range(width - 1, -1, -1):
-        buf[j + w] = 48 + x % 10
-        x //= 10
-    return j + width
 
 
 class Plant:
@@ -259,7 +201,7 @@ class Plant:
         for m in range(n):
             k = kinds[m]
             count[k] += 1
-            self.ids.append("%s-%d" % (PREFIXES[k], 100 * (k + 1) + count[k]))
+            self.ids.append(machine_id(k, count[k]))
             self._setup(m, k)
         self._idb = [i.encode() for i in self.ids]
         self.yy, self.mo, self.dd, self.hh, self.mi, self.ss = civil(start_epoch_s)
@@ -310,7 +252,7 @@ class Plant:
         pts = list(_ALARMS[k])
         for ch in range(NCH):
             if _KEY[k * NCH + ch] is not None:
-                pts.append((ch, BAD, 0, 0, 3, 60, 1, 0, 0, 0))
+                pts.append((ch, BAD) + _BAD_POINT)
         self.npts[m] = len(pts)
         for j in range(len(pts)):
             ch, level, lim, db, on, off, prio, trip, run_only, rel = pts[j]
@@ -794,20 +736,9 @@ class Plant:
             if k == MOTOR:
                 j = _put_uint(buf, j, (v + 50) // 100)
             else:
-                j = self._put_tenths(buf, j, v)
+                j = put_decimal(buf, j, v, 1)
             return _put(buf, j, _UNIT_X[k])
-        return _put(buf, self._put_tenths(buf, j, v), _UNIT[ch])
-
-    def _put_tenths(self, buf, j, v):
-        t = (v + 5) // 10
-        if t < 0:
-            buf[j] = 45
-            j += 1
-            t = -t
-        j = _put_uint(buf, j, t // 10)
-        buf[j] = 46
-        buf[j + 1] = 48 + t % 10
-        return j + 2
+        return _put(buf, put_decimal(buf, j, v, 1), _UNIT[ch])
 
     def line(self, i):
         """Line i of this tick as a str (allocates the string and one slice)."""

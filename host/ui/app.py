@@ -39,8 +39,20 @@ TICK_S = 0.5  # how often an event stream looks for changes
 COOKIE = "edgetwin_ui"
 
 
-def _fmt_ms(ms: int) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000))
+def _fmt_ms(ms: int, desc=None) -> str:
+    """A wall time in the site's time zone of the description (UTC without one), labelled with the zone."""
+    if desc is None:
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
+    return desc.site_time(ms).strftime("%Y-%m-%d %H:%M:%S ") + desc.timezone
+
+
+def node_title(view, desc) -> str:
+    """What a node is called on the page: its description's name (the name the plant gives it), not the name it
+    is stored under, which may be the port it came in on; the simulator's nodes (every one runs the same
+    description) by their store name."""
+    if desc is not None and not desc.simulator and view.plant is not None:
+        return desc.name
+    return view.name
 
 
 class Dashboard:
@@ -74,7 +86,10 @@ class Dashboard:
             for v in views:
                 s = sessions.get(v.name)
                 spec = (s or {}).get("spec") or {}
-                row = {"node": v.name, "board": v.board, "uid": v.uid, "lines": v.lines, "spilled": v.spilled,
+                desc = self.feed.desc(v.plant)
+                row = {"node": v.name, "title": node_title(v, desc), "plant": desc.name if desc else None,
+                       "timezone": desc.timezone if desc else "UTC", "board": v.board, "uid": v.uid,
+                       "lines": v.lines, "spilled": v.spilled,
                        "heap": v.report.get("heap"), "dropped": v.report.get("dropped"), "notice": v.notice,
                        "link": None if s is None else bool(s.get("open") and s.get("established")),
                        "retransmits": None if s is None else s.get("link_tx_retx", 0),
@@ -109,8 +124,8 @@ class Dashboard:
         for r in rows:
             link = ('<td class="na">no gateway status</td>' if r["link"] is None else
                     '<td class="%s">%s</td>' % (("up", "up") if r["link"] else ("down", "down")))
-            name = '<a href="/node/%s">%s</a>' % (quote(r["node"], safe=""), escape(r["node"]))
-            who = " ".join(x for x in (r["board"], r["uid"]) if x)
+            name = '<a href="/node/%s">%s</a>' % (quote(r["node"], safe=""), escape(r["title"]))
+            who = " ".join(x for x in (r["node"] if r["title"] != r["node"] else "", r["board"], r["uid"]) if x)
             out.append('<tr data-node="%s"><td>%s<div class="who">%s%s</div></td>%s%s%s%s%s%s%s%s</tr>' % (
                 escape(r["node"]), name, escape(who),
                 '<div class="notice">%s</div>' % escape(r["notice"]) if r["notice"] else "",
@@ -129,24 +144,37 @@ class Dashboard:
             for nid, v in self.feed.nodes.items():
                 if only is not None and v.name != only:
                     continue
-                for mname, m in sorted(v.machines.items()):
+                for mname, m in self._machines(v):
                     key = "plot-%d-%s" % (nid, mname)
                     if seen.get(key) == m.version:
                         continue
                     seen[key] = m.version
-                    out[key] = {"node": v.name, "svg": svg.machine_plot(mname, list(m.samples), list(m.events))}
+                    desc = self.feed.desc(m.plant)
+                    mdesc = desc.machine(mname) if desc is not None else None
+                    out[key] = {"node": v.name, "title": node_title(v, self.feed.desc(v.plant)),
+                                "svg": svg.machine_plot(mname, list(m.samples), list(m.events), mdesc,
+                                                        desc.tz if desc else svg.UTC,
+                                                        desc.timezone if desc else "UTC")}
         return out
+
+    def _machines(self, v) -> list:
+        """A node's machines in its description's order (then any it does not name, by id)."""
+        desc = self.feed.desc(v.plant)
+        order = {mid: i for i, mid in enumerate(desc.ids)} if desc is not None else {}
+        return sorted(v.machines.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
 
     def notes(self, only: str | None, after: int) -> tuple[list[str], int]:
         out = []
         with self.feed._lock:  # noqa: SLF001
             notes = [n for n in self.feed.notes if n["id"] > after and (only is None or n["node"] == only)]
             top = max([after] + [n["id"] for n in self.feed.notes])
+            plants = {v.name: self.feed.desc(v.plant) for v in self.feed.nodes.values()}
         for n in notes:
             spans = n["spans"] or [["draft" if n["verified"] else "unverified", n["text"]]]
             body = "".join('<span class="%s">%s</span>' % (k, escape(t)) for k, t in spans)
             out.append('<li class="note%s" data-id="%d"><span class="meta">%s %s%s</span> %s</li>' % (
-                "" if n["verified"] else " unverified-note", n["id"], escape(n["node"]), _fmt_ms(n["t0_ms"]),
+                "" if n["verified"] else " unverified-note", n["id"], escape(n["node"]),
+                _fmt_ms(n["t0_ms"], plants.get(n["node"])),
                 "" if n["verified"] else ' <b class="badge">unverified</b>', body))
         return out, top
 
@@ -154,16 +182,20 @@ class Dashboard:
 
     def page(self, only: str | None) -> str:
         head = escape(self.title) + (" / " + escape(only) if only else "")
+        with self.feed._lock:  # noqa: SLF001
+            ids = [mid for v in self.feed.nodes.values() for mid, _m in self._machines(v)]
+        example = "why did %s trip?" % ids[0] if ids else "why did it trip?"  # a machine of this plant
         ask = ('<section id="ask"><h2>Ask</h2><form id="ask-form"><input id="question" name="q" autocomplete="off" '
-               'placeholder="why did P-101 trip?" size="60"><button type="submit">Ask</button></form>'
+               'placeholder="%s" size="60"><button type="submit">Ask</button></form>'
                '<div id="ask-progress"></div><div id="answer"></div><ol id="windows"></ol></section>'
-               if self.asker is not None else "")
+               % escape(example) if self.asker is not None else "")
         return ("<!doctype html><html><head><meta charset='utf-8'><title>%s</title>"
                 "<link rel='stylesheet' href='/static/dashboard.css'></head><body data-node='%s'>"
                 "<header><h1><a href='/'>%s</a></h1><span id='live' class='down'>connecting</span></header>"
                 "<section><h2>Plant</h2><div id='plant'>%s</div></section>"
                 "<section><h2>Machines</h2><p class='legend'>samples of each machine's signals from the log store; "
-                "<span class='ev-alarm'>|</span> an alarm raised, <span class='ev-trip'>|</span> a trip</p>"
+                "<span class='ev-alarm'>|</span> an alarm raised, <span class='ev-trip'>|</span> a trip, dashed: the "
+                "alarm limits of the plant's description; times in the site's time zone</p>"
                 "<div id='plots'></div></section>"
                 "<section><h2>Annotations</h2><p class='legend'><span class='draft'>accepted draft tokens</span> "
                 "<span class='fix'>the target's corrections</span> <span class='unverified'>unverified (drafted "

@@ -4,77 +4,64 @@ A Feed follows the log store the way the MQTT publisher does (host/mqtt.py): thr
 SQLite connection, which in WAL mode sees committed rows only and never makes the gateway's loop wait.
 poll() reads the rows after its cursors and keeps, per node, the lines logged and spilled and the latest
 NODE report (heap, dropped); per machine of a node, its last SERIES samples (docs/PLANT.md's sample
-lines: T=, V=, I=, ...) and its alarm raises and trips on the same time axis; and the last NOTES
-annotations with their spans (who wrote which piece: host/store.py). Every change bumps `version` and
-the changed machine's own version, so a page's event stream sends only what changed.
+lines, read by host/plantlines.py: any plant's keys and units) and its alarm raises and trips on the same
+time axis, with the plant description its lines were stored with (logs.plant: what the plot's labels, units,
+limits and time zone come from); and the last NOTES annotations with their spans (who wrote which piece:
+host/store.py). Every change bumps `version` and the changed machine's own version, so a page's event
+stream sends only what changed.
 """
 
 from __future__ import annotations
 
 import collections
 import json
-import re
 import sqlite3
 import threading
 import time
 import urllib.parse
-from datetime import datetime, timezone
 from pathlib import Path
 
-from host.plantlines import PLC_STATES, REPORT, is_trip, report_pairs
+from host import plantlines
+from host.plantlines import REPORT, report_pairs
+from host.store import read_plant
 
 SERIES = 240  # samples kept per machine (the plot's width)
 EVENTS = 60  # alarm raises and trips kept per machine
 NOTES = 200  # annotations kept
 HISTORY = 20000  # at start, the lines read back (a store of months is not read whole)
-_ID = re.compile(r"(?:CV|P|M|C)-\d{3}\Z")
-_VALUE = re.compile(r"(-?\d+(?:\.\d+)?)([A-Za-z0-9/]*)\Z")
 
 
-def line_time(text: str) -> float | None:
-    """The plant line's own UTC timestamp (its first field) in seconds, or None."""
-    try:
-        return datetime.strptime(text[:20], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
-    except ValueError:
-        return None
+def sample_of(line: plantlines.Line) -> tuple[str, dict]:
+    """(PLC state, {key: (value, unit)}) of a parsed sample line, without its "?" readings (a missing reading
+    breaks the plotted line)."""
+    return line.plc or "", {k: v for k, v in line.values.items() if v[0] is not None}
 
 
-def parse_sample(text: str) -> tuple[str, str, dict] | None:
-    """(machine, PLC state, {key: (value, unit)}) of a sample line, or None for any other line."""
-    f = text.split()
-    if len(f) < 4 or not _ID.match(f[1]) or f[2] not in PLC_STATES:
-        return None
-    vals = {}
-    for kv in f[3:]:
-        k, _, v = kv.partition("=")
-        m = _VALUE.match(v)
-        if k and m:
-            vals[k] = (float(m.group(1)), m.group(2))
-    return f[1], f[2], vals
-
-
-def parse_event(text: str) -> tuple[str, str, str] | None:
-    """(machine, kind, label) for an alarm raise ("alarm") or a trip ("trip"), or None."""
-    f = text.split()
-    if len(f) >= 8 and f[1] == "ALARM" and f[-1] == "RAISED":
-        return f[3], "alarm", "%s %s %s" % (f[2], f[4], f[5])
-    if is_trip(f):
-        return f[2], "trip", "TRIPPED %s" % f[4]
+def event_of(line: plantlines.Line) -> tuple[str, str] | None:
+    """(kind, label) of an alarm raise ("alarm") or a trip ("trip"), or None for any other line."""
+    if line.kind == "alarm" and line.verb == "ALARM" and line.astate == "RAISED":
+        value = "?" if line.value is None else "%g%s" % (line.value, line.unit)
+        return "alarm", "%s %s %s" % (line.level, line.tag, value)
+    if line.is_trip:
+        return "trip", "TRIPPED %s" % line.cause
     return None
 
 
 class Machine:
-    """One machine of one node: its samples and events, newest last, bounded."""
+    """One machine of one node: its samples and events, newest last, bounded; the description (its hash) its
+    latest line was stored with."""
 
     def __init__(self) -> None:
         self.samples: collections.deque = collections.deque(maxlen=SERIES)  # (t, state, {key: (v, unit)})
         self.events: collections.deque = collections.deque(maxlen=EVENTS)  # (t, kind, label)
+        self.plant: str | None = None
         self.version = 0
 
 
 class NodeView:
-    def __init__(self, name: str, board: str = "", uid: str = "") -> None:
+    def __init__(self, name: str, board: str = "", uid: str = "", plant: str | None = None) -> None:
         self.name, self.board, self.uid = name, board, uid
+        self.plant = plant  # the hash of the description its latest line was stored with (None: the simulator's)
         self.lines = 0
         self.spilled = 0
         self.report: dict = {}
@@ -95,6 +82,7 @@ class Feed:
         self._log_id = 0
         self._note_id = 0
         self._spans = False
+        self._descs: dict = {}  # hash -> PlantDesc or None (unknown to the store), read by poll()'s thread
         self._lock = threading.Lock()  # held while poll() changes the views; readers take it to copy
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -121,28 +109,53 @@ class Feed:
 
     def _start(self) -> None:
         db = self._conn
-        self._spans = "spans" in {r[1] for r in db.execute("PRAGMA table_info(annotations)").fetchall()}
-        lines = "flags & 1" if "flags" in {r[1] for r in db.execute("PRAGMA table_info(logs)").fetchall()} else "0"
+        self._columns()
+        lines = self._lines_col
         top = db.execute("SELECT coalesce(max(id), 0) FROM logs").fetchone()[0]
         self._log_id = max(0, int(top) - HISTORY)
         self._refresh_nodes()
+        for plant in {None} | {v.plant for v in self.nodes.values()}:
+            self._read_desc(plant)
         for nid, n, sp in db.execute("SELECT node, count(*), sum(%s) FROM logs WHERE id<=? GROUP BY node" % lines,
                                      (self._log_id,)).fetchall():
             if nid in self.nodes:
                 self.nodes[nid].lines, self.nodes[nid].spilled = int(n), int(sp or 0)
         top = db.execute("SELECT coalesce(max(id), 0) FROM annotations").fetchone()[0]
         self._note_id = max(0, int(top) - NOTES)
-        self._lines_col = lines
+
+    def _columns(self) -> None:
+        """What an older store lacks reads as its default; a gateway that opens it upgrades it (poll() looks
+        again when it reconnects)."""
+        db = self._conn
+        self._spans = "spans" in {r[1] for r in db.execute("PRAGMA table_info(annotations)").fetchall()}
+        log_cols = {r[1] for r in db.execute("PRAGMA table_info(logs)").fetchall()}
+        self._lines_col = "flags & 1" if "flags" in log_cols else "0"
+        self._plant_col = "plant" if "plant" in log_cols else "NULL"  # before schema 3: the simulator's lines
 
     def _refresh_nodes(self) -> None:
         cols = {r[1] for r in self._conn.execute("PRAGMA table_info(nodes)").fetchall()}
-        for nid, name, board, uid in self._conn.execute(
-                "SELECT id, name, board_id, %s FROM nodes ORDER BY id" % ("uid" if "uid" in cols else "''")):
+        for nid, name, board, uid, plant in self._conn.execute(
+                "SELECT id, name, board_id, %s, %s FROM nodes ORDER BY id"
+                % ("uid" if "uid" in cols else "''", "plant" if "plant" in cols else "NULL")):
             v = self.nodes.get(nid)
             if v is None:
-                self.nodes[nid] = NodeView(name, board, uid)
+                self.nodes[nid] = NodeView(name, board, uid, plant)
             else:
                 v.board, v.uid = board, uid
+
+    def desc(self, h: str | None):
+        """The description of hash `h` (a PlantDesc; h None: the simulator's), or None when the store has none
+        by that hash: its lines are plotted as they are, without labels or limits. Only poll() reads the
+        store (its connection is its thread's): this is what it read."""
+        if h not in self._descs:
+            return None
+        return self._descs[h]
+
+    def _read_desc(self, h: str | None) -> None:
+        try:
+            self._descs[h] = read_plant(self._conn, h, {})
+        except (OSError, ValueError):  # the simulator's own description missing or broken: plot without it
+            self._descs[h] = None
 
     def poll(self) -> bool:
         """Read what was committed since the last call; True when anything changed."""
@@ -150,9 +163,10 @@ class Feed:
             # a gateway opened the store (follow its WAL from now on), or a writer came and went meanwhile
             self._conn.close()
             self._conn = self._connect()
+            self._columns()
         db = self._conn
-        rows = db.execute("SELECT id, node, wall_ms, level, text, %s FROM logs WHERE id>? ORDER BY id LIMIT 5000"
-                          % self._lines_col, (self._log_id,)).fetchall()
+        rows = db.execute("SELECT id, node, wall_ms, level, text, %s, %s FROM logs WHERE id>? ORDER BY id LIMIT 5000"
+                          % (self._lines_col, self._plant_col), (self._log_id,)).fetchall()
         notes = db.execute("SELECT annotations.id, annotations.node, t0_ms, t1_ms, text, verified, tokens, %s "
                            "FROM annotations WHERE id>? ORDER BY id LIMIT 500"
                            % ("spans" if self._spans else "NULL"), (self._note_id,)).fetchall()
@@ -161,9 +175,9 @@ class Feed:
         with self._lock:
             if any(r[1] not in self.nodes for r in rows) or any(n[1] not in self.nodes for n in notes):
                 self._refresh_nodes()
-            for lid, nid, wall_ms, level, text, spilled in rows:
+            for lid, nid, wall_ms, level, text, spilled, plant in rows:
                 self._log_id = lid
-                self._line(self.nodes.get(nid), wall_ms, level, text, spilled)
+                self._line(self.nodes.get(nid), wall_ms, level, text, spilled, plant)
             for nid_row in notes:
                 aid, nid, t0, t1, text, verified, tokens, spans = nid_row
                 self._note_id = aid
@@ -174,7 +188,8 @@ class Feed:
             self.version += 1
         return True
 
-    def _line(self, node: NodeView | None, wall_ms: int, level: int, text: str, spilled: int) -> None:
+    def _line(self, node: NodeView | None, wall_ms: int, level: int, text: str, spilled: int,
+              plant: str | None = None) -> None:
         if node is None:
             return
         node.lines += 1
@@ -186,21 +201,23 @@ class Feed:
             else:
                 node.notice = text[5:]
             return
-        s = parse_sample(text)
-        if s is not None:
-            t = line_time(text)
-            if t is not None:
-                m = node.machines.setdefault(s[0], Machine())
-                m.samples.append((t, s[1], s[2]))
-                m.version += 1
+        line = plantlines.parse(text)
+        if line is None:
             return
-        e = parse_event(text)
-        if e is not None:
-            t = line_time(text)
-            if t is not None:
-                m = node.machines.setdefault(e[0], Machine())
-                m.events.append((t, e[1], e[2]))
-                m.version += 1
+        node.plant = plant
+        if plant not in self._descs:
+            self._read_desc(plant)
+        if line.kind == "sample":
+            m = node.machines.setdefault(line.machine, Machine())
+            m.samples.append((float(line.time),) + sample_of(line))
+        else:
+            e = event_of(line)
+            if e is None:
+                return
+            m = node.machines.setdefault(line.machine, Machine())
+            m.events.append((float(line.time),) + e)
+        m.plant = plant
+        m.version += 1
 
     # ---- the thread ----
 

@@ -60,8 +60,9 @@ def fleet_html(fleet: Fleet, broker: str, connected: bool) -> str:
                 alarm = ""
                 if n.last_alarm is not None:
                     a = n.last_alarm
-                    alarm = '<div class="who">%s %s</div>' % (_t(a.get("time")), escape(" ".join(
-                        str(a.get(k, "")) for k in ("machine", "tag", "value", "state"))))
+                    limit = " (limit %s%s)" % (a["limit"], a.get("unit") or "") if a.get("limit") is not None else ""
+                    alarm = '<div class="who">%s %s%s</div>' % (_t(a.get("time")), escape(" ".join(
+                        str(a.get(k, "")) for k in ("machine", "tag", "value", "state"))), escape(limit))
                 notes = "".join('<div class="note%s"><span class="meta">%s</span> %s</div>'
                                 % ("" if note.get("verified") else " unverified", _t(note.get("time")),
                                    escape(str(note.get("text", "")))) for note in reversed(n.notes))

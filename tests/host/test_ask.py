@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from host import cli, qa
+from host import cli, logwords, plantdesc, qa
 from host.store import LogStore
 from test_prism_bert import make_tiny
 from tools.train import gen_logs
@@ -191,11 +191,13 @@ def test_fit_sources_keeps_the_line_that_answers():
         "2026-11-30T07:20:58Z ACK HIHI M-202 vibration 0.1mm/s prio=4 NORMAL"])
     src = [qa.Source(1, "node", 0, 1000, text, 0.9)]
     count = lambda line: len(line.split())  # noqa: E731 - a stand-in token count
-    fit = qa.fit_sources("who acked the HIHI vibration alarm on M-202 raised at 07:20?", src, count, budget=19)
+    sim = logwords.Vocabulary.of([plantdesc.builtin()])  # the words ask reads a simulator's store in
+    fit = qa.fit_sources("who acked the HIHI vibration alarm on M-202 raised at 07:20?", src, count, budget=19,
+                         vocab=sim)
     kept = fit[0].text.splitlines()
     assert len(kept) == 2 and any(" ACK HIHI M-202" in ln for ln in kept), kept
     assert any(" ALARM HIHI M-202" in ln for ln in kept), kept  # the alarm it asks about, the next best
-    trip = qa.fit_sources("when did M-202 trip?", src, count, budget=19)[0].text.splitlines()
+    trip = qa.fit_sources("when did M-202 trip?", src, count, budget=19, vocab=sim)[0].text.splitlines()
     assert any("TRIPPED interlock" in ln for ln in trip), trip  # another question keeps its own line
 
 

@@ -193,3 +193,92 @@ def test_bad_input_one_line_exit_2_and_the_store_as_it_was(tmp_path: Path, capsy
         assert (tmp_path / "junk.db").read_bytes() == junk
     with pytest.raises(sqlite3.Error):  # sanity: the junk file really is no database
         sqlite3.connect(str(tmp_path / "junk.db")).execute("SELECT 1 FROM sqlite_master").fetchall()
+
+
+def _hall_log(path: Path, h: str) -> list[str]:
+    import hallplant
+
+    lines = hallplant.lines(h)
+    path.write_text("".join(ln + "\n" for ln in lines))
+    return lines
+
+
+def test_a_plant_that_is_not_the_simulator(tmp_path: Path) -> None:
+    # import_log with a description (as --plant gives it): AHU-1 and SILO-2, stored with the description's hash
+    import hallplant
+
+    desc = hallplant.desc()
+    log = tmp_path / "hall.log"
+    want = _hall_log(log, desc.hash)
+    db = tmp_path / "h.db"
+    s = cmd_import.import_log(log, db, "hall", desc=desc)
+    assert (s["lines"], s["stored"], s["plant"]) == (len(want), len(want), "hall-3")
+    st = LogStore(db, readonly=True)
+    rows = st.logs("hall")
+    assert [r["text"] for r in rows] == want
+    levels = {r["text"].split(" ", 2)[1]: r["level"] for r in rows}
+    assert (levels["ALARM"], levels["ACK"], levels["STATE"], levels["PLANT"], levels["AHU-1"]) == (2, 2, 3, 1, 1)
+    assert set(st.line_plants(range(1, len(want) + 1)).values()) == {desc.hash}
+    assert st.node_plant("hall") == desc.hash and list(st.plants()) == [desc.hash]
+    assert st.plant(desc.hash).machine("SILO-2").signal("level").unit == "m"
+    st.close()
+    assert qa.retrieve(db, "why did AHU-1 trip?", limit=5, lines=6).windows
+
+
+def test_a_line_the_description_lacks_is_refused(tmp_path: Path) -> None:
+    import hallplant
+
+    desc = hallplant.desc()
+    for i, (bad, msg) in enumerate([
+            ("2026-11-30T06:10:00Z AHU-2 RUNNING SAT=18.0C", "no machine AHU-2 in plant hall-3"),
+            ("2026-11-30T06:10:00Z AHU-1 RUNNING SAT=18.0C OAT=3.0C", "machine AHU-1 has no key OAT"),
+            ("2026-11-30T06:10:00Z AHU-1 RUNNING SAT=64.4F", "machine AHU-1: key SAT is in C, not F"),
+            ("2026-11-30T06:10:00Z ALARM HI SILO-2 weight 3.0t prio=2 RAISED", "machine SILO-2 has no tag weight"),
+            ("2026-11-30T06:10:00Z STATE SILO-2 RUNNING->TRIPPED interlock=HIHI_SAT",
+             "machine SILO-2 has no interlock HIHI_SAT"),
+            ("2026-11-30T06:10:00Z P-101 RUNNING T=1.0C", "no machine P-101")]):
+        log = tmp_path / ("bad%d.log" % i)
+        lines = hallplant.lines(desc.hash, minutes=1)
+        log.write_text("".join(ln + "\n" for ln in lines[:5] + [bad] + lines[5:]))
+        with pytest.raises(cmd_import.LogFileError, match="bad%d.log:6: %s" % (i, msg)):
+            cmd_import.import_log(log, tmp_path / "r.db", "hall", desc=desc)
+        assert not (tmp_path / "r.db").exists()
+
+
+def test_the_simulators_lines_are_not_another_plants(tmp_path: Path, capsys) -> None:
+    # the built-in simulator's description refuses another plant's lines, naming --plant
+    log = tmp_path / "hall.log"
+    _hall_log(log, "0123456789abcdef")
+    code, out, err = _import(str(log), "--db", str(tmp_path / "s.db"), "--node", "n", capsys=capsys)
+    assert code == 2 and "hall.log:1: PLANT hash=0123456789abcdef is not the description's" in err
+    assert "--plant FILE" in err and not (tmp_path / "s.db").exists()
+
+
+def test_plant_option(tmp_path: Path, capsys) -> None:
+    # the CLI's --plant: a description file, checked and hashed (host/plantfile.py), its lines imported
+    pytest.importorskip("host.plantfile")
+    import hallplant
+    from host import plantdesc
+
+    plant_file = hallplant.write(tmp_path / "hall.json")
+    desc = plantdesc.load(plant_file)
+    assert desc.ids == ("AHU-1", "SILO-2")
+    log = tmp_path / "hall.log"
+    want = _hall_log(log, desc.hash)
+    db = tmp_path / "h.db"
+    code, out, err = _import(str(log), "--db", str(db), "--node", "hall", "--plant", str(plant_file), capsys=capsys)
+    assert code == 0 and "as node hall (plant hall-3): %d lines, %d stored" % (len(want), len(want)) in out, err
+    st = LogStore(db, readonly=True)
+    assert st.node_plant("hall") == desc.hash and [r["text"] for r in st.logs()] == want
+    assert st.plant(desc.hash) == desc  # the description kept, read back as it was loaded
+    st.close()
+    # a bad --plant file is one line, exit 2, and nothing is imported
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(dict(hallplant.HALL, machines=[dict(hallplant.HALL["machines"][0], id="1AHU")])))
+    for arg, msg in ((str(broken), "broken.json"), (str(tmp_path / "none.json"), "none.json: no such file"),
+                     (str(tmp_path), "is a directory")):
+        code, out, err = _import(str(log), "--db", str(tmp_path / "x.db"), "--node", "n", "--plant", arg,
+                                 capsys=capsys)
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert code == 2 and len(lines) == 1 and msg in lines[0] and "Traceback" not in err, err
+        assert not (tmp_path / "x.db").exists()

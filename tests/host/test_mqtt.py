@@ -407,6 +407,48 @@ def test_the_outbox_reads_committed_rows_only_and_keeps_marks_per_destination(tm
     store.close()
 
 
+def test_another_plants_alarms_and_trips_carry_their_units_and_limits(tmp_path: Path, broker: Broker) -> None:
+    # a plant that is not the simulator (tests/host/hallplant.py): its alarm and trip payloads are read by the
+    # one grammar and carry what its description says of the point: the unit, the limit, the priority
+    import hallplant
+
+    desc = hallplant.desc()
+    db = tmp_path / "g.db"
+    store = LogStore(db)
+    store.add_plant(desc)
+    sub = Subscriber(broker.port)
+    pub = publisher(db, broker.port)
+    try:
+        lines = [ln for ln in hallplant.lines(desc.hash) if " ALARM " in ln or " ACK " in ln or "->TRIPPED" in ln]
+        for i, ln in enumerate(lines):
+            store.add_log("hall", 7, i + 1, i, 1_796_018_400_000 + i, 3 if "->TRIPPED" in ln else 2, ln,
+                          plant=desc.hash)
+        store.add_log("sim", 7, 1, 0, 1_796_018_400_000, 2, ALARM % 1)  # the simulator's (no plant): as before
+        assert sub.wait(lambda: len(sub.of("hall/alarm")) == 4 and len(sub.of("hall/trip")) == 1
+                        and len(sub.of("sim/alarm")) == 1)
+        hi, ack, lo, hihi = sorted(sub.of("hall/alarm"), key=lambda m: m["id"])
+        assert (hi["machine"], hi["plant"], hi["machine_kind"], hi["signal"], hi["tag"], hi["value"], hi["number"],
+                hi["unit"], hi["limit"], hi["priority"], hi["state"]) == (
+            "AHU-1", "hall-3", "air handling unit", "SAT", "supply_temp", "27.0C", 27.0, "C", 24.0, 2, "RAISED")
+        assert ack["verb"] == "ACK" and ack["by"] == "alice" and "by" not in hi
+        assert (hihi["alarm_level"], hihi["limit"], hihi["priority"]) == ("HIHI", 30.0, 4)
+        assert (lo["machine"], lo["unit"], lo["limit"], lo["number"]) == ("SILO-2", "m", 1.5, 1.48)
+        t = sub.of("hall/trip")[0]
+        assert (t["machine"], t["transition"], t["cause"], t["interlock"], t["tag"], t["alarm_level"], t["limit"],
+                t["unit"], t["priority"]) == ("AHU-1", "RUNNING->TRIPPED", "HIHI_SAT", "HIHI_SAT", "supply_temp",
+                                              "HIHI", 30.0, "C", 4)
+        s = sub.of("sim/alarm")[0]
+        assert (s["machine"], s["tag"], s["value"], s["number"], s["unit"]) == ("P-101", "vibration", "7.4mm/s", 7.4,
+                                                                              "mm/s")
+    finally:
+        pub.stop()
+        sub.close()
+        store.close()
+    assert mqtt_topics.classify("2026-11-30T06:00:00Z STATE SILO-2 RUNNING->TRIPPED trip=contact") == "trip"
+    assert mqtt_topics.classify("2026-11-30T06:00:00Z STATE SILO-2 STOPPED->RUNNING run=on") is None
+    assert mqtt_topics.classify("2026-11-30T06:00:00Z SILO-2 RUNNING L=2.00m") is None
+
+
 def test_good_urls() -> None:
     assert mqtt_topics.parse_url("mqtt://broker.plant.lan") == (False, "broker.plant.lan", 1883)
     assert mqtt_topics.parse_url("mqtts://broker.plant.lan") == (True, "broker.plant.lan", 8883)

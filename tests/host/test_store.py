@@ -135,7 +135,7 @@ def test_named_machines_and_minutes_rank_first(tmp_path: Path) -> None:
     assert "P-101" in both[0].text
     # no line of those machines or minutes: the plain ranking, nothing lost
     assert len(s.windows(q, limit=3, lines=4, machines=["CV-409"], minutes=["23:59"])) == 3
-    for bad in ({"minutes": ["6:30"]}, {"minutes": "06:30"}, {"minutes": ["24:00"]}, {"machines": ["P101"]},
+    for bad in ({"minutes": ["6:30"]}, {"minutes": "06:30"}, {"minutes": ["24:00"]}, {"machines": ["P 101"]},
                 {"machines": ["P-101'; DROP TABLE logs"]}, {"minutes": ["06:30"] * 17}):
         with pytest.raises(StoreError, match="at most 16 strings like"):
             s.windows(q, **bad)
@@ -287,7 +287,7 @@ def test_alarm_follow_finds_the_ack_and_clear_of_the_named_alarm_by_its_record(t
     assert s.alarm_follow("P-101", "ACK", "HI", words, "06:11") is None
     assert s.alarm_follow("M-201", "CLEAR", None, words) is None
     assert s.alarm_follow("P-101", "CLEAR", None, ["bearing", "temp"]) is None
-    for bad in ({"machine": "P101"}, {"verb": "SHELVE"}, {"minute": "6:10"}, {"machine": "P-101' OR 1=1 --"},
+    for bad in ({"machine": "101"}, {"verb": "SHELVE"}, {"minute": "6:10"}, {"machine": "P-101' OR 1=1 --"},
                 {"level": "HIGH"}, {"machine": 'P-101" OR "x'}):
         kw = dict({"machine": "P-101", "verb": "ACK"}, **bad)
         with pytest.raises(StoreError, match="must be"):
@@ -314,8 +314,12 @@ def test_first_raise_and_the_machines_of_a_kind(tmp_path: Path) -> None:
     assert s.first_raise("M-201", ["current"], tags=("winding_temp",), lines=1).text.endswith("121.2C prio=2 RAISED")
     with pytest.raises(StoreError):
         s.first_raise("M-201", tags="winding_temp")
-    assert s.machines("M") == ["M-201", "M-202"] and s.machines("CV") == ["CV-401"] and s.machines("C") == []
-    for bad in (lambda: s.machines("X"), lambda: s.first_raise("M201"), lambda: s.machines("M", lines=0)):
+    # which of a kind's machines (a description's) the log names: only whole ids, never a part of another
+    motors = ["M-201", "M-202", "M-203", "M-2"]
+    assert s.machines(motors) == ["M-201", "M-202"] and s.machines(("CV-401", "CV-402")) == ["CV-401"]
+    assert s.machines(["C-301"]) == [] and s.machines([]) == []
+    for bad in (lambda: s.machines("M"), lambda: s.machines(["M 201"]), lambda: s.first_raise("M 201"),
+                lambda: s.machines(motors, lines=0)):
         with pytest.raises(StoreError):
             bad()
     s.close()
@@ -332,7 +336,7 @@ def test_tripped_and_since_when_a_machine_is_logged(tmp_path: Path) -> None:
     assert s.tripped("M-201") and not s.tripped("P-101")  # only a STATE line of P-101 itself is a trip
     assert s.since_ms("P-101") == 2000  # n2's NOTE names it too: both nodes' first lines count
     assert s.since_ms("M-201") == 2000 and s.since_ms() == 2000 and s.since_ms("C-301") is None
-    for bad in (lambda: s.tripped("P101"), lambda: s.since_ms("x")):
+    for bad in (lambda: s.tripped("P 101"), lambda: s.since_ms("-x")):
         with pytest.raises(StoreError):
             bad()
     s.close()

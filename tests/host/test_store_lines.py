@@ -63,7 +63,9 @@ def test_a_version_1_store_is_upgraded_in_place(tmp_path: Path) -> None:
     st.close()
     db = sqlite3.connect(str(path))  # make it what a version-1 gateway wrote
     db.executescript("DROP INDEX logs_line; ALTER TABLE nodes DROP COLUMN uid; ALTER TABLE logs DROP COLUMN boot; ALTER TABLE logs DROP COLUMN lseq; "
-                     "ALTER TABLE logs DROP COLUMN flags; UPDATE meta SET value='1' WHERE key='version';")
+                     "ALTER TABLE logs DROP COLUMN flags; ALTER TABLE logs DROP COLUMN plant; "
+                     "ALTER TABLE nodes DROP COLUMN plant; DROP TABLE plants; DROP TABLE commands; "
+                     "UPDATE meta SET value='1' WHERE key='version';")
     db.close()
     ro = LogStore(path, readonly=True)  # a reader reads it as it is
     assert [r["text"] for r in ro.logs()] == ["an old line"] and ro.logs()[0]["lseq"] is None
@@ -74,5 +76,5 @@ def test_a_version_1_store_is_upgraded_in_place(tmp_path: Path) -> None:
     assert [(r["text"], r["lseq"]) for r in st.logs()] == [("an old line", None), ("line 1", 1)]
     st.close()
     db = sqlite3.connect(str(path))
-    assert db.execute("SELECT value FROM meta WHERE key='version'").fetchone()[0] == "2"
+    assert db.execute("SELECT value FROM meta WHERE key='version'").fetchone()[0] == "3"  # through 2, to this one
     db.close()

@@ -246,17 +246,22 @@ def test_doc_vectors_match_encoder_and_reference():
         fields = frame_host.parse_body(h["type"] & 0x7F, body, ver & 15)  # every vector's body is well-formed
         if h["type"] & 0x7F == frame.LOG:
             logs[v["name"]] = fields
+        if h["type"] & 0x7F == frame.CMD:
+            cmd = frame_host.parse_cmd(body)
         saw_zero_run = saw_zero_run or b"\x00\x00\x00" in raw
         saw_full_block = saw_full_block or 0xFF in wire[:2]
     assert saw_zero_run and saw_full_block, "vectors should cover zero runs and a full 254-byte COBS block"
     assert len(names) == len(vectors)
-    assert versions == set((frame.VERSION, 0x10)), versions  # the current version and a 1.0 peer's LOG
+    # the current version (CMD), 1.1 (the frames it did not change) and a 1.0 peer's LOG
+    assert versions == set((frame.VERSION, 0x11, 0x10)), versions
     # the same line as a 1.1 and a 1.0 body: the 1.1 one carries its line seq, the 1.0 one reads as seq 0
     assert logs["log_signed"]["lseq"] == 42 and logs["log_signed"]["boot"] == 1
     assert logs["log_v10"]["lseq"] == 0 and logs["log_v10"]["text"] == logs["log_signed"]["text"]
     assert logs["log_full_block"]["flags"] == frame.LG_SPILLED and logs["log_full_block"]["lseq"] == 0x05060708
     assert (logs["log_signed"]["day"], logs["log_signed"]["ms"]) == (9830, 21601234)  # 2026-11-30T06:00:01.234Z
     assert logs["log_v10"]["day"] == frame.WALL_NONE  # a 1.0 line carries no wall time
+    assert (cmd["id"], cmd["verb"], cmd["level"], cmd["machine"], cmd["tag"], cmd["by"]) == (
+        42, 1, 0, "P-1", "discharge_press", "alice")
 
 
 def test_every_truncation_is_rejected_and_the_next_frame_survives():
@@ -544,3 +549,22 @@ def test_hmac_sha256_and_counters():
     assert frame_codec.counter_inc(a) and a == b
     top = bytearray(b"\xff" * 6)
     assert not frame_codec.counter_inc(top) and top == bytearray(6)
+
+
+def test_cmd_bodies_are_checked():
+    good = frame_host.pack_cmd(5, 3, "AHU-1", "supply_temp", "bob", 255)
+    assert frame.check_body(frame.CMD, good, 0, len(good)) == frame.BODY_OK
+    assert frame_host.parse_cmd(good)["level"] == 255
+    bad = []
+    for i, v in ((4, 2), (5, 5), (6, 0), (6, 17), (7, 33), (8, 0), (3, 0x40)):  # verb, level, lengths, u30 id
+        b = bytearray(good)
+        b[i] = v
+        bad.append(b)
+    b = bytearray(good)
+    b[frame.CM_TEXT + 2] = 32  # a space would split the log line's word
+    bad.append(b)
+    bad.append(bytearray(good[:-1]))  # truncated
+    bad.append(bytearray(good) + b"x")  # trailing
+    for b in bad:
+        assert frame.check_body(frame.CMD, b, 0, len(b)) != frame.BODY_OK, bytes(b)
+    testkit.raises(frame.FrameError, frame_host.pack_cmd, 1, 2, "P-1", "t", "x")  # verb 2 is CLEAR: not a command

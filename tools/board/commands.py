@@ -17,6 +17,9 @@ def node_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node", action="store_true",
                    help="make the board a node: add the draft model and a main.py that starts firmware/node.py")
     p.add_argument("--model", type=Path, help="draft .mbf for --node (default models/draft/draft.mbf)")
+    p.add_argument("--plant", type=Path, metavar="FILE",
+                   help="with --node: the plant description the node logs (docs/PLANT.md), checked against the "
+                        "board and compiled into /plant.json; without it the node runs the built-in simulator")
 
 
 def print_node(node: dict) -> None:
@@ -24,6 +27,15 @@ def print_node(node: dict) -> None:
     print(f"node: model {node['model']}, plan {plan['mode']} ({plan['load_peak']} of {plan['budget']} B budget, "
           f"{8 * plan['word']}-bit objects); node.json: stream {json.dumps(cfg['stream'])}, out_rows {cfg['out_rows']}, tokenizer "
           f"{str(cfg['tokenizer']).lower()}, k {cfg['k']}, stop_ids {cfg.get('stop_ids', [])}")
+
+
+def print_plant(manifest: dict) -> None:
+    p = manifest.get("plant")
+    if p:
+        print(f"plant: {p['name']} ({p['machines']} machines, {p['signals']} signals), /plant.json {p['bytes']} B, "
+              f"hash {p['hash']}")
+    elif "node" in manifest or "logs_node" in manifest:
+        print("plant: none given (--plant FILE): the node runs the built-in simulator")
 
 
 def _build_arguments(p: argparse.ArgumentParser) -> None:
@@ -132,10 +144,13 @@ def run_deploy(args: argparse.Namespace) -> int:
         if frozen:
             print(f"{args.port}: the firmware carries the node's code (frozen, `make firmware`): copying the "
                   "profile, node.json, main.py and the model only", flush=True)
-        out = build.build(board, arch=arch, node=args.node, model=args.model)
+        if args.plant is not None and not args.node:
+            raise UserError("--plant goes with --node: the description is what the node logs")
+        out = build.build(board, arch=arch, node=args.node, model=args.model, plant=args.plant)
         manifest = json.loads((out / "MANIFEST.json").read_text())
         if "node" in manifest:
             print_node(manifest["node"])
+        print_plant(manifest)
         report = deploy.deploy(out, args.port, tool=args.tool, progress=_progress, frozen=frozen, timeout=args.timeout)
         reset = args.node and not args.no_reset
         if reset:

@@ -39,7 +39,7 @@ from host.board_profile import venv_exe
 
 TOOLS = ("mpremote", "ampy")
 # Files at the root of a build folder that go to the board's root (plus any *.mbf model file).
-TOP_FILES = ("board.json", "main.py", "boot.py", "node.json")
+TOP_FILES = ("board.json", "main.py", "boot.py", "node.json", "plant.json")
 REPORT_MARK = "@@EDGETWIN-DEPLOY "
 FROZEN_STALE = ("/lib/shared", "/lib/firmware")  # the packages a frozen firmware carries
 _EXEC_INLINE_MAX = 8000  # longer snippets go through a temporary file (`mpremote run`)
@@ -368,6 +368,9 @@ def deploy(build_dir: Path, port: str, tool: str = "mpremote", timeout: float | 
         # mpremote writes 256-byte chunks, one raw-REPL exec each; ampy soft-resets per file.
         timeout = 60.0 + total / 2000.0 + (1.5 * len(files) if tool == "ampy" else 0.0)
     prepare, verify_code, cleaning = _board_code(files, clean, FROZEN_STALE if frozen else ())
+    if ("node" in manifest or "logs_node" in manifest) and "plant" not in manifest:
+        # a node deployed without a description runs the simulator: one from an earlier deploy must go
+        prepare += "import os\ntry:\n    os.remove('/plant.json')\nexcept OSError:\n    pass\n"
     say = progress or (lambda line: None)
     say("%s: %d files, %s B to %s%s" % (tool, len(files), format(total, ","), port,
                                         "; removing stale files first" if cleaning else ""))

@@ -7,6 +7,14 @@ An `EmuBoard` gives what a Pico on a USB cable gives, running the firmware `make
   connects to it as to /dev/ttyACM0;
 - `uart_port`: a pty bridged to UART0 (GP0/GP1), the link; the gateway opens it with pyserial. Bytes
   cross it at the baud the firmware set, in the board's time;
+- `uart1_port`: a pty bridged to UART1, the other end of the node's RS-485 bus (a Modbus RTU slave opens
+  it with pyserial), paced by the UART's own frame format (8E1: 11 bits a byte). With a driver-enable
+  pin named (`set_de_pin`), only bytes sent while DE was high reach it, bytes written to it while DE is
+  high are dropped, and each DE high..low period arrives as a "de" event (`de_events`);
+- the plant around the board, in the board's time: ADC inputs (`set_adc`), GPIO inputs, pulse trains and
+  bouncing contacts (`set_pin`, `pulse_pin`, `bounce_pin`), and emulated MCP9600 and ADS1115 I2C devices on
+  either controller (`i2c_device`, `i2c_remove`). What the host set is sent again after a restart or a
+  `machine.reset()`, as wiring stays connected (register values the firmware wrote to a device do not);
 - `flash_path`: the board's 2 MB flash as a file beside the image (or where given). Each start programs
   the UF2 over it, as a drag-and-drop does, and the filesystem region keeps its contents, so a node
   deployed with mpremote survives a restart of the emulator and a `machine.reset()`.
@@ -51,6 +59,7 @@ BOARDS = {"rp2040_pico": "firmware.uf2"}
 HARD_RESET_EXIT = 3  # the runner's exit status when the firmware asked for a reset (watchdog)
 _TO_NODE_MAX = 64 * 1024  # bytes queued for the runner before the ptys stop being read
 _FLASH_SYMBOLS = ("flash_range_erase", "flash_range_program")
+I2C_DEVICES = {"mcp9600": (0x60, 0x67), "ads1115": (0x48, 0x4B)}  # the emulated chips and their address ranges
 
 
 class EmuBoardError(RuntimeError):
@@ -135,12 +144,18 @@ class EmuBoard:
             raise EmuBoardError("node is not on PATH (the emulator runs in node.js 18+)")
         self.repl = _Pty()
         self.uart = _Pty()
+        self.uart1 = _Pty()
         self.repl_port = self.repl.path
         self.uart_port = self.uart.path
+        self.uart1_port = self.uart1.path
         self.events: list[dict] = []
+        self.de_events: list[dict] = []  # the runner's "de" events: one per DE high..low period on UART1
         self.stats: dict = {}
         self.boots = 0
         self.uart_bytes = {"to_board": 0, "from_board": 0}  # link bytes relayed (a bench's bytes per token)
+        self.uart1_bytes = {"to_board": 0, "from_board": 0}
+        # what the host set on the plant, sent again to a restarted runner: channel -> key -> message
+        self._plant: dict[bytes, dict] = {b"C": {}, b"A": {}, b"G": {}, b"I": {}}
         self.error: str | None = None
         self._proc: subprocess.Popen | None = None
         self._stop = threading.Event()
@@ -166,6 +181,9 @@ class EmuBoard:
         self._inbuf = bytearray()
         self._stderr = bytearray()
         self.boots += 1
+        for ch, msgs in self._plant.items():
+            for msg in msgs.values():
+                self._send(ch, json.dumps(msg).encode())
 
     def start(self, timeout: float = 30.0) -> "EmuBoard":
         """Boot the firmware; returns once its USB CDC is up (the REPL reachable)."""
@@ -195,6 +213,7 @@ class EmuBoard:
             self._thread.join(5)
         self.repl.close()
         self.uart.close()
+        self.uart1.close()
 
     @property
     def running(self) -> bool:
@@ -219,9 +238,109 @@ class EmuBoard:
 
     def describe(self) -> dict:
         return {"board": self.board, "repl_port": self.repl_port, "uart_port": self.uart_port,
-                "image": str(self.image), "image_bytes": self.image.stat().st_size,
+                "uart1_port": self.uart1_port, "image": str(self.image), "image_bytes": self.image.stat().st_size,
                 "flash": str(self.flash_path), "emulator": self.emulator,
                 "baud": int(self.profile["uart"]["baud"])}
+
+    # --- the plant ----------------------------------------------------------------------------------
+
+    def _plant_send(self, ch: bytes, key, msg: dict | None, keep: dict | None = None) -> None:
+        """Send a plant message now (if msg) and remember `keep` under key for a restarted runner (None: forget
+        the key)."""
+        with self._lock:
+            store = self._plant[ch]
+            if keep is not None:
+                store[key] = keep
+            else:
+                store.pop(key, None)
+            if msg is not None:
+                self._send(ch, json.dumps(msg).encode())
+
+    def set_de_pin(self, pin: int | None) -> None:
+        """Name the GPIO that drives the RS-485 transceiver's driver enable (None: no transceiver, every UART1
+        byte reaches `uart1_port`). From then on a UART1 byte reaches the bus only if DE was high for its whole
+        frame, bytes from `uart1_port` are dropped while DE is high, and each DE high..low period appends a
+        "de" event to `de_events` (emulated ns: de_high_ns, first_start_ns, last_stop_end_ns, de_low_ns; bytes,
+        tx_cut, rx_dropped, char_ns, bits)."""
+        if pin is not None and not (isinstance(pin, int) and 0 <= pin < 30):
+            raise ValueError("de pin: a GPIO number 0..29 or None")
+        msg = {"de_pin": pin}
+        self._plant_send(b"C", "de_pin", msg, msg)
+
+    def set_adc(self, channel: int, volts: float | None = None, raw: int | None = None) -> None:
+        """Set ADC input `channel` (0-3: GP26-GP29, 4: the temperature sensor) to `volts` (a 12-bit code at the
+        3.3 V reference, rounded and clipped to 0..4095) or to the 12-bit code `raw`."""
+        if not (isinstance(channel, int) and 0 <= channel <= 4) or (volts is None) == (raw is None):
+            raise ValueError("set_adc(channel 0..4, volts=V or raw=CODE)")
+        if volts is not None:
+            volts = float(volts)
+        msg = {"channel": channel, "volts": volts} if raw is None else {"channel": channel, "raw": int(raw)}
+        self._plant_send(b"A", channel, msg, msg)
+
+    def set_pin(self, pin: int, level: int) -> None:
+        """Drive GPIO input `pin` to `level` (0 or 1) now; a sequence the pin was playing stops. An edge (a
+        change of level) reaches Pin.irq; repeating the level makes none."""
+        self._check_pin(pin)
+        msg = {"pin": pin, "level": 1 if level else 0}
+        self._plant_send(b"G", pin, msg, msg)
+
+    def pulse_pin(self, pin: int, count: int, period_us: float, width_us: float | None = None) -> None:
+        """Play `count` pulses on input `pin`, one every `period_us` of board time, each `width_us` long (default
+        half the period) away from the pin's present level and back. A "pin_done" event follows the last."""
+        self._check_pin(pin)
+        msg = {"pin": pin, "pulses": int(count), "period_us": period_us}
+        if width_us is not None:
+            msg["width_us"] = width_us
+        self._plant_send(b"G", pin, msg, self._plant[b"G"].get(pin))  # the pin rests where it was
+
+    def bounce_pin(self, pin: int, intervals_us: list[float], final: int) -> None:
+        """Play a bouncing contact on input `pin`: it toggles at once and again after each interval (board µs)
+        but the last; after the last interval it settles at `final` (an edge only if that differs). A
+        "pin_done" event (with the edges made) follows."""
+        self._check_pin(pin)
+        msg = {"pin": pin, "bounce": list(intervals_us), "final": 1 if final else 0}
+        self._plant_send(b"G", pin, msg, {"pin": pin, "level": msg["final"]})
+
+    def i2c_device(self, dev: str, bus: int, addr: int, **values) -> None:
+        """Add the emulated I2C device `dev` at 7-bit `addr` on controller `bus` (0 or 1, whatever pins the
+        firmware gives it), or update the one there. "mcp9600" (0x60-0x67): hot_c, cold_c, delta_c (default
+        hot - cold), status, rev, adc_raw. "ads1115" (0x48-0x4b): volts=[AIN0..AIN3]. Either: nack_after=n
+        NACKs the data byte after the first n of each write (None clears it). Errors come back as "error"
+        events."""
+        if dev not in I2C_DEVICES or bus not in (0, 1):
+            raise ValueError("i2c_device: dev one of %s, bus 0 or 1" % ", ".join(I2C_DEVICES))
+        lo, hi = I2C_DEVICES[dev]
+        if not (isinstance(addr, int) and lo <= addr <= hi):
+            raise ValueError("i2c_device: %s answers at 0x%02x-0x%02x only" % (dev, lo, hi))
+        msg = {"dev": dev, "bus": bus, "addr": addr, **values}
+        with self._lock:
+            kept = dict(self._plant[b"I"].get((bus, addr), {}))
+        if kept.get("dev") != dev:
+            kept = {}
+        kept.update(msg)
+        self._plant_send(b"I", (bus, addr), msg, kept)
+
+    def i2c_remove(self, bus: int, addr: int) -> None:
+        """Take the device at `addr` off controller `bus`: its address is NACKed from now on (OSError on the
+        board)."""
+        self._plant_send(b"I", (bus, addr), {"bus": bus, "addr": addr, "remove": True}, None)
+
+    def wait_event(self, kind: str, timeout: float = 30.0, since: int = 0) -> dict:
+        """The first runner event named `kind` ("de", "pin_done", "error", ...) at index `since` or later in
+        `events`, waiting up to `timeout` seconds of host time for it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for ev in self.events[since:]:
+                if ev.get("event") == kind:
+                    return ev
+            if time.monotonic() > deadline:
+                raise EmuBoardError("no %r event within %.0f s (events: %s)" % (kind, timeout, self.events[-5:]))
+            time.sleep(0.01)
+
+    @staticmethod
+    def _check_pin(pin: int) -> None:
+        if not (isinstance(pin, int) and 0 <= pin < 30):
+            raise ValueError("pin: a GPIO number 0..29")
 
     # --- relay --------------------------------------------------------------------------------------
 
@@ -268,12 +387,17 @@ class EmuBoard:
             elif ch == b"U":
                 self.uart.put(payload)
                 self.uart_bytes["from_board"] += len(payload)
+            elif ch == b"u":
+                self.uart1.put(payload)
+                self.uart1_bytes["from_board"] += len(payload)
             elif ch == b"E":
                 self._on_event(json.loads(payload))
 
     def _on_event(self, ev: dict) -> None:
         self.events.append(ev)
-        if ev.get("event") == "stats":
+        if ev.get("event") == "de":
+            self.de_events.append(ev)
+        elif ev.get("event") == "stats":
             self.stats = ev
         elif ev.get("event") == "usb":
             self.boot_host_s = ev["host_ms"] / 1000.0
@@ -286,9 +410,10 @@ class EmuBoard:
                 proc = self._proc
             outs = proc.stdout.fileno() if proc and proc.poll() is None else None
             # while the runner has a backlog, the ptys are not read: their clients wait (flow control)
-            rlist = [self.repl.master, self.uart.master] if len(self._to_node) < _TO_NODE_MAX else []
+            ptys = (self.repl, self.uart, self.uart1)
+            rlist = [p.master for p in ptys] if len(self._to_node) < _TO_NODE_MAX else []
             rlist += [outs, proc.stderr.fileno()] if outs else []
-            wlist = [p.master for p in (self.repl, self.uart) if p.buf]
+            wlist = [p.master for p in ptys if p.buf]
             if outs and self._to_node:
                 wlist.append(proc.stdin.fileno())
             try:
@@ -300,7 +425,7 @@ class EmuBoard:
             with self._lock:
                 if self._stop.is_set():
                     return
-                for pty, ch in ((self.repl, b"R"), (self.uart, b"U")):
+                for pty, ch in ((self.repl, b"R"), (self.uart, b"U"), (self.uart1, b"u")):
                     if pty.master in r:
                         try:
                             data = os.read(pty.master, 4096)
@@ -310,6 +435,8 @@ class EmuBoard:
                             self._send(ch, data)
                             if ch == b"U":
                                 self.uart_bytes["to_board"] += len(data)
+                            elif ch == b"u":
+                                self.uart1_bytes["to_board"] += len(data)
                 if self._proc is proc and proc is not None:
                     self._flush_to_node()
                     self._drain_stdout()
@@ -317,7 +444,7 @@ class EmuBoard:
                         self._stderr += os.read(proc.stderr.fileno(), 65536)
                     except (BlockingIOError, OSError, ValueError):
                         pass
-                for pty in (self.repl, self.uart):
+                for pty in ptys:
                     pty.flush()
                 if proc is not None and proc is self._proc and proc.poll() is not None:
                     self._drain_stdout()
@@ -358,6 +485,7 @@ def main(argv: list[str] | None = None) -> int:
         print("  REPL  %s    (mpremote connect %s)" % (info["repl_port"], info["repl_port"]))
         print("  UART  %s    (gateway side of UART0; bytes paced at the firmware's baud in board time)"
               % info["uart_port"])
+        print("  UART1 %s    (the RS-485 bus's other end: UART1, paced by its frame format)" % info["uart1_port"])
         print("  image %s (%d bytes)" % (info["image"], info["image_bytes"]))
         print("  flash %s" % info["flash"])
         print("Ctrl-C or SIGTERM stops it.", flush=True)

@@ -8,6 +8,9 @@ A `VirtualBoard` gives you what a Pico on a USB cable gives you, without the har
 - `uart_port`: a second pty device, the gateway side of the board's UART. The board side is a third
   pty whose path firmware reads from ``os.getenv("EDGETWIN_UART")`` (see `UART_ENV`) and opens like a
   file; the virtual board relays bytes both ways;
+- `bus_port(uart)`: with `buses=(1,)`, the plant side of the board's UART1 (an RS-485 bus: a Modbus
+  slave opens it with pyserial); the board side is a pty whose path firmware reads from
+  ``os.getenv("EDGETWIN_BUS1")`` (firmware/boardcfg.py open_bus), relayed like the link's UART;
 - `fs_root`: the host directory that *is* the board's filesystem. The interpreter sees it as ``/``
   and cannot reach the host's files (``..`` stops at the board's root);
 - the heap of the board profile (``micropython -X heapsize=<heap_bytes>``).
@@ -153,7 +156,7 @@ class VirtualBoard:
 
     def __init__(self, board: str | dict, root: Path | None = None, heap_bytes: int | None = None,
                  interpreter: str | None = None, links_dir: Path | None = None,
-                 console_log: Path | None = None) -> None:
+                 console_log: Path | None = None, buses: tuple = ()) -> None:
         """`board` is a profile (a name, a path to a profile JSON or a profile dict); `root` is the host
         directory used as the board's filesystem (default vboards/<board>, created on start);
         `heap_bytes` overrides the profile's heap; `interpreter` overrides the MicroPython executable
@@ -185,6 +188,10 @@ class VirtualBoard:
         self._repl: _PtyEnd | None = None
         self._uart_gw: _PtyEnd | None = None
         self._uart_board: _PtyEnd | None = None
+        self.buses = tuple(int(b) for b in buses)  # extra UARTs (RS-485 buses): uart id -> [plant end, board end]
+        if any(not 0 <= b <= 3 for b in self.buses):
+            raise VBoardError("bus UART ids are 0..3, got %s" % (self.buses,))
+        self._bus: dict = {}
         self._wake_r = self._wake_w = -1
         self._thread: threading.Thread | None = None
         self._commands: collections.deque[str] = collections.deque()
@@ -216,6 +223,10 @@ class VirtualBoard:
     def uart_port(self) -> str:
         """Path of the gateway side of the board's UART (open it with pyserial)."""
         return self._require(self._uart_gw).path
+
+    def bus_port(self, uart: int) -> str:
+        """Path of the plant side of the board's UART `uart` (an RS-485 bus): what a Modbus slave opens."""
+        return self._require(self._bus.get(uart, (None, None))[0]).path
 
     @property
     def board_uart_path(self) -> str:
@@ -252,6 +263,9 @@ class VirtualBoard:
         self._restart_at = None
         try:
             self._repl, self._uart_gw, self._uart_board = _PtyEnd(), _PtyEnd(), _PtyEnd()
+            for b in self.buses:  # [plant end, board end, to plant, to board]
+                pe, be = _PtyEnd(), _PtyEnd()
+                self._bus[b] = [pe, be, _Outbox(pe.master), _Outbox(be.master)]
             self._wake_r, self._wake_w = os.pipe()
             os.set_blocking(self._wake_r, False)
             os.set_blocking(self._wake_w, False)
@@ -411,6 +425,10 @@ class VirtualBoard:
         for end in (self._repl, self._uart_gw, self._uart_board):
             if end is not None:
                 end.close()
+        for pe, be, _a, _b in self._bus.values():
+            pe.close()
+            be.close()
+        self._bus = {}
         self._repl = self._uart_gw = self._uart_board = None
         for fd in (self._wake_r, self._wake_w):
             if fd >= 0:
@@ -435,6 +453,8 @@ class VirtualBoard:
                 UART_ENV: self.board_uart_path,
                 "MICROPYPATH": str(TOOLS),
             }
+            for b, (_pe, be, _a, _b) in self._bus.items():
+                env["EDGETWIN_BUS%d" % b] = be.path
             code = "import sys;sys.path.insert(0,%r);import vboot;del vboot,sys" % str(TOOLS)
             argv = [self.exe, "-X", "heapsize=%d" % self.heap_bytes, "-i", "-c", code]
             # its own session (killpg ends anything it starts), the pty as its controlling terminal
@@ -494,6 +514,12 @@ class VirtualBoard:
             poller.register(repl, select.POLLIN | (select.POLLOUT if self._out.buf else 0))
             poller.register(gw, select.POLLIN | (select.POLLOUT if self._to_gw.buf else 0))
             poller.register(bu, select.POLLIN | (select.POLLOUT if self._to_board_uart.buf else 0))
+            bus_fds = {}
+            for pe, be, to_plant, to_board in self._bus.values():
+                poller.register(pe.master, select.POLLIN | (select.POLLOUT if to_plant.buf else 0))
+                poller.register(be.master, select.POLLIN | (select.POLLOUT if to_board.buf else 0))
+                bus_fds[pe.master] = (to_board, to_plant)
+                bus_fds[be.master] = (to_plant, to_board)
             if interp is not None:
                 if not interp.eof:
                     out_flag = select.POLLOUT if self._to_interp and self._to_interp.buf else 0
@@ -526,6 +552,13 @@ class VirtualBoard:
                         self._to_gw.flush()
                     if ev & select.POLLOUT:
                         self._to_board_uart.flush()
+                elif fd in bus_fds:  # an RS-485 bus: bytes from one end to the other
+                    other, mine = bus_fds[fd]
+                    if ev & select.POLLIN:
+                        other.put(self._read(fd))
+                        other.flush()
+                    if ev & select.POLLOUT:
+                        mine.flush()
                 elif interp is not None and fd == interp.master:
                     if ev & (select.POLLIN | select.POLLHUP | select.POLLERR):
                         data = self._read(interp.master)

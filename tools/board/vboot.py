@@ -31,7 +31,7 @@ class BoardFS:
     VfsPosix alone resolves relative paths against the process's working directory and lets
     `chdir('..')` walk out of its root; here every path is made absolute against our own cwd and
     normalised ('..' stops at '/') before it reaches the host. The only host paths reachable outside
-    the root are the device nodes named in `devices` (the virtual UART).
+    the root are the device nodes named in `devices` (the virtual UARTs: the link's, the RS-485 buses').
     """
 
     def __init__(self, root, devices, fs_bytes):
@@ -163,7 +163,9 @@ def _run(name, marker=None):
 
 
 def _setup():
-    devices = tuple(p for p in ((os.getenv("EDGETWIN_UART") or ""),) if p)
+    # the link's UART and the RS-485 buses' UARTs (EDGETWIN_BUS0..3): the only host paths the board reaches
+    names = ("EDGETWIN_UART", "EDGETWIN_BUS0", "EDGETWIN_BUS1", "EDGETWIN_BUS2", "EDGETWIN_BUS3")
+    devices = tuple(p for p in (os.getenv(n) or "" for n in names) if p)
     fs = BoardFS(os.getenv("EDGETWIN_VBOARD_ROOT"), devices, int(os.getenv("EDGETWIN_VBOARD_FS_BYTES") or "0"))
     os.umount("/")
     os.mount(fs, "/")

@@ -31,11 +31,13 @@ class VNode:
     """A virtual board running firmware/node.py from /main.py; see the module docstring."""
 
     def __init__(self, board: str, root: Path, build_dir: Path, node_cfg: dict, heap: int | None = None,
-                 model: Path | bytes | None = None) -> None:
+                 model: Path | bytes | None = None, plant: bytes | None = None, buses: tuple = ()) -> None:
+        """plant: a compiled plant description (host/plantcompile.py) for /plant.json; buses: the UART ids of
+        its RS-485 buses (each a pty: `bus_port(uart)`, where the Modbus slaves go)."""
         self.board = board
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        self.vb = VirtualBoard(board, root=self.root, heap_bytes=heap)
+        self.vb = VirtualBoard(board, root=self.root, heap_bytes=heap, buses=buses)
         self.heap_bytes = self.vb.heap_bytes
         self.profile_heap_bytes = int(self.vb.profile["heap_bytes"])
         self._con = -1
@@ -53,6 +55,8 @@ class VNode:
                     shutil.copyfile(model, dst)
                 cfg["model"] = "/draft.mbf"
             (self.root / "node.json").write_text(json.dumps(cfg))
+            if plant is not None:
+                (self.root / "plant.json").write_bytes(plant)
             (self.root / "main.py").write_text(MAIN)
             self.vb.reboot()  # boots into main.py: the node runs
         except BaseException:
@@ -62,6 +66,9 @@ class VNode:
     @property
     def uart_port(self) -> str:
         return self.vb.uart_port
+
+    def bus_port(self, uart: int) -> str:
+        return self.vb.bus_port(uart)
 
     def pid(self) -> int | None:
         return self.vb.interpreter_pid

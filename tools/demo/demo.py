@@ -437,7 +437,8 @@ class Demo:
                     entry["by_record"] = True
                 else:
                     text = self.models.answerer.answer(q, chosen, max_tokens=self.max_answer, on_text=show,
-                                                       note="" if found.matched else qa.NO_MATCH_NOTE)
+                                                       note="" if found.matched else qa.NO_MATCH_NOTE,
+                                                       vocab=found.vocab)
                 entry["answer"] = text.strip()
                 cited = qa.cited_sources(text, chosen)
                 entry["cited_by_answer"] = bool(cited)

@@ -520,7 +520,7 @@ def ask_windows(db: Path, question: str, prism, count: Callable[[str], int]) -> 
     found = qa.retrieve(db, question, limit=qa.CANDIDATES, lines=LINES)
     k = min(K, len(found.windows))
     chosen, _ = qa.rerank(prism, question, found.windows, k, labels=found.labels, pinned=found.pinned)
-    fitted = qa.fit_sources(question, chosen, count, qa.PROMPT_BUDGET)
+    fitted = qa.fit_sources(question, chosen, count, qa.PROMPT_BUDGET, found.vocab)
     note = "" if found.matched else qa.NO_MATCH_NOTE
     return {"prompt": qa.prompt_text(question, fitted, note), "note": note, "matched": found.matched,
             "record_answer": found.answer,
@@ -572,10 +572,11 @@ def examples_of(seed: int, specs: list[tuple[str, str, dict[str, Any]]]) -> list
 
 
 def retrieval_key() -> str:
-    """What decides the windows a question gets: ask's retrieval code and the reranker's weights (a change to
-    either makes the cached windows stale)."""
+    """What decides the windows a question gets: ask's retrieval code, the simulator description's words (what
+    the questions' words mean) and the reranker's weights (a change to any makes the cached windows stale)."""
     h = hashlib.sha256()
-    for rel in ("host/logwords.py", "host/store.py", "host/qa.py", "models/reranker/manifest.json"):
+    for rel in ("host/logwords.py", "host/store.py", "host/qa.py", "shared/plant_sim.json",
+                "models/reranker/manifest.json"):
         h.update((ROOT / rel).read_bytes())
     return h.hexdigest()[:12]
 

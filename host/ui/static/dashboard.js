@@ -5,18 +5,17 @@
   var node = document.body.getAttribute("data-node");
   var live = document.getElementById("live");
 
-  function nodeBox(name) {  // one block of plots per node, made on first sight
+  function nodeBox(name, title) {  // one block of plots per node, made on first sight, titled by its plant's name
     var id = "plots-" + name.replace(/[^A-Za-z0-9_-]/g, "_");
     var box = document.getElementById(id);
     if (!box) {
       box = document.createElement("div");
       box.id = id;
       box.className = "node-plots";
-      var h = document.createElement("h3");
-      h.textContent = name;
-      box.appendChild(h);
+      box.appendChild(document.createElement("h3"));
       document.getElementById("plots").appendChild(box);
     }
+    box.firstChild.textContent = title || name;
     return box;
   }
 
@@ -28,7 +27,7 @@
         el = document.createElement("div");
         el.id = key;
         el.className = "plot-box";
-        nodeBox(msg.plots[key].node).appendChild(el);
+        nodeBox(msg.plots[key].node, msg.plots[key].title).appendChild(el);
       }
       el.innerHTML = msg.plots[key].svg;
     });
