@@ -72,7 +72,7 @@ class Node:
                             draft_k=k if drafter is not None else 0, topk=c["top_k"] if drafter is not None else 0,
                             window=c["window"], window_bytes=c["window_bytes"], reorder=8, reorder_bytes=128, now=now)
         self.body = bytearray(frame.LG_TEXT + LINE_MAX)
-        self.rep = bytearray(frame.LG_TEXT + 256)  # the NODE report's LOG body
+        self.rep = bytearray(frame.LG_TEXT + 320)  # the NODE report's LOG body (every counter at 10 digits fits)
         # boot-only code after the big buffers, so the room it frees is where the plant's modules go next:
         # the node's unique id (into our HELLO) and the spill ring
         once = __import__("firmware.bootonce", None, None, ("unique_id",))
@@ -300,7 +300,7 @@ class Node:
         # A level-0 LOG line formatted in place and sent at once, not through the line queue, so it
         # states the stream and the counters exactly as the frames around it on the wire:
         # NODE heap=.. loops=.. lines=.. dropped=.. logs_sent=.. logs_acked=.. boot=.. spilled=..
-        # backlog=.. [gen=.. offline=.. committed=.. live=.. crc=..]. lines: lines logged this boot (the
+        # backlog=.. [poll=.. stall=..] [gen=.. offline=.. committed=.. live=.. crc=..]. lines: lines logged this boot (the
         # newest lseq); dropped: lines of this boot the node gave up (spill ring full, or no ring and the
         # queue full, or frames the link dropped); logs_sent counts the LOG frames sent before this one.
         # Its lseq is 0: a report is not a numbered line. False: no room, retry.
@@ -327,6 +327,12 @@ class Node:
         j = put_uint(r, j, (sp.spilled if sp is not None else 0) & MASK30)
         j = put_bytes(r, j, b" backlog=")
         j = put_uint(r, j, self.backlog() & MASK30)
+        sm = self.sampler
+        if self._cmd is not None:  # a described plant: its worst poll cycle and loop stall so far (ms)
+            j = put_bytes(r, j, b" poll=")
+            j = put_uint(r, j, sm.engine.poll_gap_max() & MASK30)
+            j = put_bytes(r, j, b" stall=")
+            j = put_uint(r, j, sm.stall_max & MASK30)
         a = self.ann
         if a is not None:
             j = put_bytes(r, j, b" gen=")

@@ -17,7 +17,12 @@ HELP = "run the gateway: one session per serial port, logs into SQLite, drafts v
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", action="append", required=True, metavar="PORT",
                    help="a node's serial port (a device, a virtual board's UART pty, or a pyserial URL); "
-                        "repeat for more nodes. NAME=PORT names the node in the store (default: the port)")
+                        "repeat for more nodes. NAME=PORT names the node in the store (default: its plant "
+                        "description's name, else node-<its unique id>)")
+    p.add_argument("--plant", action="append", default=[], metavar="FILE",
+                   help="the plant description the node logs (docs/PLANT.md): once for every port, or once per "
+                        "--port in order. Its hash is checked against the node's PLANT line; default: the "
+                        "built-in simulator's")
     p.add_argument("--db", default="edgetwin.db",
                    help="SQLite log store (created 0640 if missing, in an existing directory; default edgetwin.db)")
     p.add_argument("--baud", type=int, default=115200, help="baud rate (default 115200)")
@@ -34,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seconds", type=float, default=None, help="stop after this long (default: until Ctrl-C)")
     p.add_argument("--name", action="append", default=[], metavar="NAME",
                    help="name the nodes in the store and in `ask`, in the order of the --port options (the same as "
-                        "NAME=PORT); default: the board's id from the handshake is shown, the port is stored")
+                        "NAME=PORT); default: the plant description's name, else node-<the node's unique id>")
     p.add_argument("--peer-timeout", type=float, default=3.5, metavar="SECONDS",
                    help="a node silent this long is lost (default 3.5; an emulated board runs 6-20x slower than a "
                         "real one: give it 30)")
@@ -124,11 +129,13 @@ def run(args: argparse.Namespace) -> int:
     if not args.status_every > 0:
         raise UserError("--status-every must be a positive number of seconds, got %s" % args.status_every)
     ports = [p for _, p in pairs]
-    names = [n or p for n, p in pairs]
+    names = [n for n, _ in pairs]
     if len(set(ports)) != len(ports):
         raise UserError("a port is given twice: %s" % ", ".join(sorted({p for p in ports if ports.count(p) > 1})))
-    if len(set(names)) != len(names):
+    given = [n for n in names if n]
+    if len(set(given)) != len(given):
         raise UserError("two --port options name the same node")
+    plants = _plants(args.plant, len(ports))
     if args.baud <= 0:
         raise UserError("--baud must be positive, got %d" % args.baud)
     if not all(p.strip() for p in ports):
@@ -150,14 +157,32 @@ def run(args: argparse.Namespace) -> int:
 
         ui_server = serve.listen(ui_bind)
     try:
-        return _run(args, ports, names, db, mqtt_config, ui_bind, ui_server)
+        return _run(args, ports, names, db, mqtt_config, ui_bind, ui_server, plants)
     finally:
         if ui_server is not None:
             ui_server.stop()
 
 
+def _plants(files: list[str], n_ports: int) -> list:
+    """The --plant descriptions (host/plantdesc.PlantDesc), one per port; [None] * n for the simulator's."""
+    if not files:
+        return [None] * n_ports
+    if len(files) not in (1, n_ports):
+        raise UserError("%d --plant options for %d --port options: give one for all, or one per port" % (
+            len(files), n_ports))
+    from host import plantdesc, plantfile
+
+    out = []
+    for f in files:
+        try:
+            out.append(plantdesc.load(f))
+        except plantfile.PlantFileError as e:
+            raise UserError(str(e)) from None
+    return out * n_ports if len(out) == 1 else out
+
+
 def _run(args: argparse.Namespace, ports: list[str], names: list[str], db: Path, mqtt_config, ui_bind: dict | None,
-         ui_server) -> int:
+         ui_server, plants: list) -> int:
     from host.gateway import Gateway
     from host.session import PortError
     from host.store import StoreError, remove_files, side_files
@@ -216,7 +241,8 @@ def _run(args: argparse.Namespace, ports: list[str], names: list[str], db: Path,
     try:
         gw = Gateway(ports, db, baud=args.baud, names=names, spec_factory=spec_factory, verify=verify,
                      status_path=args.status, out=None if args.quiet else sys.stdout,
-                     status_every=args.status_every, peer_timeout_s=args.peer_timeout, publisher=publisher)
+                     status_every=args.status_every, peer_timeout_s=args.peer_timeout, publisher=publisher,
+                     plants=plants)
     except (StoreError, ValueError) as e:
         remove_files(ours)
         raise UserError(str(e)) from None
@@ -243,6 +269,10 @@ def _run(args: argparse.Namespace, ports: list[str], names: list[str], db: Path,
     if not args.quiet:
         print("edgetwin gateway: %d port(s), store %s%s; a status line every %g s (--quiet: none)"
               % (len(ports), args.db, ", model %s" % args.model if args.model else "", args.status_every), flush=True)
+        for s in gw.sessions:
+            print("edgetwin gateway: %s: plant %s (hash %s)%s" % (s.url, s.plant.name, s.plant.hash,
+                                                                  ", the built-in simulator" if s.plant.simulator
+                                                                  else ""), flush=True)
         if mqtt_config is not None:
             print("edgetwin gateway: publishing to %s under %s/ (the store is the outbox)"
                   % (args.mqtt, mqtt_config.prefix), flush=True)

@@ -171,7 +171,7 @@ class Gateway:
         return ""
 
     def _who(self, s: Session) -> str:
-        return "node" if s.name == s.url else "node %s" % s.name  # a node without a name is known by its port
+        return "node" if s.name is None else "node %s" % s.name  # named by its unique id once its HELLO came
 
     def report(self) -> None:
         """Sessions up/down since the last call (to `out` and the publisher), the publisher's notices, and a

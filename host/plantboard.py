@@ -32,8 +32,9 @@ def resolve(doc: dict, board: dict | None) -> tuple[dict | None, list[Problem]]:
     named = doc.get("board")
     if board is not None:
         if named is not None and named != board.get("name"):
-            return board, [Problem(("board",), "the description is wired for %s, not for the board given (%s): "
-                                               "change \"board\" or give --board %s" % (named, board.get("name"), named))]
+            why = "the description is wired for %s, not for the board given (%s): change \"board\" or give " \
+                  "--board %s" % (named, board.get("name"), named)
+            return board, [Problem(("board",), why)]
         return board, []
     if named is None:
         return None, []

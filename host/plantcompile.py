@@ -205,7 +205,8 @@ class _Compiler:
                     k.mul, k.shift, k.add]
         if kind == "adc":
             a, b = plantscale.adc(src, s["range"], d)
-            pin = self.board["io"]["adc"][src["adc"]] if self.board and "io" in self.board else None
+            pins = (self.board or {}).get("io", {}).get("adc", [])
+            pin = pins[src["adc"]] if src["adc"] < len(pins) else None
             if pin is None:
                 raise ValueError("an ADC source needs the board's profile (with its io section) to compile")
             return [2, pin, src["samples"], _mode(src), a.mul, a.shift, b.mul, b.shift, b.add]

@@ -91,11 +91,10 @@ def _check_source(get: Any, board: dict | None) -> tuple[Any, list[Problem], str
     if problems:
         return doc, problems, None
     filled, defaulted = plantschema.fill(doc)
+    plantrules.settle(filled, defaulted)
     profile, problems = plantboard.resolve(filled, board)
     problems += plantrules.check(filled, defaulted, profile)
     problems += plantboard.check(filled, profile)
-    if not problems:
-        plantrules.settle(filled)
     return filled, problems, None
 
 

@@ -11,13 +11,14 @@ Every rule reads a description the schema already accepted, so types and require
 from __future__ import annotations
 
 import functools
+import json
 import math
 import zoneinfo
 from fractions import Fraction
 from typing import Iterator
 
 from host import plantscale
-from host.plantschema import Problem, Where
+from host.plantschema import Problem, Where, shown
 
 LINE_MAX = 128  # bytes of a log line (docs/PLANT.md)
 TIMESTAMP = 21  # "2026-11-30T06:00:00Z "
@@ -61,8 +62,6 @@ def fmt_path(path: Where) -> str:
         elif p.replace("_", "").replace("-", "").isalnum() and p.isascii():
             out += ("." if out else "") + p
         else:
-            import json
-
             out += "[%s]" % json.dumps(p, ensure_ascii=True)
     return out
 
@@ -83,12 +82,15 @@ def check(doc: dict, defaulted: set, board: dict | None = None) -> list[Problem]
     return out
 
 
-def settle(doc: dict) -> None:
-    """What the rules derive into a checked description: a Modbus signal is read every poll_ms of its device."""
-    for m in doc["machines"]:
-        for s in m["signals"]:
-            if "device" in s["source"]:
-                s["period_ms"] = doc["devices"][s["source"]["device"]]["poll_ms"]
+def settle(doc: dict, defaulted: set) -> None:
+    """What follows from other fields, filled in before the rules run: a Modbus signal is read every
+    poll_ms of its device (one that gives its own period_ms is refused when it differs)."""
+    devices = doc.get("devices", {})
+    for i, m in enumerate(doc["machines"]):
+        for j, s in enumerate(m["signals"]):
+            dev = devices.get(s["source"].get("device"))
+            if dev is not None and ("machines", i, "signals", j, "period_ms") in defaulted:
+                s["period_ms"] = dev["poll_ms"]
 
 
 # ---- top level ----
@@ -108,9 +110,7 @@ def _timezone(doc: dict, defaulted: set) -> Iterator[tuple[Where, str]]:
         yield ("timezone",), "%s is not an IANA time zone (Europe/Berlin, America/Chicago, UTC)" % _q(tz)
 
 
-def _q(s: str) -> str:
-    from host.plantschema import shown
-
+def _q(s: object) -> str:
     return shown(s)
 
 
@@ -176,7 +176,7 @@ def _machines(doc: dict, defaulted: set) -> Iterator[tuple[Where, str]]:
                         _q(s[name]), name, seen[s[name]])
                 seen.setdefault(s[name], j)
             yield from _signal(doc, s, sat, defaulted)
-        if not doc.get("simulator"):
+        if not m["state"].get("sim"):  # a simulated machine writes its own lines, at most 128 bytes
             yield from _line_width(doc, m, at)
 
 

@@ -189,13 +189,15 @@ def extremes(source_kind: str, src: dict, reg: dict | None, rng: list | None) ->
             top = exact(src["vref"]) * 1000 if source_kind == "adc" else exact(src["gain"]) * 1000
             bottom = Fraction(0) if source_kind == "adc" else -top
             v0, v1 = exact(src["volts"][0]) * 1000, exact(src["volts"][1]) * 1000
+            if v0 == v1:  # refused: the scaling says so
+                return None
             a = lo + (bottom - v0) * (hi - lo) / (v1 - v0)
             b = lo + (top - v0) * (hi - lo) / (v1 - v0)
         return min(a, b), max(a, b)
     if rng is not None:
         return exact(rng[0]), exact(rng[1])
     if source_kind == "modbus":
-        if reg["data_type"] == "float32":
+        if reg is None or reg["data_type"] == "float32":  # no such register (refused), or a float's any value
             return None
         lo, hi = RAW[reg["data_type"]]
         s, o = exact(reg["scale"]), exact(reg["offset"])

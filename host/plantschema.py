@@ -1,4 +1,4 @@
-"""The structural half of the plant checker: docs/plant.schema.json applied with `jsonschema`, its errors
+"""The structural half of the plant checker: host/plant_schema.json applied with `jsonschema`, its errors
 turned into our one-line problems, and the schema's defaults filled in.
 
     problems = plantschema.problems(doc)        # [] when the structure is right
@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-SCHEMA = Path(__file__).resolve().parents[1] / "docs" / "plant.schema.json"
+from host.errors import UserError
+
+SCHEMA = Path(__file__).resolve().parent / "plant_schema.json"
 
 Where = tuple  # keys (str) and list indexes (int) from the description's root
 
@@ -62,8 +64,8 @@ def _regex(pattern: str) -> re.Pattern:
 
 
 @functools.lru_cache(maxsize=1)
-def _validator():
-
+def _validator():  # noqa: ANN202 (a jsonschema validator class made here)
+    """The schema's validator, with ECMA-262's `$` (jsonschema is imported here: the CLI starts without it)."""
     from jsonschema import Draft202012Validator, ValidationError, validators
 
     def pattern(validator, patrn, instance, schema):  # noqa: ANN001 (jsonschema's keyword signature)
@@ -72,9 +74,9 @@ def _validator():
 
     try:
         schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise RuntimeError("the plant schema %s cannot be read (%s): is this a full edgetwin checkout?"
-                           % (SCHEMA, e.strerror or e)) from None
+    except OSError as e:  # installed with the package (package-data); gone only from a damaged install
+        raise UserError("the plant schema %s cannot be read (%s): reinstall edgetwin"
+                        % (SCHEMA, e.strerror or e)) from None
     cls = validators.extend(Draft202012Validator, {"pattern": pattern})
     return cls(_inline(schema, schema))
 
@@ -150,7 +152,8 @@ def _explain(e) -> Iterator[tuple[Where, int, str]]:  # noqa: ANN001 (a jsonsche
     elif kw in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         yield path, rank, "must be %s, got %s" % (_number_bounds(sch), shown(inst))
     elif kw in ("minItems", "maxItems"):
-        yield path, rank, "must have %s items, got %d" % (_bounds(sch, "minItems", "maxItems"), len(inst))
+        b = _bounds(sch, "minItems", "maxItems")
+        yield path, rank, "must have %s item%s, got %d" % (b, "" if b.endswith(" 1") else "s", len(inst))
     elif kw == "minProperties":
         yield path, rank, "must have at least %d entries" % e.validator_value
     elif kw == "uniqueItems":
@@ -179,6 +182,8 @@ def _alternatives(e, path: Where, sch: dict) -> Iterator[tuple[Where, int, str]]
 
 def _bounds(sch: dict, lo_key: str, hi_key: str) -> str:
     lo, hi = sch.get(lo_key), sch.get(hi_key)
+    if lo is not None and lo == hi:
+        return "%d" % lo
     if lo is not None and hi is not None:
         return "%d..%d" % (lo, hi)
     return "at least %d" % lo if lo is not None else "at most %d" % hi

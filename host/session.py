@@ -167,7 +167,9 @@ class Session:
                  time_s: float = 30.0, peer_timeout_s: float = 3.5,
                  plant: plantdesc.PlantDesc | None = None) -> None:
         self.url = url
-        self.name = name or url
+        # the node's name in the store: given (--name, the description's), else "node-<unique id>" once its
+        # HELLO says it (a port path names a cable, not a node: an adapter moves, a pty changes every run)
+        self.name = name
         self.plant = plant or plantdesc.builtin()  # the description this node should run
         self.node_plant = ""  # the hash the node's current boot named in its PLANT line ("" until then)
         self.plant_mismatch = ""  # one line saying how the node's description differs from ours
@@ -197,10 +199,11 @@ class Session:
         self.link = link.Link(self, on_frame=self.on_frame, on_event=self.on_event, role=frame.ROLE_GATEWAY,
                               rxbuf=4096, reorder=8, board_id=b"gateway", now=clock(),
                               dead_ms=int(peer_timeout_s * 1000))
-        state = store.rx_state(self.name)
-        if state is not None:  # restarted: resume after what is stored
-            self.link.restore(state[0], state[1])
-        self.store.node_id(self.name)
+        if self.name is not None:
+            state = store.rx_state(self.name)
+            if state is not None:  # restarted: resume after what is stored
+                self.link.restore(state[0], state[1])
+            self.store.node_id(self.name)
         self.store.add_plant(self.plant)
 
     # ---- transport for the link (delegates to the open port; disconnected = nothing moves) ----
@@ -399,6 +402,8 @@ class Session:
             ph = frame_host.parse_body(frame.HELLO, bytes(self.link.peer_hello))
             bid = ph["board_id"].decode("ascii", "replace")
             self.uid = ph["uid"].hex() if any(ph["uid"]) else ""
+            if self.name is None:  # named by its unique id (a 1.0 node has none: by its board id)
+                self.name = "node-" + (self.uid or bid or "unknown")
             self.store.node_id(self.name, bid, uid=self.uid)
             self._next_time = None
             self.board_id = bid
@@ -423,7 +428,7 @@ class Session:
             self.outbox.popleft()
 
     def status(self) -> dict:
-        st = {"name": self.name, "uid": self.uid, "url": self.url, "open": self.transport is not None,
+        st = {"name": self.name or "", "uid": self.uid, "url": self.url, "open": self.transport is not None,
               "established": self.link.established, "opens": self.opens, "disconnects": self.disconnects,
               "last_error": self.last_error,
               "plant": {"name": self.plant.name, "hash": self.plant.hash, "node_hash": self.node_plant,

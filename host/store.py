@@ -94,7 +94,7 @@ CREATE TABLE commands (
     done_ms INTEGER,
     result TEXT
 );
-CREATE INDEX commands_unsent ON commands (node, id) WHERE sent_ms IS NULL AND done_ms IS NULL;
+CREATE INDEX commands_pending ON commands (node, id) WHERE done_ms IS NULL;
 """
 
 _SCHEMA = """
@@ -668,11 +668,13 @@ class LogStore:
             return int(cur.lastrowid)
 
     def pending_commands(self, node: str) -> list[Command]:
-        """`node`'s commands not sent yet (and not given up), oldest first."""
+        """`node`'s commands not delivered yet, oldest first: those never sent, and those sent that the node's
+        link never acknowledged (the node went away, rebooted, or the gateway restarted): the gateway sends
+        them again, and the node applies a command id once (docs/PROTOCOL.md 3.11)."""
         if not self._plants:
             return []
         with self._lock:
-            rows = self._db.execute("SELECT %s FROM commands WHERE node=? AND sent_ms IS NULL AND done_ms IS NULL "
+            rows = self._db.execute("SELECT %s FROM commands WHERE node=? AND done_ms IS NULL "
                                     "ORDER BY id" % _COMMAND_COLS, (node,)).fetchall()
         return [Command(*r) for r in rows]
 
@@ -696,7 +698,7 @@ class LogStore:
             return n == 1
 
     def command_sent(self, cid: int, ms: int) -> bool:
-        """Mark command `cid` sent at wall time `ms`; False when it was sent already (it is sent once)."""
+        """Mark command `cid` sent at wall time `ms` (its first sending); False when it was sent already."""
         _check_int("ms", ms, 0, (1 << 63) - 1)
         return self._command_update(cid, "UPDATE commands SET sent_ms=? WHERE sent_ms IS NULL AND id=?", (ms,))
 

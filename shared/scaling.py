@@ -45,9 +45,25 @@ def _shl(p, n):
 
 
 def lin32(hi, lo, signed, mul, shift, add):
-    """(hi * 65536 + lo) scaled; hi is taken as int16 when signed. Both halves are 0..65535."""
+    """(hi * 65536 + lo) scaled; hi is taken as int16 when signed. Both halves are 0..65535. A negative
+    value is scaled as its magnitude times -mul (x * mul = |x| * -mul, floored the same way): its halves
+    never push an intermediate past 2**29 when the result fits (a small negative number is 0xFFFF in its
+    high half)."""
     if signed and hi >= 0x8000:
-        hi -= 0x10000
+        nlo = (0x10000 - lo) & 0xFFFF  # the two's complement's magnitude, as two halves
+        nhi = 0xFFFF - hi + (1 if lo == 0 else 0)
+        v = _mag32(nhi, nlo, -mul, shift)
+        if v == OVER:
+            return OVER
+        return _sum(v, add)
+    v = _mag32(hi, lo, mul, shift)
+    if v == OVER:
+        return OVER
+    return _sum(v, add)
+
+
+def _mag32(hi, lo, mul, shift):
+    # (hi * 65536 + lo) * mul >> shift for 0 <= hi, lo < 2**16, without a wide intermediate
     a = hi * mul
     b = (lo * mul) >> shift  # 0 <= lo * mul < 2**30 (|mul| < 2**14); b may be negative for mul < 0
     if shift <= 16:
@@ -59,7 +75,7 @@ def lin32(hi, lo, signed, mul, shift, add):
     # |a| < 2**29 and |b| < 2**30: their sum stays a small int unless both lean the same way past 2**29
     if (a >= 0 and b >= _LIM) or (a <= 0 and b <= -_LIM):
         return OVER
-    return _sum(a + b, add)
+    return _sum(a + b, 0)
 
 
 def f32(hi, lo, mul, shift, add):
@@ -79,7 +95,7 @@ def f32(hi, lo, mul, shift, add):
     elif n > -31:
         p = (p + (1 << (-n - 1))) >> -n  # rounded
     else:
-        p = 0 if p >= 0 else -1
+        p = 0  # far below one unit
     if hi & 0x8000:
         p = -p
     return _sum(p, add)

@@ -33,7 +33,7 @@ def stream(tmp_path: Path):
     target = gateway.load_target("tiny:3")[0]
     store = LogStore(tmp_path / "g.db")
     now = [0]
-    session = Session("n1", store, wall=lambda: now[0])
+    session = Session("n1", store, name="n1", wall=lambda: now[0])
     hello = frame_host.parse_body(frame.HELLO, frame_codec.pack_hello(role=0, draft_k=4, topk=4, kv_sink=4,
                                                                      kv_window=28, kv_staged=8, tx_base=0))
     sp = gateway.NodeStream(session, hello, target, 0.0, 0, 1, _decode)

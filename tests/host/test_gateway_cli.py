@@ -301,7 +301,10 @@ def test_gateway_prints_sessions_and_status_lines(tmp_path: Path) -> None:
     lines = out.splitlines()
     assert lines[0].startswith("edgetwin gateway: 1 port(s)") and "status line every 1 s" in lines[0]
     stamp = r"\d\d:\d\d:\d\d "
-    assert re.match(stamp + r"node pump-room connected \(board pico-test\) on /dev/pts/\d+$", lines[1]), out
+    # which description each port's node should run: here the built-in simulator's
+    assert re.match(r"edgetwin gateway: /dev/pts/\d+: plant simulator \(hash [0-9a-f]{16}\), the built-in simulator$",
+                    lines[1]), out
+    assert re.match(stamp + r"node pump-room connected \(board pico-test\) on /dev/pts/\d+$", lines[2]), out
     status = [ln for ln in lines if " status: " in ln and "stopped" not in ln]
     assert len(status) >= 4, out  # one a second
     counts = [int(re.search(r"1/1 nodes up, (\d+) lines stored, 0 annotations, acceptance -, 0\.0 tokens/s",

@@ -124,7 +124,7 @@ def test_session_link_path_delivers_fuzzed_frames_in_order(tmp_path: Path, spec_
     shm = Path("/dev/shm")
     db = (Path(tempfile.mkdtemp(dir=shm)) if shm.is_dir() and os.access(shm, os.W_OK) else tmp_path) / "l.db"
     store = LogStore(db)
-    s = Session("fuzz", store, spec_factory=factory, clock=lambda: 0)
+    s = Session("fuzz", store, name="fuzz", spec_factory=factory, clock=lambda: 0)
     port = Port()
     s.transport = port  # type: ignore[assignment]
     s.link.t = s

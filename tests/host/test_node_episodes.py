@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from firmware import node, uart
+from firmware import node, nodecfg, uart
 from host.store import LogStore
 
 import gwkit
@@ -60,16 +60,16 @@ def test_events_wait_in_a_bounded_queue_and_drops_are_reported(tmp_path: Path) -
 def test_faults_and_episode_keys_are_checked() -> None:
     import pytest
 
-    assert node.parse_config('{"faults": ["P-101:clogged_filter:5@1", "CV-401:sensor_dropout:4:V"], '
+    assert nodecfg.parse_config('{"faults": ["P-101:clogged_filter:5@1", "CV-401:sensor_dropout:4:V"], '
                              '"episodes": 2, "summary_s": 0}')["episodes"] == 2
-    assert node.parse_fault("CV-401:sensor_dropout:4:V@5") == (5, "CV-401", "sensor_dropout", 4, "V")
-    assert node.parse_fault("P-101:overheating") == (0, "P-101", "overheating", 3, None)
+    assert nodecfg.parse_fault("CV-401:sensor_dropout:4:V@5") == (5, "CV-401", "sensor_dropout", 4, "V")
+    assert nodecfg.parse_fault("P-101:overheating") == (0, "P-101", "overheating", 3, None)
     for text, key in (('{"faults": ["P-101"]}', "faults"), ('{"faults": ["P-101:overheating:9"]}', "faults"),
                       ('{"faults": ["P-101:overheating@soon"]}', "faults"),
                       ('{"faults": "P-101:overheating"}', "faults"),
                       ('{"episodes": 0}', "episodes"), ('{"summary_s": -1}', "summary_s")):
-        with pytest.raises(node.ConfigError) as e:
-            node.parse_config(text)
+        with pytest.raises(nodecfg.ConfigError) as e:
+            nodecfg.parse_config(text)
         assert "key '%s'" % key in str(e.value), e.value
     # names the plant does not know: the node refuses them at construction (main then runs logs-only, saying why)
     m, s = os.openpty()

@@ -2,10 +2,13 @@
 what a logs-only node imports under MicroPython, and `edgetwin deploy --node` to a board no draft plan
 fits ships only it (no llama, bpe, q4 or drafter) and the node still boots there.
 
-The fast test runs a logs-only node (the boot steps of firmware/node.main: profile, node.json with model
+The fast test runs two logs-only nodes (the boot steps of firmware/node.main: profile, node.json with model
 null, make_drafter, Node, its spill ring and unique id, steps) on the MicroPython unix port from a folder
-holding only the logs-only package's sources, and records every import: the node runs without the rest,
-and it imports every module of the package (a module it never imports would be shipped for nothing).
+holding only the logs-only package's sources, one on the built-in simulator and one on a described plant
+read over Modbus (its bus a pty), and records every import: the nodes run without the rest, and between
+them they import every module of the package (a module no node imports would be shipped for nothing), but
+the sources of inputs the unix port has no hardware for (ADC, GPIO, I2C: firmware/analog.py ...), which
+the emulated RP2040's tests run (tests/host/test_plant_emu.py).
 The slow test deploys to a virtual board with a MicroPython profile whose heap no plan of the shipped
 draft fits and waits for the node's start line.
 """
@@ -80,27 +83,64 @@ def _imported_anywhere() -> set[str]:
     return out
 
 
+HARDWARE_SOURCES = {"firmware.analog", "firmware.contacts", "firmware.pulses", "firmware.i2c_sensors",
+                    "firmware.mcp9600", "firmware.ads1115"}  # machine.ADC / Pin / I2C: boards and the emulator only
+
+
+def _run_node(tmp_path: Path, lib: Path, name: str, plant: bytes | None, env: dict) -> set[str]:
+    d = tmp_path / name
+    d.mkdir()
+    cfg = {"model": None, "tick_ms": 1, "spill_path": str(d / "spill.bin"), "uid_path": str(d / "node.uid"),
+           "spill_bytes": 65536, "plant": str(d / "plant.json")}
+    if plant is not None:
+        (d / "plant.json").write_bytes(plant)
+    (d / "node.json").write_text(json.dumps(cfg))
+    script = _NODE % {"prof": str(ROOT / "boards" / "rp2040_pico.json"), "cfg": str(d / "node.json")}
+    res = subprocess.run([micropython_exe(), "-X", "heapsize=2M", "-c", script], capture_output=True, text=True,
+                         timeout=120, cwd=str(d), env=dict(env, MICROPYPATH=str(lib)))
+    assert res.returncode == 0, res.stdout + res.stderr
+    facts, names = [line[3:].split() for line in res.stdout.splitlines() if line.startswith("@@")]
+    no_drafter, queued, wire, spills = facts
+    assert no_drafter == "True" and spills == "True"
+    assert int(queued) > (20 if plant is None else 1) and int(wire) > 100  # it logged lines, the link sent bytes
+    assert "NODE plant error" not in res.stdout, res.stdout
+    return {n for n in names if n.split(".")[0] in ("shared", "firmware")} & {_module(p) for p in build.sources()}
+
+
 def test_a_logs_only_node_imports_exactly_the_logs_only_package(tmp_path: Path) -> None:
+    import os
+
+    from host import plantcompile, plantfile
+
     lib = tmp_path / "lib"
     logs = build.sources("micropython", drafting=False)
     for src in logs:
         dest = lib / src.relative_to(ROOT)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dest)
-    (tmp_path / "node.json").write_text(json.dumps({
-        "model": None, "tick_ms": 1, "spill_path": str(tmp_path / "spill.bin"), "uid_path": str(tmp_path / "node.uid"),
-        "spill_bytes": 65536}))
-    script = _NODE % {"prof": str(ROOT / "boards" / "rp2040_pico.json"), "cfg": str(tmp_path / "node.json")}
-    res = subprocess.run([micropython_exe(), "-X", "heapsize=2M", "-c", script], capture_output=True, text=True,
-                         timeout=120, cwd=str(tmp_path), env={"MICROPYPATH": str(lib)})
-    assert res.returncode == 0, res.stdout + res.stderr
-    facts, names = [line[3:].split() for line in res.stdout.splitlines() if line.startswith("@@")]
-    no_drafter, queued, wire, spills = facts
-    assert no_drafter == "True" and spills == "True"
-    assert int(queued) > 20 and int(wire) > 100  # it logged lines and the link sent bytes
+    from tools.board.ptys import set_raw
+
+    master, slave = os.openpty()  # the described plant's RS-485 bus: nothing answers on it, that is fine here
+    set_raw(slave)  # as a virtual board's buses are
+    try:
+        desc = {"format": "edgetwin-plant/1", "name": "pkg", "buses": {"rs485": {"type": "rs485", "uart": 1, "tx": 4,
+                                                                               "rx": 5}},
+                "profiles": {"vfd": {"registers": {"run": {"register": "discrete", "address": 0},
+                                                   "current": {"register": "input", "address": 3, "scale": 0.1}}}},
+                "devices": {"drive": {"profile": "vfd", "bus": "rs485", "unit": 1}},
+                "machines": [{"id": "P-1", "kind": "pump", "state": {"run": {"device": "drive", "register": "run"}},
+                              "signals": [{"key": "I", "tag": "motor_current", "unit": "A",
+                                           "source": {"device": "drive", "register": "current"}}]}]}
+        plant = plantcompile.compile_plant(plantfile.loads(json.dumps(desc), "pkg.json"))
+        env = {"EDGETWIN_UART": "unused: the test's node has its own link", "EDGETWIN_BUS1": os.ttyname(slave)}
+        imported = _run_node(tmp_path, lib, "sim", None, {}) | _run_node(tmp_path, lib, "described", plant, env)
+    finally:
+        os.close(master)
+        os.close(slave)
     package = {_module(p) for p in logs}
-    imported = {n for n in names if n.split(".")[0] in ("shared", "firmware")} & {_module(p) for p in build.sources()}
-    assert imported <= package  # nothing else was there to import, and it ran
+    assert imported <= package  # nothing else was there to import, and they ran
+    assert not imported & HARDWARE_SOURCES
+    package -= HARDWARE_SOURCES
     # every module of the package is imported by the node, but a module no board module imports yet
     # (none, or one just added for later use) is not a reason to drop it
     unused = {m for m in package if m not in _imported_anywhere() and m not in ("shared", "firmware")}

@@ -106,7 +106,8 @@ RULES = [
      'machine P-1: signals[0].bad.priority: must be one of "low", "medium", "high", "critical", 1, 2, 3, 4, got '
      '"urgent"'),
     (lambda d: d.update(format="edgetwin-plant/2"), 'format: must be "edgetwin-plant/1", got "edgetwin-plant/2"'),
-    (lambda d: d.update(machines=[]), "machines: must have at least 1 items, got 0"),
+    (lambda d: d.update(machines=[]), "machines: must have at least 1 item, got 0"),
+    (lambda d: sig(d, 1).update(range=[0]), "machine P-1: signals[1].range: must have 2 items, got 1"),
     (lambda d: sig(d, 0).update(source={"sim": True}),
      'machine P-1: signals[0].source: only the simulator\'s own description ("simulator": true) has simulated '
      'signals'),
@@ -158,6 +159,9 @@ RULES = [
     (lambda d: sig(d, 0).update(period_ms=100) or sig(d, 0)["alarms"][0].update(off_delay_s=30),
      "machine P-1: signals[0].alarms[0].off_delay_s: 30 s is 300 readings at period_ms 100; the board counts at "
      "most 255: use a shorter delay or a longer period_ms"),
+    (lambda d: d["devices"]["drive"].update(poll_ms=100) or sig(d, 1)["alarms"][0].update(off_delay_s=30),
+     "machine P-1: signals[1].alarms[0].off_delay_s: 30 s is 300 readings at period_ms 100; the board counts at "
+     "most 255: use a shorter delay or a longer period_ms"),  # a Modbus signal's period is its device's poll
     (lambda d: sig(d, 2).update(range=[-20, 2e7], decimals=3),
      "machine P-1: signals[2].range[1]: 20000000.0 does not fit the board's integers at 3 decimals (2**29 internal "
      "units): use fewer decimals"),

@@ -1,11 +1,11 @@
-# test_node_config.py: firmware/node.py's /node.json loader against mutated files, on both interpreters.
+# test_node_config.py: the node's /node.json loader (firmware/nodecfg.py) against mutated files, on both interpreters.
 # Every case either loads to values a node can run with (checked here against the documented ranges,
-# restated independently of node.RULES) or raises node.ConfigError naming /node.json (and the key, where
+# restated independently of nodecfg.RULES) or raises nodecfg.ConfigError naming /node.json (and the key, where
 # one value is bad); any other exception fails the test with the case's text.
 import json
 
 import testkit
-from firmware import node
+from firmware import nodecfg
 
 CASES = 1200
 PATH = "/node.json"
@@ -106,8 +106,8 @@ def test_mutated_node_json_load_or_fail_clearly():
     for n in range(CASES):
         text, what, key = _case(rng)
         try:
-            cfg = node.parse_config(text, PATH)
-        except node.ConfigError as e:
+            cfg = nodecfg.parse_config(text, PATH)
+        except nodecfg.ConfigError as e:
             msg = str(e)
             assert msg.startswith(PATH), "case %d (%s): %s" % (n, what, msg)
             assert "\n" not in msg, msg
@@ -131,11 +131,11 @@ def test_mutated_node_json_load_or_fail_clearly():
 
 def test_every_default_passes_its_own_check():
     # the defaults are values the loader accepts (a default outside its range would be refused from a file)
-    for key in node.DEFAULTS:
-        assert node.check_value(PATH, key, node.DEFAULTS[key]) == node.DEFAULTS[key]
-    cfg = node.parse_config(json.dumps(node.DEFAULTS), PATH)
-    assert cfg == node.DEFAULTS
+    for key in nodecfg.DEFAULTS:
+        assert nodecfg.check_value(PATH, key, nodecfg.DEFAULTS[key]) == nodecfg.DEFAULTS[key]
+    cfg = nodecfg.parse_config(json.dumps(nodecfg.DEFAULTS), PATH)
+    assert cfg == nodecfg.DEFAULTS
 
 
 def test_a_missing_file_means_the_defaults():
-    assert node.load_config("/no/such/dir/node.json") == {}
+    assert nodecfg.load_config("/no/such/dir/node.json") == {}

@@ -12,8 +12,11 @@ measures the same thing (same tag, else same key, else the same unit). Then, eve
   volts the transmitter and the shunt would give, a contact on a GPIO its level, an MCP9600 its
   thermocouple's temperature and an ADS1115 its channels' volts.
 
-`hold(machine_id, key, **what)` pins one input to a fault (a broken loop: `volts=0`; a contact: `level=1`)
-until `release`. Tools and tests only: the product never imports this.
+`hold(machine_id, key, **what)` pins one input to a fault (a broken loop: `volts=0`; a contact: `level=1`;
+`manual=True`: the rig leaves it alone, for a test that plays it itself) until `release`. `absent` names
+(device, register) pairs the slaves do not have (a read of them is an ILLEGAL ADDRESS exception).
+`BusRelay` sits between the slaves and the board to put faults on the bus itself: corrupted answers,
+noise between frames, a unit gone silent. Tools and tests only: the product never imports this.
 
     rig = Rig(desc, plant, bus_port=board.uart1_port, board=board).start()
 """
@@ -75,7 +78,7 @@ def encode(value: float, reg: dict) -> list[int]:
 
 class Rig:
     def __init__(self, desc: dict, plant: plantsim.Plant, bus_port: str | None = None, board=None,
-                 tick_s: float = 1.0, machines: dict[str, int] | None = None) -> None:
+                 tick_s: float = 1.0, machines: dict[str, int] | None = None, absent: tuple = ()) -> None:
         """desc: a checked description (host/plantfile.load); plant: the simulator; bus_port: the pty of
         the board's RS-485 bus (where the slaves go); board: an EmuBoard for ADC, GPIO and I2C inputs;
         machines: description id -> simulated machine index (default: by kind, in order)."""
@@ -84,6 +87,7 @@ class Rig:
         self.bus_port = bus_port
         self.board = board
         self.tick_s = tick_s
+        self.absent = set(absent)
         self.lines: list[tuple[int, str]] = []  # the simulator's own log: the ground truth
         self.requests = 0
         self._lock = threading.Lock()
@@ -167,11 +171,14 @@ class Rig:
                     if c.get("active", "high") == "low":
                         level = not level
                     held = self._held.get((mid, which))
-                    b.set_pin(c["di"], int(held["level"]) if held else int(level))
+                    if not (held and held.get("manual")):
+                        b.set_pin(c["di"], int(held["level"]) if held else int(level))
             for sig in m["signals"]:
                 src = sig["source"]
                 v = self._values.get((mid, sig["key"]))
                 held = self._held.get((mid, sig["key"]), {})
+                if held.get("manual"):
+                    continue
                 if "adc" in src:
                     volts = held.get("volts", _loop_volts(sig, src, v))
                     b.set_adc(src["adc"], volts=volts)
@@ -199,17 +206,17 @@ class Rig:
             refs = [(m["state"].get(w), w) for w in ("run", "trip")]
             refs += [(s["source"], s["key"]) for s in m["signals"]]
             for src, key in refs:
-                if isinstance(src, dict) and "device" in src:
+                if isinstance(src, dict) and "device" in src and (src["device"], src["register"]) not in self.absent:
                     dev = src["device"]
                     reg = profiles[devices[dev]["profile"]]["registers"][src["register"]]
                     out.setdefault(dev, []).append((_FC[reg["register"]], reg["address"], reg, m["id"], key, src))
         return out
 
-    async def _action(self, dev: str, fc: int, start: int, address: int, count: int, registers: list[int],
+    async def _action(self, devs: tuple, fc: int, start: int, address: int, count: int, registers: list[int],
                       values) -> None:
         with self._lock:
             self.requests += 1
-            for rfc, addr, reg, mid, key, src in self._dev_regs.get(dev, ()):
+            for rfc, addr, reg, mid, key, src in (r for d in devs for r in self._dev_regs.get(d, ())):
                 if (rfc in (1, 2)) != (fc in (1, 2)) or (rfc in (3, 4) and rfc != fc):
                     continue
                 if key in ("run", "trip"):
@@ -236,13 +243,16 @@ class Rig:
         from pymodbus.simulator import DataType, SimData, SimDevice
 
         out = []
-        for dev, regs in sorted(self._dev_regs.items()):
+        units: dict[int, list[str]] = {}  # one slave per unit id: several devices may share one (a multi-drive box)
+        for dev in sorted(self._dev_regs):
+            units.setdefault(self.desc["devices"][dev]["unit"], []).append(dev)
+        for unit, devs in sorted(units.items()):
+            regs = [r for d in devs for r in self._dev_regs[d]]
             top = {fc: max([a + 2 for f, a, *_ in regs if f == fc] + [1]) for fc in (1, 2, 3, 4)}
-            unit = self.desc["devices"][dev]["unit"]
             bits = lambda n: [SimData(0, values=[False] * (16 * ((n + 15) // 16)), datatype=DataType.BITS)]  # noqa: E731
             words = lambda n: [SimData(0, values=[0] * n, datatype=DataType.REGISTERS)]  # noqa: E731
             out.append(SimDevice(id=unit, simdata=(bits(top[1]), bits(top[2]), words(top[3]), words(top[4])),
-                                 use_bit_addressing=True, action=functools.partial(self._action, dev)))
+                                 use_bit_addressing=True, action=functools.partial(self._action, tuple(devs))))
         return out
 
     async def _serve(self) -> None:
@@ -287,6 +297,82 @@ class Rig:
                 asyncio.run_coroutine_threadsafe(self._server.shutdown(), self._loop).result(5)
             except Exception:  # noqa: BLE001  (already gone)
                 pass
+
+
+class BusRelay:
+    """The RS-485 bus between the slaves (they open `slave_port`) and the board's end (`board_port`, opened
+    here), with faults on demand: `corrupt` flips a bit of every answer (a bad CRC), `noise` puts 5 noise
+    bytes on the bus 1 ms after every answer (between frames), `silent` holds unit ids whose requests go
+    nowhere (a unit gone from the bus)."""
+
+    NOISE = b"\x00\xff\x55\xaa\x13"
+
+    def __init__(self, board_port: str) -> None:
+        import os
+
+        from tools.board.ptys import PtyEnd, set_raw
+
+        self.end = PtyEnd()
+        self.slave_port = self.end.path
+        self.fd = os.open(board_port, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+        set_raw(self.fd)
+        self.corrupt = False
+        self.noise = False
+        self.silent: set[int] = set()
+        self.counts = {"requests": 0, "answers": 0, "corrupted": 0, "noise": 0, "dropped": 0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bus-relay", daemon=True)
+
+    def start(self) -> "BusRelay":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        import os
+        import select
+
+        from tools.board.ptys import write_all
+
+        pending = b""
+        while not self._stop.is_set():
+            r, _, _ = select.select([self.fd, self.end.master], [], [], 0.01)
+            if self.fd in r:
+                try:
+                    pending += os.read(self.fd, 4096)
+                except OSError:
+                    pending = b""
+                while len(pending) >= 8:  # requests are whole 8-byte frames (functions 1..4)
+                    req, pending = pending[:8], pending[8:]
+                    self.counts["requests"] += 1
+                    if req[0] in self.silent:
+                        self.counts["dropped"] += 1
+                    else:
+                        write_all(self.end.master, req)
+            if self.end.master in r:
+                try:
+                    data = bytearray(os.read(self.end.master, 4096))
+                except OSError:
+                    continue
+                self.counts["answers"] += 1
+                if self.corrupt and data:
+                    data[min(3, len(data) - 1)] ^= 0x10
+                    self.counts["corrupted"] += 1
+                write_all(self.fd, bytes(data))
+                if self.noise:
+                    time.sleep(0.001)
+                    write_all(self.fd, self.NOISE)
+                    self.counts["noise"] += 1
+
+    def stop(self) -> None:
+        import os
+
+        self._stop.set()
+        self._thread.join(2)
+        self.end.close()
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
 
 
 def _loop_volts(sig: dict, src: dict, v: float | None) -> float:

@@ -83,7 +83,7 @@ def description() -> dict:
             machines.append({"id": cat.machine_id(k, n), "kind": kind, "words": list(cat.KIND_WORDS[k]),
                              "aliases": ["%s %d" % (kind, n)], "state": {"sim": True}, "sample_s": 5,
                              "signals": signals})
-    return {"$schema": "../docs/plant.schema.json", "format": "edgetwin-plant/1", "simulator": True,
+    return {"$schema": "../host/plant_schema.json", "format": "edgetwin-plant/1", "simulator": True,
             "name": "simulator", "title": "The built-in plant simulator (shared/plant.py): every machine it can have",
             "timezone": "UTC", "machines": machines}
 
@@ -105,8 +105,8 @@ def with_hash(catalogue: str, h: str) -> str:
     line = 'DESCRIPTION_HASH = "%s"\n' % h
     if _HASH_LINE.search(catalogue):
         return _HASH_LINE.sub(line, catalogue)
-    return catalogue.rstrip("\n") + "\n\n# the hash of shared/plant_sim.json (tools/board/simplant.py writes it): the " \
-                                    "node's PLANT line names it\n" + line
+    note = "# the hash of shared/plant_sim.json (tools/board/simplant.py writes it): the node's PLANT line names it\n"
+    return catalogue.rstrip("\n") + "\n\n" + note + line
 
 
 def main(argv: list[str] | None = None) -> int:
