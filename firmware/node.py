@@ -52,6 +52,7 @@ from shared.wallclock import WallClock
 
 _HOST = sys.implementation.name == "cpython"
 NOTE_MAX = const(192)  # bytes of a boot-time error line sent to the gateway (Node.notice)
+KEEP = const(2)  # link window slots a prompt's prefill leaves free for the prompt's own frames
 
 def _mem():
     gc.collect()
@@ -99,6 +100,7 @@ class Node:
             from firmware.annotator import Annotator
 
             self.ann = Annotator(drafter, self, vocab, c["prompt_max"], c["offline_ms"], tok)
+            self.ann.poll = self._between_tokens  # a prompt's tokens are seconds apart: lines go out meanwhile
             if self.sampler is not None and hasattr(drafter, "model"):
                 # a draft step takes half a second on an RP2040: the inputs are polled between its kernels
                 drafter.model.hook = self._hook
@@ -273,13 +275,13 @@ class Node:
         self.sent += 1
         return True
 
-    def _send_logs(self, now):
-        # Every free slot of the link window goes to lines, oldest first: the spill ring holds older
-        # lines than the queue (the queue's oldest move there), so it drains first.
+    def _send_logs(self, now, keep=0):
+        # Every free slot of the link window (but `keep`) goes to lines, oldest first: the spill ring holds
+        # older lines than the queue (the queue's oldest move there), so it drains first.
         q = self.q
         lk = self.lk
         sp = self.spill
-        while lk.free_slots() > 0:
+        while lk.free_slots() > keep:
             if sp is not None and sp.count and sp.peek():
                 if not self._send_line(sp.rec, sp.text_off, sp.n, sp.level, sp.ts, sp.line_boot, sp.lseq,
                                        sp.flags | frame.LG_SPILLED):
@@ -360,6 +362,26 @@ class Node:
         body[j:j + len(text)] = text
         return self.send(frame.LOG, body, j + len(text))
 
+    def _maybe_report(self, now):
+        if ticks_diff(now, self.next_report) >= 0:
+            if not self.report_due:
+                self.report_due = True
+                self.heap = _mem()  # gc.collect, then the bytes in use: flat when nothing leaks
+            if self._report(now):
+                self.report_due = False
+                self.next_report = (now + self.report_ms) & MASK30
+
+    def _between_tokens(self):
+        # A prompt's prefill takes seconds on a board (a token a half second on an RP2040): between its tokens
+        # the link is polled (acks, heartbeats; a verdict waits for the prompt's end: annotator.prompting) and
+        # the lines and the report go out, keeping KEEP slots of the window for the prompt's own frames.
+        now = ticks_ms()
+        self.lk.poll(now)
+        self._acked()
+        if self.lk.free_slots() > KEEP:
+            self._maybe_report(now)
+        self._send_logs(now, KEEP)
+
     def step(self, now):
         if self.sampler is not None:
             self.sampler.poll(now)
@@ -374,13 +396,7 @@ class Node:
             if not self._send_note(now, self.notes[self.notes_sent]):
                 break
             self.notes_sent += 1
-        if ticks_diff(now, self.next_report) >= 0:  # before the lines: a backlog that lasts never starves the report
-            if not self.report_due:
-                self.report_due = True
-                self.heap = _mem()  # gc.collect, then the bytes in use: flat when nothing leaks
-            if self._report(now):
-                self.report_due = False
-                self.next_report = (now + self.report_ms) & MASK30
+        self._maybe_report(now)  # before the lines: a backlog that lasts never starves the report
         self._send_logs(now)
         if self.ann is not None and (not self.lk.established or not self.backlog()):
             self.ann.step(now, self.eq)  # drafting yields the link to waiting lines

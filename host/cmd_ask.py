@@ -75,6 +75,32 @@ def _window_text(text: str, indent: str = "      ") -> str:
     return "".join(indent + ln + "\n" for ln in text.strip().splitlines())
 
 
+def _site_zones(db: Path) -> dict:
+    """node -> its plant description, for the nodes whose description keeps a site time zone other than UTC:
+    operators read the times of their site (the store and the lines keep UTC)."""
+    from host.store import LogStore, StoreError
+
+    try:
+        with LogStore(db, readonly=True) as st:
+            out = {}
+            for n in st.nodes():
+                d = st.plant(st.node_plant(n["name"]))
+                if d is not None and d.timezone != "UTC":
+                    out[n["name"]] = d
+            return out
+    except StoreError:
+        return {}
+
+
+def _span(s, zones: dict) -> str:
+    d = zones.get(s.node)
+    if d is None:
+        return s.span()
+    t0, t1 = d.site_time(s.t0_ms), d.site_time(s.t1_ms)
+    return "%s %s to %s %s (%s)" % (s.node, t0.strftime("%Y-%m-%d %H:%M:%S"), t1.strftime("%H:%M:%S"), d.timezone,
+                                    s.span().split(" ", 1)[1])
+
+
 def run(args: argparse.Namespace) -> int:
     import time
 
@@ -107,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
     from host.prism import PrismInputError, PrismModelError
     from host.prism.engine import Prism
 
+    zones = _site_zones(db)
+    span = lambda s: _span(s, zones)  # noqa: E731  (a window's time in its site's zone, and in UTC)
     target = None if args.no_answer else _target(args.target)
     # the target loads in a thread while the store is searched and PRISM ranks (numpy leaves the GIL)
     loader = None if target is None else qa.Background(lambda: qa.Answerer.from_gguf(*target))
@@ -126,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
                 out.write("note: %d of the %d windows are longer than the reranker's %d-token limit and were "
                           "truncated for ranking\n" % (ranking.truncated, len(found.windows), prism.max_length))
             for s in chosen:
-                out.write("  [%d] %s  (relevance %.3f)\n" % (s.n, s.span(), s.prob))
+                out.write("  [%d] %s  (relevance %.3f)\n" % (s.n, span(s), s.prob))
                 out.write(_window_text(s.text))
             out.flush()
         elif kind == "text":
@@ -157,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     elif cited:
         out.write("Sources cited:\n")
         for s in cited:
-            out.write("  [%d] %s\n" % (s.n, s.span()))
+            out.write("  [%d] %s\n" % (s.n, span(s)))
     else:
         out.write("The answer cites no window; it was given [1]..[%d] above.\n" % len(chosen))
     t = res["times"]

@@ -424,13 +424,16 @@ def parse(data, path="/plant.json", prof=None):
 
 
 def load(path="/plant.json", prof=None):
-    """parse() of the file at path; None when there is none (the node runs the built-in simulator)."""
+    """parse() of the file at path; None when there is none (the node runs the built-in simulator). The file is
+    read at its own size: a read of FILE_MAX bytes would ask a heap the model has fragmented for 32 KB at once."""
+    import os
+
     try:
-        f = open(path, "rb")
+        size = os.stat(path)[6]
     except OSError:
         return None
-    try:
-        data = f.read(FILE_MAX + 1)
-    finally:
-        f.close()
+    if size > FILE_MAX:
+        raise PlantConfigError("%s: %d bytes, at most %d" % (path, size, FILE_MAX))
+    with open(path, "rb") as f:
+        data = f.read(size)
     return parse(data, path, prof)

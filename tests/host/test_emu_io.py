@@ -10,9 +10,6 @@ DE on GP2.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -20,7 +17,7 @@ from pathlib import Path
 import pytest
 import serial
 
-from tools.board import emuboard, firmware_build
+from tools.board import emuboard
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -29,19 +26,6 @@ DE_PIN = 2
 MODBUS_READ = bytes.fromhex("010300000002c40b")  # read holding registers 0-1 of slave 1, CRC included
 
 
-@pytest.fixture(scope="module")
-def image() -> Path:
-    """The firmware through `make firmware` (cached), as tests/host/test_firmware_emu.py builds it."""
-    vendor = firmware_build.default_vendor()
-    if not (vendor / firmware_build.TARBALL).is_file():
-        if os.environ.get("CI"):
-            pytest.fail("CI: no %s in %s (EDGETWIN_VENDOR)" % (firmware_build.TARBALL, vendor))
-        pytest.skip("no vendored MicroPython sources in %s (set EDGETWIN_VENDOR)" % vendor)
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    proc = subprocess.run(["make", "-C", str(ROOT), "firmware", "PYTHON=" + sys.executable],
-                          env=env, capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return firmware_build.out_dir() / "firmware.uf2"
 
 
 class RawRepl:

@@ -8,7 +8,6 @@ beside the checkout and their absence fails.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -57,25 +56,6 @@ def test_cache_key_follows_sources_manifest_and_frozen_files(tmp_path: Path) -> 
     assert {"boards/manifest.py", "shared/q4_viper.py", "shared/drafter.py", "firmware/node.py"} <= names
 
 
-@pytest.fixture(scope="module")
-def image() -> Path:
-    """The firmware through `make firmware` (cached: a current image is reused, a stale one rebuilt)."""
-    vendor = firmware_build.default_vendor()
-    if not (vendor / firmware_build.TARBALL).is_file():
-        if os.environ.get("CI"):
-            pytest.fail("CI: no %s in %s (EDGETWIN_VENDOR); CI has the vendored sources beside the checkout"
-                        % (firmware_build.TARBALL, vendor))
-        pytest.skip("no vendored MicroPython sources in %s (set EDGETWIN_VENDOR); `make firmware` would clone "
-                    "them from GitHub" % vendor)
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    t0 = time.monotonic()
-    proc = subprocess.run(["make", "-C", str(ROOT), "firmware", "PYTHON=" + sys.executable],
-                          env=env, capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    print("make firmware: %.1f s" % (time.monotonic() - t0))
-    uf2 = firmware_build.out_dir() / "firmware.uf2"
-    assert firmware_build.image_current(firmware_build.cache_key(vendor, firmware_build.manifest_path().resolve()))
-    return uf2
 
 
 @pytest.fixture

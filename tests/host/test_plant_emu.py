@@ -16,7 +16,6 @@ Board time runs 5-10x slower than the host's here: each phase waits on the log, 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ from host import plantcompile, plantdesc, plantfile
 from host.session import Session
 from host.store import LogStore
 from shared import plant
-from tools.board import emuboard, firmware_build, rig
+from tools.board import emuboard, rig
 
 pytestmark = pytest.mark.slow
 
@@ -70,18 +69,6 @@ DESC = {
 }
 
 
-@pytest.fixture(scope="module")
-def image() -> Path:
-    vendor = firmware_build.default_vendor()
-    if not (vendor / firmware_build.TARBALL).is_file():
-        if os.environ.get("CI"):
-            pytest.fail("CI: no %s in %s (EDGETWIN_VENDOR)" % (firmware_build.TARBALL, vendor))
-        pytest.skip("no vendored MicroPython sources in %s" % vendor)
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    proc = subprocess.run(["make", "-C", str(ROOT), "firmware", "PYTHON=" + sys.executable], env=env,
-                          capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return firmware_build.out_dir() / "firmware.uf2"
 
 
 class Run:

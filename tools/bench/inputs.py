@@ -160,6 +160,9 @@ def run(seconds: float, model: Path, target: str, image: Path | None) -> dict:
             t = time.monotonic()
             while board.boots == boots and time.monotonic() - t < 60:
                 time.sleep(0.05)
+            n_ev = len(board.events)  # the rebooted runner counts cycles from 0: wait for its first figures
+            while not any(e.get("event") == "stats" for e in board.events[n_ev:]) and time.monotonic() - t < 60:
+                time.sleep(0.05)
             plant_rig = rig.Rig(checked, sim, bus_port=board.uart1_port, board=board).start()
             db, status = tmpd / "g.db", tmpd / "st.json"
             gw = subprocess.Popen([sys.executable, "-m", "host.cli", "gateway", "--port", board.uart_port, "--db",
@@ -192,10 +195,14 @@ def run(seconds: float, model: Path, target: str, image: Path | None) -> dict:
             loss = store.line_loss(sess["name"])
         finally:
             store.close()
+    errors = [r["text"] for r in rows if r["text"].startswith("NODE ") and " error: " in r["text"]]
+    if errors:
+        raise BenchError("the node said: %s" % " | ".join(errors))
     reports = [dict(kv.split("=", 1) for kv in r["text"].split()[1:] if "=" in kv) for r in rows
                if r["text"].startswith("NODE heap=")]
-    if not reports:
-        raise BenchError("the node sent no report (NODE heap=...): %s" % [r["text"] for r in rows[:5]])
+    if not reports or "poll" not in reports[-1]:
+        raise BenchError("the node sent no report of its inputs (NODE ... poll=...): %s"
+                         % [r["text"] for r in rows[:5]])
     heaps = [int(r["heap"]) for r in reports]
     warm = heaps[len(heaps) // 3:]
     plant_lines = [r for r in rows if not r["text"].startswith("NODE ")]

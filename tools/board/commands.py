@@ -71,6 +71,10 @@ def _vboard_arguments(p: argparse.ArgumentParser) -> None:
                    "an emulated RP2040 (rp2040js) instead of the unix port (rp2040_pico)")
     p.add_argument("--image", help="with --emulate: the firmware .uf2 (default build/firmware/rp2040_pico/firmware.uf2)")
     p.add_argument("--flash", help="with --emulate: the board's flash file (default flash.bin beside the image)")
+    p.add_argument("--rig", metavar="PLANT.json",
+                   help="wire the plant simulator to the board as this plant description says (tools/board/rig.py): "
+                        "its Modbus devices on the RS-485 bus (a pty), and with --emulate its ADC loops, contacts "
+                        "and I2C sensors")
 
 
 def run_vboard(args: argparse.Namespace) -> int:
@@ -81,10 +85,11 @@ def run_vboard(args: argparse.Namespace) -> int:
 
         board_profile.resolve(args.board)  # a bad profile is refused the same way
         extra = (["--image", args.image] if args.image else []) + (["--flash", args.flash] if args.flash else [])
+        extra += ["--rig", args.rig] if args.rig else []
         return emuboard.main(["--board", args.board] + extra + (["--root", args.root] if args.root else []))
     prof = board_profile.resolve(args.board)
     try:
-        return vboard.run(prof, args.root, args.heap)
+        return vboard.run(prof, args.root, args.heap, args.rig)
     except vboard.VBoardError as e:
         raise UserError(str(e)) from None
 

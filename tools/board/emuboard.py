@@ -466,16 +466,28 @@ def main(argv: list[str] | None = None) -> int:
                     " its .elf beside it)")
     ap.add_argument("--flash", type=Path, help="flash file (default flash.bin beside the image)")
     ap.add_argument("--root", help=argparse.SUPPRESS)  # the unix board's option; the emulated board has flash
+    ap.add_argument("--rig", help="a plant description: the plant simulator drives the board's inputs as it says "
+                    "(ADC loops, contacts, I2C sensors, Modbus devices on UART1: tools/board/rig.py)")
     args = ap.parse_args(argv)
     if args.root:
         print("error: --root: the emulated board's filesystem is on its flash (--flash FILE)", file=sys.stderr)
         return 2
+    plant_rig = None
     try:
         eb = EmuBoard(args.board, args.image, args.flash)
         eb.start()
     except EmuBoardError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
+    if args.rig:
+        from tools.board import rig
+
+        try:
+            plant_rig = rig.rig_for(args.rig, eb.profile, board=eb, bus_port=eb.uart1_port)
+        except rig.RigError as e:
+            eb.stop()
+            print("error: %s" % e, file=sys.stderr)
+            return 2
     done = threading.Event()
     old = {s: signal.signal(s, lambda signum, frame: done.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -488,6 +500,9 @@ def main(argv: list[str] | None = None) -> int:
         print("  UART1 %s    (the RS-485 bus's other end: UART1, paced by its frame format)" % info["uart1_port"])
         print("  image %s (%d bytes)" % (info["image"], info["image_bytes"]))
         print("  flash %s" % info["flash"])
+        if plant_rig is not None:
+            print("  rig   %s: the plant simulator's %s wired to the board's pins, its Modbus devices on UART1 (%s)"
+                  % (args.rig, ", ".join(plant_rig.map), eb.uart1_port))
         print("Ctrl-C or SIGTERM stops it.", flush=True)
         while not done.wait(0.5):
             if eb.error:
@@ -497,6 +512,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+        if plant_rig is not None:
+            plant_rig.stop()
         eb.stop()
 
 

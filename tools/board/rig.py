@@ -386,3 +386,40 @@ def _loop_volts(sig: dict, src: dict, v: float | None) -> float:
         return ma / 1000 * src.get("shunt_ohm", 150)
     v0, v1 = src.get("volts", [0, 3.3])
     return v0 + (v1 - v0) * max(0.0, min(1.0, frac))
+
+
+class RigError(ValueError):
+    """A description the rig cannot wire (the checker's one line, or a pin the board cannot drive)."""
+
+
+def rig_for(path, prof: dict, board=None, bus_port: str | None = None, seed: int = 1) -> Rig:
+    """A started rig for the description at `path` on a board of profile `prof`: a simulator with a machine of
+    each described kind (in hand mode: running), its inputs driven on `board` (an EmuBoard) and its Modbus
+    devices served on `bus_port`. The description is checked against the board first (RigError)."""
+    from host import plantfile
+    from shared.plant_catalogue import KINDS as SIM_KINDS
+
+    try:
+        desc = plantfile.load(path, prof)
+    except plantfile.PlantFileError as e:
+        raise RigError(str(e)) from None
+    kinds = [m["kind"] if m["kind"] in SIM_KINDS else "pump" for m in desc["machines"]]
+    sim = plantsim.Plant(seed, kinds=kinds, fault_every_h=8)
+    for mid in sim.ids:
+        sim.command(mid, "start")
+    if board is not None:
+        bus = next((b for b in desc.get("buses", {}).values() if b.get("type") == "rs485"), None)
+        if bus is not None and bus.get("de", -1) >= 0:
+            board.set_de_pin(bus["de"])
+    return Rig(desc, sim, bus_port=bus_port, board=board).start()
+
+
+def rs485_uarts(path, prof: dict) -> tuple:
+    """The UART ids of the RS-485 buses the description at `path` has (a virtual board makes a pty of each)."""
+    from host import plantfile
+
+    try:
+        desc = plantfile.load(path, prof)
+    except plantfile.PlantFileError as e:
+        raise RigError(str(e)) from None
+    return tuple(b["uart"] for b in desc.get("buses", {}).values() if b.get("type") == "rs485")

@@ -873,10 +873,18 @@ def node_heap(prof: dict, model: Path | None = None) -> tuple[int, float, str]:
     return int(heap * factor), factor, why
 
 
-def run(board: str | dict, root: Path | str | None = None, heap: int | None = None) -> int:
+def run(board: str | dict, root: Path | str | None = None, heap: int | None = None, rig_file: str | None = None) -> int:
     """`edgetwin vboard`: run a virtual board until Ctrl-C or SIGTERM. `root` is its directory: root/fs is
-    the board's filesystem, root/repl and root/uart link to its ptys, root/console.log keeps its console."""
+    the board's filesystem, root/repl and root/uart link to its ptys, root/console.log keeps its console.
+    `rig_file`: a plant description whose Modbus devices the plant simulator serves on the board's RS-485
+    buses (ptys; tools/board/rig.py: the unix port has no ADC, GPIO or I2C to drive)."""
+    from tools.board import rig
+
     prof = build.board_profile(board) if not isinstance(board, dict) else board
+    try:
+        buses = rig.rs485_uarts(rig_file, prof) if rig_file else ()
+    except rig.RigError as e:
+        raise VBoardError(str(e)) from None
     base = Path(root) if root is not None else default_root(prof["name"])
     if heap is None:
         heap, factor, why = node_heap(prof)
@@ -889,7 +897,7 @@ def run(board: str | dict, root: Path | str | None = None, heap: int | None = No
         raise VBoardError("%s exists and is not a directory" % base)
     log = base / "console.log"
     made = [p for p in (base, base / "fs") if not p.exists()] + ([log] if not log.exists() else [])
-    vb = VirtualBoard(prof, base / "fs", heap_bytes=heap, links_dir=base, console_log=log)
+    vb = VirtualBoard(prof, base / "fs", heap_bytes=heap, links_dir=base, console_log=log, buses=buses)
     try:
         vb.start()
     except (VBoardError, KeyboardInterrupt) as e:
@@ -908,6 +916,7 @@ def run(board: str | dict, root: Path | str | None = None, heap: int | None = No
         done.set()
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    plant_rig = None
     try:
         info = vb.describe()
         print("virtual board %s (MicroPython unix port, %s)" % (vb.board, heap_note))
@@ -916,6 +925,12 @@ def run(board: str | dict, root: Path | str | None = None, heap: int | None = No
               % (info["uart_link"], info["uart_port"], info["board_uart_path"], UART_ENV))
         print("  fs    %s" % info["fs_root"])
         print("  log   %s    (the board's console: boot messages, tracebacks)" % info["console_log"])
+        plant_rig = None
+        if rig_file:
+            plant_rig = rig.rig_for(rig_file, prof, bus_port=vb.bus_port(buses[0]) if buses else None)
+            print("  rig   %s: the plant simulator's %s behind Modbus slaves on UART%s (%s)"
+                  % (rig_file, ", ".join(plant_rig.map), buses[0] if buses else "-",
+                     vb.bus_port(buses[0]) if buses else "no RS-485 bus"))
         print("Ctrl-C or SIGTERM stops it.", flush=True)
         while not done.wait(0.5):
             if not vb.running or vb.error:
@@ -926,6 +941,8 @@ def run(board: str | dict, root: Path | str | None = None, heap: int | None = No
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+        if rig_file and plant_rig is not None:
+            plant_rig.stop()
         vb.stop()
 
 

@@ -11,7 +11,11 @@ Steps:
    x64 firmware build of each board profile (mpy-cross).
 2. boot N virtual boards (tools/board/vnode.py: the real MicroPython unix port on ptys; profiles rp2040_pico,
    esp32s3_devkitc, repeated for N > 2), deploy with mpremote, start firmware/node.py with the draft and
-   its tokenizer (prompts are shared/episode.py text). The heap given is 3x the profile's: on the 64-bit
+   its tokenizer (prompts are shared/episode.py text) and a plant description (/plant.json): each node
+   reads its plant as it would a real one, over Modbus RTU on its UART1, where pymodbus's slaves serve a
+   plant simulator of its own (tools/board/simslave.py's description, tools/board/rig.py; the simulator
+   runs in real time from a few minutes before the demo starts, its faults developed, so alarms and a trip
+   come within the minute). The heap given is 3x the profile's: on the 64-bit
    unix port objects are 8 bytes, twice the boards', so the draft alone needs 2x (models/draft/CARD.md),
    and the whole node (link, plant, tokenizer) does not load in 2x (MemoryError); the JSON says both.
 3. run the gateway (host/gateway.Gateway + make_spec, in this process, a temporary SQLite store) for
@@ -20,8 +24,8 @@ Steps:
    tokens vs the target's correction) and finished notes decoded with the target's tokenizer.
 4. stop the nodes and the gateway (every interpreter killed, every pty closed), then ask the operator
    questions (host/qa.py: store windows -> PRISM top K -> the target streams an answer), each printed
-   beside that run's ground truth (tools/demo/truth.py: the faults the plants were given and the event
-   lines they logged), and print a summary (or the JSON object, which carries both).
+   beside that run's ground truth (tools/demo/truth.py: the faults the simulators were given and the event
+   lines their own logs hold), and print a summary (or the JSON object, which carries both).
 """
 
 from __future__ import annotations
@@ -34,20 +38,23 @@ import tempfile
 import time
 from pathlib import Path
 
+from tools.board import simslave
+
 ROOT = Path(__file__).resolve().parents[2]
 DRAFT = ROOT / "models" / "draft" / "draft.mbf"
 PROFILES = ("rp2040_pico", "esp32s3_devkitc")
 QUESTIONS = ("Which machine stopped or tripped, and why?",
              "Is pump P-101 running normally, or is an alarm raised on it?")
-# The demo's accelerated plant on top of the node.json deploy writes (host/node_config.derive: stream,
-# tokenizer, stop_ids, k from the profile and the draft's memory plan).
-# Every demo plant develops events at once (/node.json "faults", firmware/sampler.py): a sensor of CV-401
-# drops out (its BAD alarm at ~10 plant s: 1 s of the demo) and P-101's strainer clogs fast (HI dP alarm at
-# ~1-2 plant minutes, HIHI and the trip it causes a minute later), so a 60-second demo (600 plant s) shows
-# notes on alarms and a trip, not on sample lines (the node annotates events: docs/NODE.md).
-DEMO_FAULTS = ["CV-401:sensor_dropout:4:V@5", "P-101:clogged_filter:5@1"]
-NODE_CFG = {"tick_ms": 100, "sample_every": 10, "report_ms": 1000, "max_len": 16, "prompt_max": 64,
-            "temperature": 0, "faults": DEMO_FAULTS}
+# The demo's node settings on top of the node.json deploy writes (host/node_config.derive: stream, tokenizer,
+# stop_ids, k from the profile and the draft's memory plan).
+NODE_CFG = {"report_ms": 1000, "max_len": 16, "prompt_max": 64, "temperature": 0}
+# Every demo plant develops events at once: a sensor of CV-401 drops out (its BAD alarm seconds into the demo)
+# and P-101's strainer clogs fast (HI dP alarm, HIHI and the trip it causes); the simulator starts far enough
+# before the demo that the trip comes TRIP_AT seconds in. The notes are on alarms and a trip, not on sample
+# lines (the node annotates events: docs/NODE.md).
+DEMO_FAULTS = ["CV-401:sensor_dropout:4:V@0", "P-101:clogged_filter:5@0"]
+TRIP_AT = 30  # seconds into the demo
+SAMPLE_S = 10  # seconds between a machine's sample lines
 HEAP_FACTOR = 3  # see heap_note in the result: 8-byte objects on the x64 unix port + the whole firmware
 
 
@@ -129,6 +136,8 @@ class Demo:
         self.err = log or sys.stderr
         self.models = Models()
         self.vnodes: list = []
+        self.rigs: list = []  # each node's plant simulator behind its Modbus slaves (tools/board/rig.py)
+        self.plants: list = []  # each node's plant description (host/plantdesc.PlantDesc)
         self.states: list[NodeState] = []
         self.gw = None
         self.tmp: tempfile.TemporaryDirectory | None = None
@@ -209,8 +218,9 @@ class Demo:
                 cfg.update(tokenizer=False, stream=True, prompt_max=12, max_len=48)
                 model_file = spec_models.make_pair(3, seq_len=512).mbf
             for i, b in enumerate(boards):
-                step("node %d: virtual %s, mpremote deploy, boot" % (i + 1, b))
-                from host import node_config
+                step("node %d: virtual %s, its plant behind Modbus slaves, mpremote deploy, boot" % (i + 1, b))
+                from host import node_config, plantcompile, plantdesc, plantfile
+                from tools.board import rig
                 from tools.board.build import board_profile
 
                 prof = board_profile(b)
@@ -218,9 +228,16 @@ class Demo:
                 c = dict(cfg, seed=self.seed + i)
                 if self.models.model != "tiny":  # what deploy --node writes for this board, then the demo's pace
                     c = dict(node_config.derive(prof, DRAFT)[0], **c)
-                vn = vnode.VNode(b, tmp / ("fs%d" % i), builds[b], c, heap=heap, model=model_file)
+                name = "node%d-%s" % (i + 1, b)
+                sim = demo_plant(self.seed + i)
+                d = plantfile.loads(json.dumps(simslave.description(sim, name=name)), name + ".json")
+                data = plantcompile.compile_plant(d)
+                self.plants.append(plantdesc.from_dict(d, plantcompile.plant_hash(data)))
+                vn = vnode.VNode(b, tmp / ("fs%d" % i), builds[b], c, heap=heap, model=model_file, plant=data,
+                                 buses=(1,))
                 self.vnodes.append(vn)
-                self.states.append(NodeState("node%d-%s" % (i + 1, b), b, vn.heap_bytes, vn.profile_heap_bytes))
+                self.rigs.append(rig.Rig(d, sim, bus_port=vn.bus_port(1)).start())
+                self.states.append(NodeState(name, b, vn.heap_bytes, vn.profile_heap_bytes))
                 prog.advance(task)
             step("gateway")
             self._gateway(tmp / "demo.db")
@@ -241,7 +258,7 @@ class Demo:
         self.db = db
         self.by_name = {s.name: s for s in self.states}
         self.gw = Gateway([v.uart_port for v in self.vnodes], db, baud=921600, names=[s.name for s in self.states],
-                          spec_factory=factory, verify=verify)
+                          spec_factory=factory, verify=verify, plants=self.plants)
         self.gw.open()
 
     # ------------------------------------------------------------------ hook (called from Gateway.round)
@@ -383,6 +400,8 @@ class Demo:
         for v in self.vnodes:
             v.close()
         self.vnodes = []
+        for r in self.rigs:
+            r.stop()
         left = [p for p in self.pids if _alive(p)]
         self.durations["shutdown_s"] = round(time.monotonic() - t0, 2)
         return {"interpreters": len(self.pids), "pids": self.pids, "left_running": left}
@@ -398,8 +417,8 @@ class Demo:
         from tools.demo import truth
 
         t0 = time.monotonic()
-        with LogStore(self.db, readonly=True) as store:
-            evs = truth.events(store.logs())
+        # the simulators' own logs: what happened, whatever the nodes logged of it
+        evs = truth.events({"node": st.name, "text": ln} for r, st in zip(self.rigs, self.states) for _, ln in r.lines)
         prism = Prism.from_pretrained(str(self.models.reranker))
         try:
             for q in self.questions:
@@ -590,9 +609,39 @@ class Demo:
             except Exception:  # noqa: BLE001  (already failing: free what can be)
                 pass
             self.vnodes = []
+        for r in self.rigs:
+            r.stop()
         if self.tmp is not None:
             self.tmp.cleanup()
             self.tmp = None
+
+
+def demo_plant(seed: int):
+    """A demo node's simulator: 4 machines in hand mode (so the faults develop), the demo's faults injected, run
+    until TRIP_AT seconds before its first trip, its clock at the wall clock's (the nodes stamp wall time)."""
+    from firmware.nodecfg import parse_fault
+    from shared import plant
+
+    def make(start: int):
+        p = plant.Plant(seed, n_machines=4, sample_every=SAMPLE_S, fault_every_h=0, start_epoch_s=start)
+        for m in p.ids:
+            p.command(m, "start")
+        for f in DEMO_FAULTS:
+            _, machine, fault, sev, signal = parse_fault(f)
+            p.inject(machine, fault, sev, signal)
+        return p
+
+    probe = make(plant.START_EPOCH)
+    pre = 0
+    for t in range(3600):
+        probe.step()
+        if any("->TRIPPED" in ln for ln in probe.lines()):
+            pre = max(0, t - TRIP_AT)
+            break
+    p = make(int(time.time()) - pre)
+    for _ in range(pre):
+        p.step()
+    return p
 
 
 def _alive(pid: int) -> bool:

@@ -1,9 +1,10 @@
 """The demo's ground truth: what the plant simulators of one run did, per operator question.
 
-The demo prints each answer beside this (issue 16, point 6). Two sources, both the simulator's own:
-the faults the demo told each node's plant to develop (/node.json `faults`, firmware/node.parse_fault) and
-the event lines the plants logged that reached the gateway's store (alarms, acknowledgements, clears, trips,
-state changes, sensors lost: docs/PLANT.md's grammar, parsed by tools/train/plant_text's event reader).
+The demo prints each answer beside this. Two sources, both the simulator's own: the faults the demo told each
+node's plant simulator to develop ("MACHINE:FAULT[:SEVERITY[:SIGNAL]][@SECOND]", firmware/nodecfg.parse_fault)
+and the event lines the simulators' own logs hold (alarms, acknowledgements, clears, trips, state changes,
+sensors lost: docs/PLANT.md's grammar, parsed by tools/train/plant_text's event reader), whatever the nodes
+logged of them.
 
     evs = events(store.logs())                         # every event line of the run, in order
     t = truth_for("Which machine tripped, and why?", evs, faults=DEMO_FAULTS)
@@ -29,7 +30,8 @@ _ALARM_Q = re.compile(r"\b(alarm|alarms|alarmed|alarming|normal|normally|wrong|f
 
 
 def events(logs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The event lines of store rows (host/store.LogStore.logs()), parsed, each with its node and time."""
+    """The event lines of rows ({"node", "text"}: the simulators' logs, or host/store.LogStore.logs()), parsed,
+    each with its node and time."""
     out = []
     for row in logs:
         line = row["text"].rstrip("\n")
@@ -95,7 +97,7 @@ def _asked(e: dict[str, Any], trips: bool, alarms: bool) -> bool:
 def truth_for(question: str, evs: list[dict[str, Any]], faults: Iterable[str] = ()) -> dict[str, Any]:
     """The ground truth for one question: {"text": one line, "events": the lines it rests on, "faults": the
     injected faults of the machines asked about, "machines": the ids the question names}."""
-    from firmware.node import parse_fault
+    from firmware.nodecfg import parse_fault
 
     named = sorted({m.group(0) for m in MACHINE.finditer(question)})
     trips, alarms = bool(_TRIP_Q.search(question)), bool(_ALARM_Q.search(question))
