@@ -102,8 +102,11 @@ class Node:
             self.ann = Annotator(drafter, self, vocab, c["prompt_max"], c["offline_ms"], tok)
             self.ann.poll = self._between_tokens  # a prompt's tokens are seconds apart: lines go out meanwhile
             if self.sampler is not None and hasattr(drafter, "model"):
-                # a draft step takes half a second on an RP2040: the inputs are polled between its kernels
+                # a draft step takes half a second on an RP2040, encoding a prompt seconds: the inputs are
+                # polled between the step's kernels and the prompt's pieces
                 drafter.model.hook = self._hook
+                if tok is not None and hasattr(tok, "poll"):
+                    tok.poll = self._hook
         # types of the data frames in flight, by send order: acks release them in the same order, so
         # the node knows how many of its LOG lines the gateway has (logs_acked; it stored them first)
         self._types = bytearray(64)

@@ -36,6 +36,7 @@ import os
 import select
 import zlib
 import signal
+import sys
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -104,9 +105,16 @@ class Gateway:
                 text = bytes(buf[j:off + n]).decode("utf-8", "replace")
                 if " error: " in text:
                     self.node_errors.setdefault(s.name, []).append(text)
-                    print("edgetwin gateway: node %s: %s" % (s.name, text), flush=True)
+                    self._tell("edgetwin gateway: node %s: %s" % (s.name, text))
 
         s.link.on_frame = on_frame
+
+    def _tell(self, line: str) -> None:
+        """A line the operator must see (a node's error, a node on another plant): on `out`, else on stderr (a
+        gateway run by a tool whose stdout is its own, `edgetwin demo --json`)."""
+        f = self.out if self.out is not None else sys.stderr
+        f.write(line + "\n")
+        f.flush()
 
     def open(self) -> None:
         """Open every port now: PortError for the first that cannot be (a user mistake at start-up)."""
@@ -125,7 +133,7 @@ class Gateway:
             if s.plant_mismatch != self._plant_said[i]:  # said once per change, in one line
                 self._plant_said[i] = s.plant_mismatch
                 if s.plant_mismatch:
-                    print("edgetwin gateway: node %s %s" % (s.name, s.plant_mismatch), flush=True)
+                    self._tell("edgetwin gateway: node %s %s" % (s.name, s.plant_mismatch))
         if self.verify is not None:
             streams = [s for s in self.sessions if s.spec is not None]
             if streams:

@@ -199,12 +199,20 @@ class Session:
         self.link = link.Link(self, on_frame=self.on_frame, on_event=self.on_event, role=frame.ROLE_GATEWAY,
                               rxbuf=4096, reorder=8, board_id=b"gateway", now=clock(),
                               dead_ms=int(peer_timeout_s * 1000))
+        self.store.add_plant(self.plant)
         if self.name is not None:
             state = store.rx_state(self.name)
             if state is not None:  # restarted: resume after what is stored
                 self.link.restore(state[0], state[1])
             self.store.node_id(self.name)
-        self.store.add_plant(self.plant)
+            self._known_plant()
+
+    def _known_plant(self) -> None:
+        # a restarted gateway knows what the node named before (its PLANT line came to the last one): the next
+        # boot's PLANT line updates it
+        h = self.store.node_plant(self.name)
+        if h:
+            self._compare_plant(h, None)
 
     # ---- transport for the link (delegates to the open port; disconnected = nothing moves) ----
 
@@ -384,9 +392,16 @@ class Session:
         """A node's boot line naming its description: remember it, compare it with ours."""
         f = dict(w.split("=", 1) for w in text[27:].split() if "=" in w)
         h = f.get("hash", "")
-        self.node_plant = h
         self._boot_plant[boot] = h
         self.store.set_node_plant(self.name, h)
+        self._compare_plant(h, f.get("name", "?"))
+
+    def _compare_plant(self, h: str, name: str | None) -> None:
+        self.node_plant = h
+        if name is None:  # known from the store: the description's own name, where it keeps it
+            d = self.store.plant(h)
+            name = d.name if d is not None else "?"
+        f = {"name": name}
         if h == self.plant.hash:
             self.plant_mismatch = ""
             return
@@ -404,6 +419,8 @@ class Session:
             self.uid = ph["uid"].hex() if any(ph["uid"]) else ""
             if self.name is None:  # named by its unique id (a 1.0 node has none: by its board id)
                 self.name = "node-" + (self.uid or bid or "unknown")
+                self.store.node_id(self.name, bid, uid=self.uid)
+                self._known_plant()
             self.store.node_id(self.name, bid, uid=self.uid)
             self._next_time = None
             self.board_id = bid

@@ -90,6 +90,7 @@ class BPE:
         self._clen = 0
         self._grow = False
         self.dropped = 0
+        self.poll = None  # called after each pre-tokenized piece: a board's node polls its inputs there
 
     def _header(self, size):
         """Check the 48-byte header against the blob's size; set counts and section offsets."""
@@ -378,6 +379,8 @@ class BPE:
                         j = last
             k = self._word(t, i, j, out, k)
             i = j
+            if self.poll is not None:  # a piece's merges read the vocabulary from flash: seconds a prompt
+                self.poll()
         return k
 
     def _contraction(self, t, j, e):

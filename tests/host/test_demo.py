@@ -91,9 +91,9 @@ def test_demo_json_two_nodes_commit_text_and_answer() -> None:
         assert a["cited"], a
         for c in a["cited"]:
             assert c["node"] in names and c["t0_ms"] <= c["t1_ms"], c
-    # the pump question's truth: the clogged strainer the demo gave P-101, and what its plants logged on P-101
+    # the pump question's truth: the clogged strainer the demo gave P-101, and what its simulators logged on P-101
     pump = res["answers"][1]["ground_truth"]
-    assert pump["machines"] == ["P-101"] and pump["faults"] == ["P-101 clogged filter (severity 5) from plant second 1"]
+    assert pump["machines"] == ["P-101"] and pump["faults"] == ["P-101 clogged filter (severity 5) from plant second 0"]
     assert all(" P-101 " in ln for ln in pump["events"]), pump
     assert ("P-101" in pump["text"]) == bool(pump["events"]) and (pump["events"] or "nothing of the kind" in pump["text"])
     # the notes are text (decoded with the target's tokenizer), not token ids ("123 456 ..." in the tiny
@@ -102,9 +102,9 @@ def test_demo_json_two_nodes_commit_text_and_answer() -> None:
     notes = [t for n in nodes for t in n["notes"]]
     assert any(t.strip() and not re.fullmatch(r"[0-9 ]+", t.strip()) for t in notes), notes
     assert any(re.search(r"\b(?:P|M|C|CV)-\d{3}\b", t) for t in notes), notes
-    # the nodes annotate events: every episode's prompt holds the event lines of one plant tick (the demo's
-    # plants develop a BAD alarm at once and a clogged strainer within two plant minutes), or is a periodic
-    # summary of sample lines; a 20 s demo (200 plant s) has notes on events
+    # the nodes annotate events: every episode's prompt holds the event lines of one engine step (the demo's
+    # simulators have a sensor dropping out and a clogged strainer alarming when the nodes start), or is a
+    # periodic summary of sample lines; a 20 s demo has notes on events
     eps = [e for n in nodes for e in n["episodes"]]
     kinds = [_kinds(e["prompt"]) for e in eps]
     for e, k in zip(eps, kinds):  # a tick's event lines, or a summary's sample lines: never a mix

@@ -77,7 +77,7 @@ def test_a_node_on_another_description_is_reported_and_its_lines_kept_under_its_
     assert s.name == "hall-4"  # named by the description it was given (the node's own name is in its PLANT line)
     assert st["plant"]["node_hash"] == mine.hash and st["plant"]["hash"] == theirs.hash
     assert "runs plant description hall-3 (%s), not hall-4" % mine.hash in st["plant"]["mismatch"]
-    said = [ln for ln in capsys.readouterr().out.splitlines() if "runs plant description" in ln]
+    said = [ln for ln in capsys.readouterr().err.splitlines() if "runs plant description" in ln]  # no `out`: stderr
     assert len(said) == 1 and said[0].startswith("edgetwin gateway: node hall-4 runs plant description hall-3"), said
     plant_lines = [r for r in rows if not r[1].startswith("NODE ")]
     assert plant_lines and plant_lines[0][1][21:].startswith("PLANT name=hall-3 hash=%s" % mine.hash)
@@ -101,4 +101,37 @@ def test_a_corrupt_plant_file_leaves_a_node_that_says_why(tmp_path: Path, build:
     assert errors == ["NODE plant error: /plant.json is not valid JSON (truncated? recompile and deploy it again); "
                       "logging no plant inputs"], rows
     assert sum(r[1].startswith("NODE heap=") for r in rows) >= 2  # the node runs on: its link and reports
-    assert "edgetwin gateway: node hall-3: NODE plant error" in capsys.readouterr().out
+    assert "edgetwin gateway: node hall-3: NODE plant error" in capsys.readouterr().err
+
+
+def test_an_ack_queued_while_no_gateway_serves_the_node_is_delivered_once(tmp_path: Path, build: Path) -> None:
+    data, desc = _desc("hall-3", 1)
+    node = vnode.VNode("rp2040_pico", tmp_path / "root", build, {"report_ms": 1000}, heap=600000, plant=data,
+                       buses=(1,))
+    db = tmp_path / "g.db"
+    try:
+        gw = Gateway([node.uart_port], db, plants=[desc])
+        gw.open()
+        try:  # until the unit nobody answers has raised its BAD alarm
+            _run(gw, db, lambda rows: any(r[1][21:].startswith("ALARM BAD AHU-1 fan_current") for r in rows))
+        finally:
+            gw.close()
+        from host.store import LogStore
+
+        with LogStore(db) as st:  # `edgetwin ack` while no gateway runs: the command waits in the store
+            cid = st.queue_command("hall-3", "ACK", "AHU-1", "fan_current", "BAD", "bob")
+        gw = Gateway([node.uart_port], db, plants=[desc])  # a gateway comes back: it sends it once the node is there
+        gw.open()
+        try:
+            rows = _run(gw, db, lambda rows: any(" by=bob" in r[1] for r in rows))
+            _run(gw, db, lambda rows: False, seconds=3)  # and nothing more comes of it
+            rows = sqlite3.connect(db).execute("SELECT text FROM logs").fetchall()
+        finally:
+            gw.close()
+    finally:
+        node.close()
+    acks = [r[0][21:] for r in rows if " by=bob" in r[0]]
+    assert acks == ["ACK BAD AHU-1 fan_current ? prio=1 ACKED by=bob"], acks
+    with LogStore(db, readonly=True) as st:
+        c = st.command(cid)
+    assert c.sent_ms is not None and c.done_ms is not None and c.result == "delivered", c

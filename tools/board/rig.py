@@ -292,11 +292,12 @@ class Rig:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._server is not None and self._loop is not None:
+        if self._server is not None and self._loop is not None and self._loop.is_running():
             try:
                 asyncio.run_coroutine_threadsafe(self._server.shutdown(), self._loop).result(5)
             except Exception:  # noqa: BLE001  (already gone)
                 pass
+        self._server = None
 
 
 class BusRelay:

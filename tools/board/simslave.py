@@ -30,6 +30,18 @@ def channels(kind: int) -> list[int]:
     return [ch for ch in range(NCH) if KEY[kind * NCH + ch] is not None]
 
 
+def bus_for(prof: dict) -> dict:
+    """An RS-485 bus for a board profile: the first UART that is not the link's, on pins its `io` allows (a
+    matrix UART, an ESP32-S3's, on GPIO4/5), driver enable on the next free GPIO."""
+    io = prof.get("io") or {}
+    link = prof["uart"]["id"]
+    uid, pins = next(((int(u), p) for u, p in sorted((io.get("uart") or {"1": {}}).items()) if int(u) != link),
+                     (1, {}))
+    tx = (pins.get("tx") or [4])[0]
+    rx = (pins.get("rx") or [5])[0]
+    return {"uart": uid, "tx": tx, "rx": rx, "de": max(tx, rx) + 1 if max(tx, rx) + 1 not in (23, 24, 25) else 2}
+
+
 def description(plant: plantsim.Plant, name: str = "sim-plant", units: dict[int, int] | None = None,
                 bus: dict | None = None, poll_ms: int = 1000) -> dict:
     """The plant description (docs/PLANT.md) of `plant` read over Modbus from PlantSlaves with the same units:

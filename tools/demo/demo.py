@@ -230,13 +230,14 @@ class Demo:
                     c = dict(node_config.derive(prof, DRAFT)[0], **c)
                 name = "node%d-%s" % (i + 1, b)
                 sim = demo_plant(self.seed + i)
-                d = plantfile.loads(json.dumps(simslave.description(sim, name=name)), name + ".json")
-                data = plantcompile.compile_plant(d)
+                bus = simslave.bus_for(prof)  # a UART of the board's that is not its link
+                d = plantfile.loads(json.dumps(simslave.description(sim, name=name, bus=bus)), name + ".json", prof)
+                data = plantcompile.compile_plant(d, prof)
                 self.plants.append(plantdesc.from_dict(d, plantcompile.plant_hash(data)))
                 vn = vnode.VNode(b, tmp / ("fs%d" % i), builds[b], c, heap=heap, model=model_file, plant=data,
-                                 buses=(1,))
+                                 buses=(bus["uart"],))
                 self.vnodes.append(vn)
-                self.rigs.append(rig.Rig(d, sim, bus_port=vn.bus_port(1)).start())
+                self.rigs.append(rig.Rig(d, sim, bus_port=vn.bus_port(bus["uart"])).start())
                 self.states.append(NodeState(name, b, vn.heap_bytes, vn.profile_heap_bytes))
                 prog.advance(task)
             step("gateway")
