@@ -9,6 +9,7 @@ package("shared", files=(
     "cobs.py",
     "compat.py",
     "crc32.py",
+    "crc32_viper.py",
     "frame.py",
     "frame_codec.py",
     "irqlock.py",

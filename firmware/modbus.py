@@ -60,6 +60,7 @@ WAIT = const(2)
 
 _CHUNK = const(32)  # bytes read per call once an answer has started (then copied after what came)
 _DRAIN_READS = const(8)  # reads a poll spends discarding noise before it leaves the rest for the next
+_GAP_WAIT_US = const(5000)  # the longest inter-frame silence a poll waits out in place (9600 baud and up)
 
 # one batch: 9 ints in self._b
 _B_UNIT = const(0)
@@ -303,6 +304,16 @@ class ModbusMaster:
         """Advance the bus by what is due at `now` (ticks_ms); sends at most one request."""
         if self.state == WAIT:
             self._collect(now)
+            if self.state == WAIT or self.gap_us > _GAP_WAIT_US or not self._pick(now):
+                return
+            # The answer is in: the next due batch goes out in this poll, after the line's silence, rather
+            # than two polls later. While the model steps, polls are tens of ms apart and a pass over the
+            # bus would take three of them per batch. A byte in the silence: the GAP path below takes over.
+            self.state = GAP
+            self._gap_from = now
+            _sleep_us(self.gap_us)
+            if not self._drain(now):
+                self._send(now)
             return
         self._drain(now)
         if self.state == IDLE:
@@ -342,12 +353,15 @@ class ModbusMaster:
         return False
 
     def _drain(self, now):
-        # Bytes outside an answer are stale or noise: discard them, and the bus was not silent.
+        # Bytes outside an answer are stale or noise: discard them, and the bus was not silent (True).
         rx = self.rx
+        noise = False
         for _ in range(_DRAIN_READS):
             if not self.uart.readinto(rx):
-                return
+                return noise
             self._quiet = now
+            noise = True
+        return noise
 
     def _send(self, now):
         o = self.batch * _BF

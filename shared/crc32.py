@@ -3,7 +3,7 @@
 (reflected), initial register 0xFFFFFFFF, final XOR 0xFFFFFFFF, i.e. `binascii.crc32(data)`;
 `crc32(b"123456789") == 0xCBF43926`.
 
-Two running implementations with one interface, reset() / update(buf, start, end) / put(out, off) /
+Three running implementations with one interface, reset() / update(buf, start, end) / put(out, off) /
 matches(buf, off), so a caller can checksum any byte range of a preallocated buffer and write or
 compare the result as 4 little-endian bytes without ever holding the CRC as one Python int:
 
@@ -16,8 +16,11 @@ compare the result as 4 little-endian bytes without ever holding the CRC as one 
   64-bit MicroPython such as the unix port): fast, and allocation-free on 64-bit MicroPython because
   the range is fed through a preallocated 1-byte buffer (slicing a memoryview would allocate).
 
-new() returns the right one for the interpreter: Binascii when binascii.crc32 exists and ints up to
-2**32 are small, else Halves. crc32(data, crc=0) is the bitwise reference with binascii's signature.
+- Viper (shared/crc32_viper.py): bitwise in native code, the register in a 4-byte buffer. On an RP2040
+  the link's frames cost tens of milliseconds each through Halves; this is what the boards run.
+
+new() returns the right one for the interpreter: Viper where native code runs (MicroPython), else
+Binascii when binascii.crc32 exists and ints up to 2**32 are small, else Halves. crc32(data, crc=0) is the bitwise reference with binascii's signature.
 """
 import sys
 
@@ -127,15 +130,56 @@ class Binascii:
         return self.v
 
 
+try:
+    from shared import crc32_viper as _v
+except (ImportError, SyntaxError):  # CPython, or a port without native code (CircuitPython)
+    _v = None
+
+
+class Viper:
+    """Running CRC-32 in viper (shared/crc32_viper.py): the register in a 4-byte buffer, never an int."""
+
+    kind = "viper"
+
+    def __init__(self):
+        if _v is None:
+            raise ValueError("viper is not available on this interpreter")
+        self.reg = bytearray(4)
+        _v.reset(self.reg)
+
+    def reset(self):
+        _v.reset(self.reg)
+
+    def update(self, buf, start, end):
+        _v.update(self.reg, buf, start, end)
+
+    def put(self, out, off):
+        _v.put(self.reg, out, off)
+
+    def matches(self, buf, off):
+        return _v.matches(self.reg, buf, off) == 1
+
+    def value(self):
+        r = self.reg
+        return (r[0] | (r[1] << 8) | (r[2] << 16) | (r[3] << 24)) ^ 0xFFFFFFFF
+
+
+KINDS = ("halves", "binascii", "viper")
+
+
 def new(kind=None):
-    """A running CRC: kind 'halves', 'binascii', or None for the best allocation-free choice here."""
+    """A running CRC: kind 'halves', 'binascii', 'viper', or None for the fastest allocation-free one here
+    (viper where native code runs, else binascii where 32-bit ints are small, else halves)."""
     if kind is None:
-        kind = "binascii" if (_bcrc is not None and (WIDE_INTS or not _IS_MP)) else "halves"
+        kind = ("viper" if _v is not None else
+                "binascii" if (_bcrc is not None and (WIDE_INTS or not _IS_MP)) else "halves")
     if kind == "halves":
         return Halves()
     if kind == "binascii":
         return Binascii()
-    raise ValueError("unknown CRC kind %r (use 'halves' or 'binascii')" % (kind,))
+    if kind == "viper":
+        return Viper()
+    raise ValueError("unknown CRC kind %r (use 'halves', 'binascii' or 'viper')" % (kind,))
 
 
 def crc32(data, crc=0):

@@ -328,7 +328,7 @@ class Model:
             self.hook()
         kernels.rmsnorm(self.xb, self.x, self.out_norm)
         kernels.quantize_act(self.act_d, self.xb)
-        self.emb.head.logits(self.logits, self.act_d)
+        self.emb.head.logits(self.logits, self.act_d, self.hook)
 
     def _store(self, layer, slot, data, scales):
         """K or V of this token (self.kvb, Q16) -> int8 rows and packed scales at (layer, slot)."""

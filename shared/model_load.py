@@ -388,7 +388,9 @@ class Head:
         self.full.wshift = self.tail.wshift = self.wshift
         self.tmp = array("i", bytearray(4 * b))
 
-    def logits(self, out, act):
+    def logits(self, out, act, hook=None):
+        # hook (streamed): called between blocks; a board's node polls its inputs there (in one piece the
+        # classifier held an RP2040's loop for over 300 ms)
         if self.mat is not None:
             kernels.matvec(out, self.mat, act)
             return
@@ -397,6 +399,8 @@ class Head:
         tmp = self.tmp
         mviews = self.mviews
         for i in range(self.nblocks):
+            if hook and i:
+                hook()
             mat = self.tail if i == last else self.full
             n = mat.rows
             self.reader.read_range(self.name, r * self.half, mat.buf)

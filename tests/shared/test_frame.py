@@ -65,6 +65,11 @@ def test_crc_running_kinds_agree_on_ranges():
     kinds = [crc32.Halves()]
     if crc32.WIDE_INTS or not testkit.IS_MP:
         kinds.append(crc32.Binascii())
+    if testkit.IS_MP:  # the boards' CRC: MicroPython with native code (the unix port and rp2 both have it)
+        kinds.append(crc32.Viper())
+        assert crc32.new().kind == "viper"
+    else:
+        testkit.raises(ValueError, crc32.new, "viper")
     out = bytearray(4)
     for start, end in ((0, 0), (0, 1), (5, 9), (0, 300), (17, 254), (299, 300)):
         want = binascii.crc32(bytes(buf[start:end]))
@@ -87,6 +92,8 @@ def test_crc_paths_allocate_nothing():
     kinds = [crc32.Halves()]
     if crc32.WIDE_INTS:
         kinds.append(crc32.Binascii())
+    if testkit.IS_MP:
+        kinds.append(crc32.Viper())
 
     def run(c):
         c.reset()
@@ -419,7 +426,8 @@ def test_encode_decode_feed_allocate_nothing():
         return frame.check_body(frame.VERDICT, verdict, 0, len(verdict)) + frame.u32s(verdict, frame.VD_BASE)
 
     assert testkit.run_locked(checks, 0) == 2
-    for kind in ("halves",) + (("binascii",) if crc32.WIDE_INTS or not testkit.IS_MP else ()):
+    for kind in (("halves",) + (("binascii",) if crc32.WIDE_INTS or not testkit.IS_MP else ())
+                 + (("viper",) if testkit.IS_MP else ())):
         e2 = frame_codec.Encoder(crc=crc32.new(kind))
         d2 = frame_codec.Decoder(crc=crc32.new(kind))
 

@@ -9,7 +9,8 @@ loops (4-20 mA through a 150 ohm shunt) on ADC0-2 and an ADS1115 on I2C0; the ri
 drives all of them from the running simulator. What it does, on a fresh emulated flash:
 
 1. boots `make firmware`'s image and measures, on the board, the heap a compiled description takes
-   per signal (the loader, the readings and the engine of a 4- and a 28-signal description);
+   per signal (the loader, the readings and the engine of a 4- and a 28-signal description), and what a
+   byte of CRC-32 costs with the bytecode halves and with the viper CRC the link uses (crc_us_per_byte);
 2. deploys the node as a user would (`edgetwin deploy --node --plant FILE`: the draft model, node.json,
    the compiled description) and runs it against `edgetwin gateway --plant FILE --model TARGET` for
    `--seconds` of board time, the node drafting all along;
@@ -19,7 +20,8 @@ drives all of them from the running simulator. What it does, on a fresh emulated
 
 Figures are board time (cycles / 125 MHz), never host time. Every signal is read every 500 ms; the goal:
 poll_cycle_max_s (the longest any signal went between two readings) <= 1 s with the draft step as shipped;
-the inputs are polled between the draft step's kernels (shared/llama.py's hook) and the prompt's pieces.
+the inputs are polled between the draft step's kernels and the classifier's blocks (shared/llama.py's
+hook) and between the prompt's pieces (shared/bpe.py's poll).
 """
 
 from __future__ import annotations
@@ -64,7 +66,21 @@ for path in ('/small.json', '/plant.json'):
     gc.collect()
     out.append((cfg.n_signals, gc.mem_alloc() - m0))
     del cfg, r, e
-print('BENCH-INPUTS ' + json.dumps(out))
+# what a frame's checksum costs the loop: the link checks every frame in and signs every frame out
+from time import ticks_us, ticks_diff
+from shared import crc32
+buf = bytearray(range(1, 129))
+crc = {}
+for kind in ('halves', 'viper'):
+    try:
+        c = crc32.new(kind)
+    except ValueError:
+        continue
+    t = ticks_us()
+    c.reset()
+    c.update(buf, 0, len(buf))
+    crc[kind] = ticks_diff(ticks_us(), t) / len(buf)
+print('BENCH-INPUTS ' + json.dumps([out, crc, type(crc32.new()).__name__]))
 """
 
 
@@ -149,7 +165,7 @@ def run(seconds: float, model: Path, target: str, image: Path | None) -> dict:
             line = [x for x in out.splitlines() if x.startswith("BENCH-INPUTS ")]
             if not line:
                 raise BenchError("the board's heap probe printed nothing: " + out[-600:])
-            (n0, b0), (n1, b1) = json.loads(line[0][len("BENCH-INPUTS "):])
+            ((n0, b0), (n1, b1)), crc_us, crc_kind = json.loads(line[0][len("BENCH-INPUTS "):])
             _say("heap of the description: %d B for %d signals, %d B for %d" % (b0, n0, b1, n1))
             t = time.monotonic()
             env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -233,11 +249,16 @@ def run(seconds: float, model: Path, target: str, image: Path | None) -> dict:
         "heap_flat": max(warm) - min(warm) <= 256,
         "description_heap_bytes": b1, "bytes_per_signal": round((b1 - b0) / max(n1 - n0, 1)),
         "lines_logged": int(reports[-1]["lines"]), "lines_stored": len(plant_lines),
-        "lines_lost": loss, "plant_lines_by_simulator": len(plant_rig.lines),
+        "lines_lost": loss["missing"] + loss["reported"], "line_accounting": loss,
+        # logged but still in the node's queue or spill ring at its last report (stored ones are checked
+        # for gaps by sequence number: lines_lost)
+        "lines_waiting_at_end": int(reports[-1]["backlog"]),
         "alarm_lines": sum(1 for r in plant_lines if r["text"][21:].startswith(("ALARM", "CLEAR", "ACK"))),
         "node_reports": len(reports),
         "last_report": next(r["text"] for r in reversed(rows) if r["text"].startswith("NODE heap=")),
         "gateway": {k: spec.get(k) for k in ("committed", "drafted", "accepted", "tokens_verified")},
+        "crc_us_per_byte": {k: round(v, 2) for k, v in crc_us.items()}, "crc_node": crc_kind,
+        "crc_speedup": round(crc_us["halves"] / crc_us["viper"], 1) if "viper" in crc_us else None,
     }
 
 
