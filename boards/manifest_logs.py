@@ -23,6 +23,7 @@ package("shared", files=(
     "plant_faults.py",
     "plantcfg.py",
     "profile.py",
+    "profile_io.py",
     "readings.py",
     "scaling.py",
     "seqlock.py",

@@ -41,6 +41,7 @@ so they find contiguous room on a heap that module loading fragments (measured o
 port with the rp2040_pico heap of 196608 B: frame + link + plant bytecode take ~130 KB there).
 """
 import gc
+import os
 import sys
 import time
 
@@ -136,13 +137,19 @@ class Node:
         """The line producer: the described plant's sources and engine (firmware/inputs.py) when the board
         has a /plant.json, else the built-in simulator (firmware/sampler.py). A description that cannot be
         used leaves a node that logs nothing of the plant but says why (None)."""
-        from shared import plantcfg
-
+        pc = None
         try:
-            pc = plantcfg.load(c["plant"], prof)
-        except (plantcfg.PlantConfigError, MemoryError) as e:
-            self._boot_error("NODE plant error: %s; logging no plant inputs" % e)
-            return None
+            os.stat(c["plant"])
+        except OSError:  # no description: the simulator's node never holds the loader's code
+            pass
+        else:
+            from shared import plantcfg
+
+            try:
+                pc = plantcfg.load(c["plant"], prof)
+            except (plantcfg.PlantConfigError, MemoryError) as e:
+                self._boot_error("NODE plant error: %s; logging no plant inputs" % e)
+                return None
         if pc is None:
             from firmware.sampler import Sampler
 
@@ -365,11 +372,12 @@ class Node:
         body[j:j + len(text)] = text
         return self.send(frame.LOG, body, j + len(text))
 
-    def _maybe_report(self, now):
+    def _maybe_report(self, now, measure=True):
         if ticks_diff(now, self.next_report) >= 0:
             if not self.report_due:
                 self.report_due = True
-                self.heap = _mem()  # gc.collect, then the bytes in use: flat when nothing leaks
+                if measure or not self.heap:  # gc.collect, then the bytes in use: flat when nothing leaks
+                    self.heap = _mem()
             if self._report(now):
                 self.report_due = False
                 self.next_report = (now + self.report_ms) & MASK30
@@ -382,7 +390,8 @@ class Node:
         self.lk.poll(now)
         self._acked()
         if self.lk.free_slots() > KEEP:
-            self._maybe_report(now)
+            # the heap figure stays the main loop's: mid-prompt it would count the prompt's own buffers
+            self._maybe_report(now, False)
         self._send_logs(now, KEEP)
 
     def step(self, now):

@@ -12,22 +12,22 @@ compare the result as 4 little-endian bytes without ever holding the CRC as one 
   small int holds 31 bits (objects from 2**30 up are heap longs), so a plain 32-bit register, or
   binascii.crc32's return value, would allocate on about 3 bytes in 4. Cost on the x64 unix port:
   ~1.5 us per byte (binascii: ~0.25 us per byte called byte by byte).
-- Binascii: `binascii.crc32` chained over the range. Used where a 32-bit int is a small int (CPython,
+- Binascii (shared/crc32_binascii.py): `binascii.crc32` chained over the range. Used where a 32-bit int is a small int (CPython,
   64-bit MicroPython such as the unix port): fast, and allocation-free on 64-bit MicroPython because
   the range is fed through a preallocated 1-byte buffer (slicing a memoryview would allocate).
-
 - Viper (shared/crc32_viper.py): bitwise in native code, the register in a 4-byte buffer. On an RP2040
   the link's frames cost tens of milliseconds each through Halves; this is what the boards run.
 
 new() returns the right one for the interpreter: Viper where native code runs (MicroPython), else
-Binascii when binascii.crc32 exists and ints up to 2**32 are small, else Halves. crc32(data, crc=0) is the bitwise reference with binascii's signature.
+Binascii when binascii.crc32 exists and ints up to 2**32 are small, else Halves. crc32(data, crc=0) is
+the bitwise reference with binascii's signature.
 """
 import sys
 
 from shared.compat import const
 
 try:
-    from binascii import crc32 as _bcrc
+    from binascii import crc32 as _bcrc  # only whether it exists: shared/crc32_binascii.py uses it
 except ImportError:  # firmware built without binascii.crc32
     _bcrc = None
 
@@ -87,98 +87,29 @@ class Halves:
         return ((self.hi ^ 0xFFFF) << 16) | (self.lo ^ 0xFFFF)
 
 
-class Binascii:
-    """Running CRC-32 through binascii.crc32; allocation-free only where 32-bit ints are small."""
-
-    kind = "binascii"
-
-    def __init__(self):
-        if _bcrc is None:
-            raise ValueError("binascii.crc32 is not available on this interpreter")
-        self.v = 0
-        self._one = bytearray(1)
-
-    def reset(self):
-        self.v = 0
-
-    def update(self, buf, start, end):
-        if not _IS_MP:
-            self.v = _bcrc(memoryview(buf)[start:end], self.v)
-        elif start == 0 and end == len(buf):
-            self.v = _bcrc(buf, self.v)
-        else:
-            one = self._one
-            v = self.v
-            for i in range(start, end):
-                one[0] = buf[i]
-                v = _bcrc(one, v)
-            self.v = v
-
-    def put(self, out, off):
-        v = self.v
-        out[off] = v & 0xFF
-        out[off + 1] = (v >> 8) & 0xFF
-        out[off + 2] = (v >> 16) & 0xFF
-        out[off + 3] = v >> 24
-
-    def matches(self, buf, off):
-        v = self.v
-        return (buf[off] == v & 0xFF and buf[off + 1] == (v >> 8) & 0xFF
-                and buf[off + 2] == (v >> 16) & 0xFF and buf[off + 3] == v >> 24)
-
-    def value(self):
-        return self.v
-
-
-try:
-    from shared import crc32_viper as _v
-except (ImportError, SyntaxError):  # CPython, or a port without native code (CircuitPython)
-    _v = None
-
-
-class Viper:
-    """Running CRC-32 in viper (shared/crc32_viper.py): the register in a 4-byte buffer, never an int."""
-
-    kind = "viper"
-
-    def __init__(self):
-        if _v is None:
-            raise ValueError("viper is not available on this interpreter")
-        self.reg = bytearray(4)
-        _v.reset(self.reg)
-
-    def reset(self):
-        _v.reset(self.reg)
-
-    def update(self, buf, start, end):
-        _v.update(self.reg, buf, start, end)
-
-    def put(self, out, off):
-        _v.put(self.reg, out, off)
-
-    def matches(self, buf, off):
-        return _v.matches(self.reg, buf, off) == 1
-
-    def value(self):
-        r = self.reg
-        return (r[0] | (r[1] << 8) | (r[2] << 16) | (r[3] << 24)) ^ 0xFFFFFFFF
-
-
-KINDS = ("halves", "binascii", "viper")
-
-
 def new(kind=None):
     """A running CRC: kind 'halves', 'binascii', 'viper', or None for the fastest allocation-free one here
-    (viper where native code runs, else binascii where 32-bit ints are small, else halves)."""
+    (viper where native code runs, else binascii where 32-bit ints are small, else halves). The other two
+    live in modules of their own, so a board holds the code of the one it runs; ValueError for a kind
+    this interpreter cannot run."""
     if kind is None:
-        kind = ("viper" if _v is not None else
-                "binascii" if (_bcrc is not None and (WIDE_INTS or not _IS_MP)) else "halves")
+        try:
+            return new("viper" if _IS_MP else "binascii")
+        except ValueError:  # no native code (CircuitPython), or no binascii.crc32
+            kind = "binascii" if _bcrc and WIDE_INTS else "halves"
     if kind == "halves":
         return Halves()
-    if kind == "binascii":
-        return Binascii()
-    if kind == "viper":
-        return Viper()
+    try:
+        if kind == "binascii":
+            from shared import crc32_binascii as m
+
+            return m.Binascii()
+        if kind == "viper":
+            from shared import crc32_viper as m
+
+            return m.Viper()
+    except (ImportError, SyntaxError):
+        raise ValueError("CRC kind %r is not available on this interpreter" % (kind,))
     raise ValueError("unknown CRC kind %r (use 'halves', 'binascii' or 'viper')" % (kind,))
 
 

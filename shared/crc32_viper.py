@@ -2,18 +2,12 @@
 # Kept in its own module: a viper decorator error cannot be caught in the module that holds it, and
 # CircuitPython (native code off) or CPython (no micropython module) must still import crc32.
 #
-# The 32-bit register lives in a 4-byte buffer read and written through ptr32, so no value ever becomes a
-# Python int: on a 31-bit-int board nothing allocates. Bitwise, table-free: on the emulated RP2040 it
-# takes 3.5 us a byte where the 16-bit halves in bytecode take 290 (`edgetwin bench inputs` prints both),
-# and every frame the link checks or sends, and every spilled line, pays it.
+# The 32-bit register lives in a 4-byte buffer, read and written through ptr32 in update (the boards are
+# little-endian) and byte by byte elsewhere, so no value ever becomes a Python int: on a 31-bit-int board
+# nothing allocates. Bitwise, table-free: on the emulated RP2040 it takes 3.5 us a byte where the 16-bit
+# halves in bytecode take 290 (`edgetwin bench inputs` prints both), and every frame the link checks or
+# sends, and every spilled line, pays it.
 import micropython
-
-
-@micropython.viper
-def reset(reg):
-    """Register := 0xFFFFFFFF."""
-    p = ptr32(reg)  # noqa: F821 - viper builtin
-    p[0] = -1
 
 
 @micropython.viper
@@ -37,24 +31,38 @@ def update(reg, buf, start: int, end: int):
     p[0] = int(c)
 
 
-@micropython.viper
-def put(reg, out, off: int):
-    """out[off:off+4] := the final CRC (register XOR 0xFFFFFFFF), little-endian."""
-    c = uint(ptr32(reg)[0])  # noqa: F821
-    o = ptr8(out)  # noqa: F821
-    o[off] = (c & 0xFF) ^ 0xFF
-    o[off + 1] = ((c >> 8) & 0xFF) ^ 0xFF
-    o[off + 2] = ((c >> 16) & 0xFF) ^ 0xFF
-    o[off + 3] = (c >> 24) ^ 0xFF
+class Viper:
+    """Running CRC-32 (shared/crc32.py's interface) on the viper update above."""
 
+    kind = "viper"
 
-@micropython.viper
-def matches(reg, buf, off: int) -> int:
-    """1 if buf[off:off+4] holds the final CRC, little-endian, else 0."""
-    c = uint(ptr32(reg)[0])  # noqa: F821
-    b = ptr8(buf)  # noqa: F821
-    if uint(b[off]) != (c & 0xFF) ^ 0xFF or uint(b[off + 1]) != ((c >> 8) & 0xFF) ^ 0xFF:  # noqa: F821
-        return 0
-    if uint(b[off + 2]) != ((c >> 16) & 0xFF) ^ 0xFF or uint(b[off + 3]) != (c >> 24) ^ 0xFF:  # noqa: F821
-        return 0
-    return 1
+    def __init__(self):
+        self.reg = bytearray(4)
+        self.reset()
+
+    def reset(self):
+        r = self.reg
+        for i in range(4):
+            r[i] = 0xFF
+
+    def update(self, buf, start, end):
+        update(self.reg, buf, start, end)
+
+    def put(self, out, off):
+        """Write the final CRC (register XOR 0xFFFFFFFF) as 4 little-endian bytes at out[off]."""
+        r = self.reg
+        for i in range(4):
+            out[off + i] = r[i] ^ 0xFF
+
+    def matches(self, buf, off):
+        """True if buf[off:off+4] holds the final CRC, little-endian."""
+        r = self.reg
+        for i in range(4):
+            if buf[off + i] != r[i] ^ 0xFF:
+                return False
+        return True
+
+    def value(self):
+        """The CRC as an int (a heap long on 31-bit-int boards when >= 2**30: not for hot paths)."""
+        r = self.reg
+        return (r[0] | (r[1] << 8) | (r[2] << 16) | (r[3] << 24)) ^ 0xFFFFFFFF

@@ -22,6 +22,8 @@ from host.store import LogStore
 NODE_CFG = {"tick_ms": 100, "sample_every": 2, "report_ms": 1000, "max_len": 16, "prompt_max": 12, "summary_s": 1}
 HEAP = 393216  # the rp2040_pico heap in words of this 64-bit port (see test_e2e_nodes.py)
 
+NAME = "press-line-3"  # the node's name, given by its user (the gateway never names one by its port)
+
 
 @pytest.mark.slow
 def test_truncated_model_boots_logs_only_and_reports_then_a_good_one_drafts(tmp_path: Path) -> None:
@@ -33,13 +35,13 @@ def test_truncated_model_boots_logs_only_and_reports_then_a_good_one_drafts(tmp_
     t0 = time.monotonic()
     try:
         nd = gwkit.VNode("rp2040_pico", tmp_path / "fs", link, NODE_CFG, heap=HEAP, model=bad)
-        gw = gwkit.GatewayProc([str(link)], db, tmp_path / "st.json", extra=["--model", "tiny:%d" % gwkit.TINY_SEED])
+        gw = gwkit.GatewayProc(["%s=%s" % (NAME, link)], db, tmp_path / "st.json", extra=["--model", "tiny:%d" % gwkit.TINY_SEED])
 
         def reported(st: dict) -> bool:
-            return bool(st.get("node_errors", {}).get(str(link))) and st["sessions"][0]["logs"] >= 20
+            return bool(st.get("node_errors", {}).get(NAME)) and st["sessions"][0]["logs"] >= 20
 
         st = gw.wait_status(reported, timeout=30, what="the node's model error and 20 log lines")
-        errors = st["node_errors"][str(link)]
+        errors = st["node_errors"][NAME]
         assert len(errors) == 1 and errors[0].startswith("NODE model error: truncated"), errors
         assert st["sessions"][0]["drafts"] == 0  # logs only
         # the good model, as a redeploy would leave it, then the next boot
@@ -50,7 +52,7 @@ def test_truncated_model_boots_logs_only_and_reports_then_a_good_one_drafts(tmp_
             return st["sessions"][0]["drafts"] > 0 and st["sessions"][0].get("spec", {}).get("tokens_verified", 0) > 0
 
         st = gw.wait_status(drafting, timeout=40, what="DRAFT frames after the good model's boot")
-        assert st["node_errors"][str(link)] == errors  # the second boot reported nothing
+        assert st["node_errors"][NAME] == errors  # the second boot reported nothing
         assert gw.stop() == 0
         out = gw.proc.stdout.read().decode()
     finally:
@@ -58,10 +60,10 @@ def test_truncated_model_boots_logs_only_and_reports_then_a_good_one_drafts(tmp_
             gw.stop()
         if nd is not None:
             nd.close()
-    assert "node %s: NODE model error: truncated" % link in out, out
+    assert "node %s: NODE model error: truncated" % NAME in out, out
     store = LogStore(db, readonly=True)
     try:
-        rows = store.logs(str(link))
+        rows = store.logs(NAME)
     finally:
         store.close()
     notes = [r for r in rows if r["text"].startswith("NODE model error:")]
@@ -82,10 +84,10 @@ def test_bad_node_json_boots_logs_only_with_the_defaults_and_reports(tmp_path: P
     nd = gw = None
     try:
         nd = gwkit.VNode("rp2040_pico", tmp_path / "fs", link, {"tick_ms": 0, "report_ms": 500}, heap=262144)
-        gw = gwkit.GatewayProc([str(link)], db, tmp_path / "st.json")
+        gw = gwkit.GatewayProc(["%s=%s" % (NAME, link)], db, tmp_path / "st.json")
 
         def reported(n: int):
-            return lambda st: len(st.get("node_errors", {}).get(str(link), [])) >= n and st["sessions"][0]["logs"] >= 4
+            return lambda st: len(st.get("node_errors", {}).get(NAME, [])) >= n and st["sessions"][0]["logs"] >= 4
 
         st = gw.wait_status(reported(1), timeout=30, what="the node's config error and 4 log lines")
         # valid values that do not fit this heap: the next boot says so and runs with the defaults
@@ -101,12 +103,12 @@ def test_bad_node_json_boots_logs_only_with_the_defaults_and_reports(tmp_path: P
             nd.close()
     want = ("NODE config error: /node.json: key 'tick_ms' must be an int in 1..3600000, got 0",
             "NODE config error: the node does not fit the heap with /node.json: memory allocation failed")
-    errors = st["node_errors"][str(link)]
+    errors = st["node_errors"][NAME]
     assert len(errors) == 2 and all(e.startswith(w) for e, w in zip(errors, want)), errors
     assert all(w in out for w in want), out
     store = LogStore(db, readonly=True)
     try:
-        rows = store.logs(str(link))
+        rows = store.logs(NAME)
     finally:
         store.close()
     for w in want:

@@ -116,7 +116,7 @@ def test_vboard_then_deploy_node_boots_and_drafts(tmp_path: Path, capsys: pytest
 
         log = _wait_for(vdir / "console.log", "NODE start board=rp2040_pico model=yes", 60)
         assert "Traceback" not in log.split("NODE start")[-1]
-        gw = gwkit.GatewayProc([str(uart)], tmp_path / "g.db", tmp_path / "st.json")
+        gw = gwkit.GatewayProc(["vboard=%s" % uart], tmp_path / "g.db", tmp_path / "st.json")
 
         def drafting(st: dict) -> bool:
             s = st["sessions"][0] if st.get("sessions") else {}
@@ -126,7 +126,7 @@ def test_vboard_then_deploy_node_boots_and_drafts(tmp_path: Path, capsys: pytest
         s = st["sessions"][0]
         assert s["bad_frames"] == 0
         gw.stop()
-        reports = gwkit.node_reports(tmp_path / "g.db", str(uart))
+        reports = gwkit.node_reports(tmp_path / "g.db", "vboard")
         assert reports, "no NODE report stored"
         used = int(reports[-1]["heap"])
         assert 0 < used < heap

@@ -60,8 +60,8 @@ def test_two_nodes_commit_tokens_with_flat_heaps(tmp_path: Path) -> None:
         for i, (board, heap) in enumerate(BOARDS):
             nodes.append(gwkit.VNode(board, tmp_path / ("fs%d" % i), tmp_path / ("node%d" % i), NODE_CFG, heap=heap,
                                      model=mbf))
-        names = [str(tmp_path / ("node%d" % i)) for i in range(len(nodes))]
-        gw = gwkit.GatewayProc(names, tmp_path / "g.db", tmp_path / "st.json",
+        names = ["node%d" % i for i in range(len(nodes))]  # a node is named by its user, never by its port
+        gw = gwkit.GatewayProc(["%s=%s" % (n, tmp_path / n) for n in names], tmp_path / "g.db", tmp_path / "st.json",
                                extra=["--model", "tiny:%d" % gwkit.TINY_SEED])
         t_start = time.monotonic()
 

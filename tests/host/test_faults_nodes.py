@@ -62,8 +62,9 @@ class Run:
     def __init__(self, nodes: list, tmp: Path) -> None:
         self.nodes = nodes
         self.db = tmp / "g.db"
-        self.names = [str(n.ip.link_path) for n in nodes]
-        self.gw = gwkit.GatewayProc(self.names, self.db, tmp / "st.json",
+        self.names = ["drafting", "logs-only"]  # named by the user, as the store and status know them
+        self.gw = gwkit.GatewayProc(["%s=%s" % (name, n.ip.link_path) for name, n in zip(self.names, nodes)],
+                                    self.db, tmp / "st.json",
                                     extra=["--model", "tiny:%d" % gwkit.TINY_SEED])
 
     def progress(self, tokens: int, checks: int, timeout: float = 60.0, what: str = "") -> dict:

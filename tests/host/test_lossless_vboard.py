@@ -146,14 +146,15 @@ def test_an_hour_on_a_virtual_board_with_a_busy_gateway_loses_no_line(tmp_path: 
     reranker = make_tiny(tmp_path / "reranker", max_position_embeddings=64)
     db = tmp_path / "g.db"
     link = tmp_path / "node"
-    name = str(link)
+    name = "line-logger"  # the node's name, given by its user
     nd = gw = asker = stalls = None
     t0 = time.monotonic()
     try:
         nd = gwkit.VNode("rp2040_pico", tmp_path / "fs", link, NODE_CFG, heap=HEAP, model=gwkit.tiny_mbf())
         nd.ip.close()  # the same UART behind a paced interposer: the link, not the CPU, limits the lines
         nd.ip = gwkit.Interposer(nd.vb.uart_port, link, baud=BAUD)
-        gw = gwkit.GatewayProc([name], db, tmp_path / "st.json", extra=["--model", "tiny:%d" % gwkit.TINY_SEED],
+        gw = gwkit.GatewayProc(["%s=%s" % (name, link)], db, tmp_path / "st.json",
+                               extra=["--model", "tiny:%d" % gwkit.TINY_SEED],
                                baud=BAUD)
         t_gw = time.monotonic()
         gw.wait_status(lambda st: st["sessions"][0]["logs"] >= 50, 30, "the first lines")

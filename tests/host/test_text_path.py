@@ -84,7 +84,7 @@ def test_gateway_smollm2_stores_text_and_ask_quotes_it(tmp_path: Path) -> None:
     shown = r.stdout.split("\nAnswer: ")[0]
     assert "Answer: " in r.stdout and re.search(r"reranking %d windows" % k, r.stderr), r.stderr
     assert str(link) not in r.stdout and "/dev/pts" not in r.stdout  # named by its unique id
-    assert re.search(r"\[1\] [0-9a-f]{16} 20\d\d-", shown), shown[:500]  # named by its unique id
+    assert re.search(r"\[1\] node-[0-9a-f]{16} 20\d\d-", shown), shown[:500]  # named by its unique id
     assert re.search(r"^      NOTE( \(unverified\))?: ", shown, re.M), shown[-2000:]
     firsts = [next(ln.strip() for ln in a["text"].splitlines() if ln.strip()) for a in anns if a["text"].strip()]
     assert any(f in shown for f in firsts), (firsts, shown[-2000:])  # an annotation's text, quoted

@@ -30,7 +30,7 @@ NATIVE_MARKERS = ("@micropython.viper", "@micropython.native", "@micropython.asm
 # Backends a flavour can never import (kernels.load() skips them there): leaving them out saves flash.
 # shared/frame_host.py (whole frames as Python values, for the gateway and the tests) is no board's either.
 EXCLUDED = {
-    "micropython": {"shared/q4_numpy.py", "shared/q4_ulab.py", "shared/frame_host.py"},
+    "micropython": {"shared/q4_numpy.py", "shared/q4_ulab.py", "shared/frame_host.py", "shared/crc32_binascii.py"},
     "circuitpython": {"shared/q4_numpy.py", "shared/q4_viper.py", "shared/ringkv_viper.py", "shared/crc32_viper.py",
                       "shared/frame_host.py"},
 }
@@ -230,7 +230,9 @@ def _build_into(out: Path, prof: dict, arch: str, exe: str | None, node_cfg: dic
                       "package": "drafting" if drafting else "logs-only", "files": []}
     for src in sources(prof["flavour"], drafting=drafting):
         manifest["files"].append(_compile(src, out, arch, exe) if exe else _copy_source(src, out))
-    (out / "board.json").write_text(json.dumps(prof, indent=2) + "\n")  # the validated profile
+    # the validated profile, less "io": the pins a description may use are the host's checks, not the board's
+    board = {k: v for k, v in prof.items() if k != "io"}
+    (out / "board.json").write_text(json.dumps(board, indent=2) + "\n")
     if node_cfg is not None:
         _add_node(out, prof, node_cfg, model, manifest)
     if plant is not None:
