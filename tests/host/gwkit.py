@@ -234,6 +234,14 @@ def x64_build(board: str) -> Path:
 
 TINY_SEED = 3
 
+# MicroPython's heap is counted in words: 8 bytes on this 64-bit unix port, 4 on the boards
+WORD_RATIO = 2
+
+
+def unix_heap(board: str) -> int:
+    """A board profile's measured heap_bytes in this port's bytes: the same number of heap words."""
+    return int(json.loads((ROOT / "boards" / (board + ".json")).read_text())["heap_bytes"]) * WORD_RATIO
+
 
 def tiny_mbf() -> bytes:
     from host.gateway import TINY_SEQ_LEN

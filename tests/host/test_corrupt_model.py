@@ -20,7 +20,7 @@ from host.store import LogStore
 
 # summary_s 1: an episode at every sample tick, events or not (the node drafts as soon as its model loads)
 NODE_CFG = {"tick_ms": 100, "sample_every": 2, "report_ms": 1000, "max_len": 16, "prompt_max": 12, "summary_s": 1}
-HEAP = 393216  # the rp2040_pico heap in words of this 64-bit port (see test_e2e_nodes.py)
+HEAP = gwkit.unix_heap("rp2040_pico")  # the board's heap words in this 64-bit port's bytes
 
 NAME = "press-line-3"  # the node's name, given by its user (the gateway never names one by its port)
 

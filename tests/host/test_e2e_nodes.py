@@ -15,10 +15,9 @@ line a node saw acknowledged is in SQLite, and each node's heap (gc.mem_alloc af
 every second from the board) does not grow after warm-up.
 
 Heap: MicroPython's heap is counted in words; they are 8 bytes on this 64-bit unix port and 4 on the
-boards, so each node gets its profile's heap_bytes x WORD_RATIO (rp2040_pico 483,328 B, esp32s3_devkitc
+boards, so each node gets its profile's heap_bytes x gwkit.WORD_RATIO (rp2040_pico 483,328 B, esp32s3_devkitc
 409,600 B): the same number of words. In bytes the bytecode of frame + link + plant + llama + drafter
-alone takes ~250 KB here, more than the rp2040_pico's 236 KiB; the logs-only node fits that byte count
-(tests/host/test_faults_nodes.py runs one on the unscaled rp2040_pico heap).
+alone takes ~250 KB here, more than the rp2040_pico's 236 KiB; the logs-only node fits that byte count.
 """
 
 from __future__ import annotations
@@ -30,9 +29,6 @@ from pathlib import Path
 import pytest
 
 import gwkit
-from shared import profile
-
-ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 
@@ -40,15 +36,8 @@ TOKENS = int(os.environ.get("EDGETWIN_E2E_TOKENS", "10000"))
 # summary_s 1: a summary episode at every sample tick without events, so the draft never waits for an
 # event (this test is about the stream and the heaps, not about which lines start an episode)
 NODE_CFG = {"tick_ms": 200, "sample_every": 5, "report_ms": 1000, "max_len": 48, "prompt_max": 12, "summary_s": 1}
-WORD_RATIO = 2  # bytes per heap word here (8) over the boards' (4)
-
-
-def _heap(board: str) -> int:
-    return int(profile.load(str(ROOT / "boards" / (board + ".json")))["heap_bytes"]) * WORD_RATIO
-
-
-BOARDS = [("rp2040_pico", _heap("rp2040_pico")), ("esp32s3_n8r8", None) if os.environ.get("EDGETWIN_E2E_N8R8")
-          else ("esp32s3_devkitc", _heap("esp32s3_devkitc"))]
+BOARDS = [("rp2040_pico", gwkit.unix_heap("rp2040_pico")), ("esp32s3_n8r8", None)
+          if os.environ.get("EDGETWIN_E2E_N8R8") else ("esp32s3_devkitc", gwkit.unix_heap("esp32s3_devkitc"))]
 
 
 def test_two_nodes_commit_tokens_with_flat_heaps(tmp_path: Path) -> None:

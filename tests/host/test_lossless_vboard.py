@@ -54,7 +54,7 @@ TICK_MS = 22  # ms per plant second: the hour in about 79 s
 PLANT_S = 3600
 NODE_CFG = {"tick_ms": TICK_MS, "sample_every": 3, "machines": 4, "report_ms": 1000, "max_len": 16,
             "prompt_max": 12, "summary_s": 1}  # summary_s 1: an episode at every sample tick, events or not
-HEAP = 393216  # the rp2040_pico heap in words of this 64-bit port (see test_e2e_nodes.py)
+HEAP = gwkit.unix_heap("rp2040_pico")  # the board's heap words in this 64-bit port's bytes
 STALL_S = (10.0, 1.0)  # the gateway process is stopped (SIGSTOP) for 1 s of every 10
 QUESTIONS = ["why did P-101 trip?", "which machine ran hot?", "when did C-301 alarm?"]
 

@@ -32,8 +32,10 @@ pytestmark = pytest.mark.slow
 def test_gateway_smollm2_stores_text_and_ask_quotes_it(tmp_path: Path) -> None:
     prof = profile.load(str(ROOT / "boards" / (BOARD + ".json")))
     heap = vboard.node_heap(prof)[0]  # what `edgetwin vboard` gives a drafting node of the profile
-    # what `deploy --node` writes for the board (the plan's layout, tokenizer, stop ids), at the demo's pace
-    cfg = dict(node_config.derive(prof, demo.DRAFT)[0], **demo.NODE_CFG, seed=1)
+    # what `deploy --node` writes for the board (the plan's layout, tokenizer, stop ids), the demo's notes, and
+    # the built-in simulator at ten plant seconds a second with the demo's faults: alarms within seconds
+    cfg = dict(node_config.derive(prof, demo.DRAFT)[0], **demo.NODE_CFG, seed=1, tick_ms=100, sample_every=10,
+               faults=demo.DEMO_FAULTS)
     link = tmp_path / "node0"
     db = tmp_path / "g.db"
     node = gwkit.VNode(BOARD, tmp_path / "fs", link, cfg, heap=heap, model=demo.DRAFT.read_bytes())
@@ -53,7 +55,9 @@ def test_gateway_smollm2_stores_text_and_ask_quotes_it(tmp_path: Path) -> None:
             gw.stop()
         node.close()
     # the gateway said what happened
-    assert re.search(r"node connected \(board %s, uid [0-9a-f]{16}\) on %s" % (BOARD, re.escape(str(link))), out), out
+    # no name given: the node is named by its unique id, and the port it came in on is said once
+    assert re.search(r"node node-([0-9a-f]{16}) connected \(board %s, uid \1\) on %s" % (BOARD, re.escape(str(link))),
+                     out), out
     assert re.search(r"status: 1/1 nodes up, \d+ lines stored, \d+ annotations, acceptance (0|1)\.\d\d, "
                      r"[\d.]+ tokens/s", out), out
     assert "stopped; status: " in out, out
