@@ -130,7 +130,10 @@ def validate(doc, src="<profile>"):
     if "io" in doc:
         from shared import profile_io
 
-        profile_io.check(src, doc["io"])
+        try:
+            profile_io.check(src, doc["io"])
+        except ValueError as e:
+            raise ProfileError(str(e))
     return doc
 
 

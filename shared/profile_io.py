@@ -8,16 +8,22 @@
               description may take and the pins each function can be on (a function left out: any pin,
               through a GPIO matrix)
 
-Host-side only in practice: the build writes /board.json without "io", so a board never imports this."""
-from shared.profile import ProfileError, _short
+Host-side only in practice: the build writes /board.json without "io", so a board never imports this.
+Errors are ValueError with the whole line; shared/profile.py raises them as its ProfileError (this module
+imports nothing of it, so the two never import each other)."""
 
 IO_KEYS = ("gpio", "reserved", "adc", "uart", "i2c")
 IO_FUNCS = {"uart": ("tx", "rx"), "i2c": ("sda", "scl")}
 MAX_GPIO = 63
 
 
+def _short(value):
+    r = repr(value)
+    return r if len(r) <= 40 else r[:37] + "..."
+
+
 def _io_fail(src, field, why, value):
-    raise ProfileError("%s: field '%s' %s, got %s" % (src, field, why, _short(value)))
+    raise ValueError("%s: field '%s' %s, got %s" % (src, field, why, _short(value)))
 
 
 def _pin_list(src, field, value):
@@ -34,14 +40,14 @@ def _id_key(src, field, key):
 
 
 def check(src, io):
-    """Check a profile's "io" object; ProfileError naming src and the field."""
+    """Check a profile's "io" object; ValueError naming src and the field."""
     if type(io) is not dict:
         _io_fail(src, "io", "must be an object", io)
     for key in io:
         if key not in IO_KEYS:
-            raise ProfileError("%s: unknown field %s" % (src, _short("io." + key)))
+            raise ValueError("%s: unknown field %s" % (src, _short("io." + key)))
     if "gpio" not in io:
-        raise ProfileError("%s: missing field 'io.gpio'" % src)
+        raise ValueError("%s: missing field 'io.gpio'" % src)
     ranges = io["gpio"]
     if type(ranges) is not list or not 1 <= len(ranges) <= 8:
         _io_fail(src, "io.gpio", "must be a list of 1..8 [first, last] GPIO ranges", ranges)
@@ -72,5 +78,5 @@ def check(src, io):
                 _io_fail(src, field, "must be an object of function -> the pins it can be on", funcs)
             for f in funcs:
                 if f not in IO_FUNCS[table]:
-                    raise ProfileError("%s: unknown field %s" % (src, _short(field + "." + f)))
+                    raise ValueError("%s: unknown field %s" % (src, _short(field + "." + f)))
                 _pin_list(src, field + "." + f, funcs[f])
