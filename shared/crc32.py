@@ -12,9 +12,10 @@ compare the result as 4 little-endian bytes without ever holding the CRC as one 
   small int holds 31 bits (objects from 2**30 up are heap longs), so a plain 32-bit register, or
   binascii.crc32's return value, would allocate on about 3 bytes in 4. Cost on the x64 unix port:
   ~1.5 us per byte (binascii: ~0.25 us per byte called byte by byte).
-- Binascii (shared/crc32_binascii.py): `binascii.crc32` chained over the range. Used where a 32-bit int is a small int (CPython,
-  64-bit MicroPython such as the unix port): fast, and allocation-free on 64-bit MicroPython because
-  the range is fed through a preallocated 1-byte buffer (slicing a memoryview would allocate).
+- Binascii (shared/crc32_binascii.py): `binascii.crc32` chained over the range. Used where a 32-bit
+  int is a small int (CPython, 64-bit MicroPython such as the unix port): fast, and allocation-free on
+  64-bit MicroPython because the range is fed through a preallocated 1-byte buffer (slicing a
+  memoryview would allocate).
 - Viper (shared/crc32_viper.py): bitwise in native code, the register in a 4-byte buffer. On an RP2040
   the link's frames cost tens of milliseconds each through Halves; this is what the boards run.
 

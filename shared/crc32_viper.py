@@ -4,7 +4,7 @@
 #
 # The 32-bit register lives in a 4-byte buffer, read and written through ptr32 in update (the boards are
 # little-endian) and byte by byte elsewhere, so no value ever becomes a Python int: on a 31-bit-int board
-# nothing allocates. Bitwise, table-free: on the emulated RP2040 it takes 3.5 us a byte where the 16-bit
+# nothing allocates. Bitwise, table-free: on the emulated RP2040 it takes 4.2 us a byte where the 16-bit
 # halves in bytecode take 290 (`edgetwin bench inputs` prints both), and every frame the link checks or
 # sends, and every spilled line, pays it.
 import micropython
