@@ -168,6 +168,13 @@ class Drafter:
                                    % (MAX_TOPK, top_k))
         else:
             top_k = 1
+        # every attribute before the buffers: the instance's attribute table moves to a bigger block as names
+        # are added, and moved between the buffers it leaves holes that a nearly full heap cannot reuse
+        self.sampler = self.q = self.rng = self._tid = self._one = self.stop = None
+        self.b_id = self.b_base = self.b_k = self.staged_ids = self.hist = self.out = self.unsent_ids = None
+        self.flags = self.body_max = self.next_id = 0
+        self.reset_stats()
+        self._clear()
         self.model = model
         self.kv = kv
         self.k = k
@@ -178,8 +185,7 @@ class Drafter:
         self.q = specdec.Dist(top_k, specdec.Q_TOTAL)
         self.rng = specdec.Rng(seed)
         self._tid = _ints(top_k)  # token ids of the sampler's entries (logits index -> token id)
-        self._one = _ints(1)  # prompt(poll=...): one id at a time
-        self._one = _ints(1)  # the greedy record's single candidate
+        self._one = _ints(1)  # prompt(poll=...): one id at a time; the greedy record's single candidate
         self.stop = array("i", stop_ids)
         for t in self.stop:
             model.row_of(t)  # ModelError for an id the model does not have
@@ -216,7 +222,8 @@ class Drafter:
         self.halt = False  # a stop id was drafted: no more drafting until its verdict
         self.episode = 0  # annotation tokens committed in this episode
         self.capped = False  # the episode ended at max_len, its last token not a stop id
-        self.hist.reset()
+        if self.hist is not None:  # None while __init__ sets the attributes up
+            self.hist.reset()
         self.out_w = 0
         self.out_r = 0
         self.unsent = 0
