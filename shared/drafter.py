@@ -172,9 +172,10 @@ class Drafter:
         # are added, and moved between the buffers it leaves holes that a nearly full heap cannot reuse
         self.sampler = self.q = self.rng = self._tid = self._one = self.stop = None
         self.b_id = self.b_base = self.b_k = self.staged_ids = self.hist = self.out = self.unsent_ids = None
-        self.flags = self.body_max = self.next_id = 0
+        self.flags = self.body_max = 0
+        self.next_id = 0  # block ids run on across reset(): a gateway never sees an old id again soon
         self.reset_stats()
-        self._clear()
+        self._clear()  # the counters; the id ring below starts empty
         self.model = model
         self.kv = kv
         self.k = k
@@ -199,9 +200,6 @@ class Drafter:
         self.unsent_ids = _ints(kv.sink + kv.window)
         self.flags = DR_GREEDY if self.greedy else 0
         self.body_max = DR_TOKENS + k * draft_token_bytes(top_k)
-        self.next_id = 0  # block ids run on across reset(): a gateway never sees an old id again soon
-        self.reset_stats()
-        self._clear()
 
     def reset_stats(self):
         self.drafted = 0  # draft tokens sent
