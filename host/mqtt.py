@@ -62,6 +62,8 @@ class Publisher:
     """Publishes the store's committed rows to one broker; see the module docstring. Construct, start(),
     feed node_state() from the gateway's loop, stop() at the end (or kill() to vanish like a crash)."""
 
+    name = "mqtt"  # its object in the gateway's status
+
     def __init__(self, db: str | Path, config: MqttConfig, window: int = 64, poll_s: float = 0.2,
                  reconnect_max_s: float = 30.0, linger_s: float = 2.0) -> None:
         self.config = config

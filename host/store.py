@@ -194,6 +194,13 @@ _OUTBOX_ROWS = {
                     "ORDER BY annotations.id LIMIT ?",
                     ("id", "node", "t0_ms", "t1_ms", "text", "verified", "tokens", "created_ms")),
 }
+# Sparkplug B (host/sparkplug.py) carries the signals too: every log line, samples included.
+SPARKPLUG_ROWS = {
+    "logs": ("SELECT logs.id, nodes.name, logs.wall_ms, logs.level, logs.text, logs.epoch, logs.seq, logs.plant, "
+             "logs.flags FROM logs JOIN nodes ON nodes.id=logs.node WHERE logs.id>? ORDER BY logs.id LIMIT ?",
+             _OUTBOX_ROWS["logs"][1] + ("flags",)),
+    "annotations": _OUTBOX_ROWS["annotations"],
+}
 
 
 class StoreError(ValueError):
@@ -1053,11 +1060,12 @@ class Outbox:
     transactions with synchronous=NORMAL: one lost on a power cut makes a row go out again, which a
     consumer drops by its id; it never loses one."""
 
-    SOURCES = tuple(_OUTBOX_ROWS)
+    SOURCES = tuple(_OUTBOX_ROWS)  # the tables: logs, annotations
 
-    def __init__(self, path: str | Path, dest: str) -> None:
+    def __init__(self, path: str | Path, dest: str, rows: dict | None = None) -> None:
         self.path = Path(path)
         self.dest = dest
+        self._rows = rows or _OUTBOX_ROWS  # what a destination reads of each table (SPARKPLUG_ROWS: samples too)
         self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
         try:
             self._db.execute("PRAGMA busy_timeout=5000")
@@ -1097,8 +1105,35 @@ class Outbox:
 
     def rows(self, source: str, after: int, limit: int = 200) -> list[dict]:
         """Committed rows of `source` with id > `after`, oldest first (logs: all but level-1 samples)."""
-        sql, keys = _OUTBOX_ROWS[source]
+        sql, keys = self._rows[source]
         return [dict(zip(keys, r)) for r in self._db.execute(sql, (after, limit)).fetchall()]
+
+    def top(self, source: str) -> int:
+        """The newest committed row id of a table (0 when empty)."""
+        return int(self._db.execute("SELECT coalesce(max(id), 0) FROM %s" % source).fetchone()[0])
+
+    def recent_logs(self, node: str, limit: int) -> list[dict]:
+        """A node's newest `limit` log lines, newest first (what a birth's current values come from)."""
+        sql = ("SELECT logs.id, logs.wall_ms, logs.level, logs.text, logs.plant FROM logs WHERE logs.node="
+               "(SELECT id FROM nodes WHERE name=?) ORDER BY logs.id DESC LIMIT ?")
+        return [dict(zip(("id", "wall_ms", "level", "text", "plant"), r))
+                for r in self._db.execute(sql, (node, limit)).fetchall()]
+
+    def latest_annotation(self, node: str) -> dict | None:
+        row = self._db.execute("SELECT a.id, a.t0_ms, a.text, a.verified FROM annotations a JOIN nodes n ON "
+                               "n.id=a.node WHERE n.name=? ORDER BY a.id DESC LIMIT 1", (node,)).fetchone()
+        return None if row is None else dict(zip(("id", "t0_ms", "text", "verified"), row))
+
+    def node_plants(self) -> dict[str, str | None]:
+        """node name -> the hash of the description it runs (None: the built-in simulator's)."""
+        return {str(r[0]): r[1] for r in self._db.execute("SELECT name, plant FROM nodes").fetchall()}
+
+    def meta(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
     def plant(self, h: str | None):
         """The description a row's ``plant`` names (store.read_plant)."""
