@@ -93,6 +93,7 @@ class _Sig:
     nodeid: object
     eu: object
     rng: object | None
+    time: int = 0  # the shown reading's line time (s): an older one (a node's spill ring, late) never replaces it
 
 
 @dataclass
@@ -102,6 +103,7 @@ class _Machine:
     points: dict = field(default_factory=dict)  # (tag, level) -> node id
     named: re.Pattern | None = None
     state: str = ""
+    state_time: int = 0  # the line time (s) of the state shown: an older line does not replace it
     note: tuple = (-1, -1)  # (t0_ms, id) of the annotation shown
 
 
@@ -659,20 +661,27 @@ class OpcuaView:
             sv = mv.sigs.get(key)
             if sv is None:  # a key the description lacks: plantlines.check's business, not shown here
                 continue
+            if line.time < sv.time:  # history (the store and Sparkplug keep it), not the current value
+                continue
+            sv.time = line.time
             if v is None:  # "?": the node could not read the sensor. A Bad value is null (OPC UA Part 4, 7.7.1)
                 await self._write(sv.nodeid, None, ua.VariantType.Double,
                                   ua.StatusCode(ua.StatusCodes.BadSensorFailure), t)
             else:
                 await self._write(sv.nodeid, float(v), ua.VariantType.Double, None, t)
-        if line.plc and line.plc != mv.state:
+        if line.plc and line.time >= mv.state_time:
+            mv.state_time = line.time
+        if line.plc and line.plc != mv.state and line.time >= mv.state_time:
             mv.state = line.plc
             await self._write(self._nid(mv.base + "/State"), line.plc, ua.VariantType.String, None, t)
 
     async def _state(self, mv: _Machine, line: plantlines.Line) -> None:
         from asyncua import ua
 
-        if line.to_state and line.to_state != mv.state:
-            mv.state = line.to_state
+        if line.to_state and line.time >= mv.state_time:
+            mv.state_time = line.time
+            if line.to_state != mv.state:
+                mv.state = line.to_state
             await self._write(self._nid(mv.base + "/State"), line.to_state, ua.VariantType.String, None,
                               _ts(line.time))
         if line.is_trip:

@@ -105,6 +105,7 @@ class Sent:
     payload: bytes | None
     undo: list = field(default_factory=list)  # (metric key, previous chain value or None)
     confirmed: bool = False
+    sent_at: float = 0.0  # time.monotonic() when it was published
 
 
 class SparkplugNode:
@@ -113,9 +114,10 @@ class SparkplugNode:
 
     name = "sparkplug"
 
-    def __init__(self, db: str | Path, config: SparkplugConfig, window: int = 256, poll_s: float = 0.2,
+    # window: messages not handed back yet, at most; below 256 so two in flight never share a seq
+    def __init__(self, db: str | Path, config: SparkplugConfig, window: int = 128, poll_s: float = 0.2,
                  reconnect_max_s: float = 30.0, host_wait_s: float = 10.0, late_ms: int = 30_000,
-                 host_replay_s: float = 90.0, linger_s: float = 2.0) -> None:
+                 host_replay_s: float = 90.0, linger_s: float = 2.0, stall_s: float = 15.0) -> None:
         self.config = config
         self.db = Path(db)
         self.window = window
@@ -125,6 +127,7 @@ class SparkplugNode:
         self.host_replay_s = host_replay_s
         self.late_ms = late_ms
         self.linger_s = linger_s
+        self.stall_s = stall_s
         self.counts = {"messages": 0, "rows_sent": 0, "rows_confirmed": 0, "historical": 0, "births": 0,
                        "rebirth_requests": 0, "connects": 0, "disconnects": 0}
         self.connected = False
@@ -156,6 +159,7 @@ class SparkplugNode:
         self._backoff = 1.0
         self._gen = 0  # which client an event came from: a dropped client's late events are ignored
         self._drained = False  # the last pass read every committed row
+        self._stalled = False  # said once: the broker hands nothing back
         self.client: paho.Client | None = None
 
     # ---- what the gateway calls (never blocks) ----
@@ -230,6 +234,8 @@ class SparkplugNode:
         client.on_connect_fail = lambda c, u: self._put(gen, ("fail", "cannot connect"))
         client.on_disconnect = lambda c, u, f, rc, p: self._put(gen, ("disconnect", str(rc)))
         client.on_message = lambda c, u, m: self._put(gen, ("message", (m.topic, m.payload)))
+        client.on_subscribe = lambda c, u, mid, rcs, p: self._put(gen, ("suback", [str(r) for r in rcs
+                                                                                    if r.is_failure]))
         client.connect_async(b.host, b.port, keepalive=b.keepalive, clean_start=True)
         client.loop_start()
         self.client = client
@@ -279,6 +285,7 @@ class SparkplugNode:
                 if self.born and not self._stop.is_set():
                     self._publish_rows()
                 self._record()
+                self._check_stall()
             except sqlite3.OperationalError as e:  # the store busy beyond its timeout: next pass
                 self._notices.put("sparkplug: the store is busy (%s); retrying" % e)
                 continue
@@ -291,6 +298,18 @@ class SparkplugNode:
                         or time.monotonic() >= linger_until:
                     self._record()
                     return
+
+    def _check_stall(self) -> None:
+        """One line when the broker has handed nothing back for a while (an ACL that hides our own DDATA
+        from us, a broker that drops QoS 0 under load): the rows wait in the store, and the operator knows."""
+        oldest = next((s for s in self._inflight if not s.confirmed), None)
+        stalled = self.connected and oldest is not None and time.monotonic() - oldest.sent_at > self.stall_s
+        if stalled and not self._stalled:
+            self.last_error = "the broker hands back none of our data"
+            self._notices.put("sparkplug: the broker has handed back none of our data for %g s; holding rows in "
+                              "the store (can this user read spBv1.0/%s/DDATA/%s/+? docs/MQTT.md 7)"
+                              % (self.stall_s, self.config.group, self.config.edge))
+        self._stalled = stalled
 
     def _handle_events(self) -> None:
         while True:
@@ -308,6 +327,11 @@ class SparkplugNode:
                 self._on_message(*arg)
             elif what == "node":
                 self._on_node(*arg)
+            elif what == "suback" and arg:
+                self.last_error = "the broker refused a subscription (%s)" % ", ".join(arg)
+                self._notices.put("sparkplug: %s: let this user read spBv1.0/%s/+/%s/# and spBv1.0/STATE/# "
+                                  "(docs/MQTT.md 7); data waits in the store meanwhile"
+                                  % (self.last_error, self.config.group, self.config.edge))
 
     def _on_connected(self) -> None:
         assert self.client is not None and self.outbox is not None
@@ -425,7 +449,7 @@ class SparkplugNode:
                 return
             if any(m.name == REBIRTH and m.value for m in cmd.metrics) and self.born:
                 self.counts["rebirth_requests"] += 1
-                self._birth()
+                self._birth(rebirth=True)
 
     def _on_node(self, node: str, up: bool) -> None:
         d = self.devices.get(node)
@@ -495,8 +519,9 @@ class SparkplugNode:
                 cur[name] = v
         d.current = cur
 
-    def _birth(self) -> None:
-        """NBIRTH (seq 0), then a DBIRTH for each node whose link is up; rows stored until now are backlog."""
+    def _birth(self, rebirth: bool = False) -> None:
+        """NBIRTH (seq 0), then a DBIRTH for each node whose link is up; rows stored until now are backlog
+        (not on a rebirth request: nothing waited then)."""
         assert self.outbox is not None
         c = self.config
         self.seq = 0
@@ -509,8 +534,9 @@ class SparkplugNode:
         self._send(c.topic("NBIRTH"), NBirth(timestamp=_now(), seq=0, metrics=metrics).encode())
         self.born = True
         self.counts["births"] += 1
-        for src in Outbox.SOURCES:
-            self._backlog_top[src] = self.outbox.top(src)
+        if not rebirth:
+            for src in Outbox.SOURCES:
+                self._backlog_top[src] = self.outbox.top(src)
         for d in self.devices.values():
             d.born = False
             if d.up:
@@ -606,7 +632,7 @@ class SparkplugNode:
             payload = DData(timestamp=_now(), seq=self._next_seq(), metrics=tuple(metrics)).encode()
             self._send(self.config.topic("DDATA", d.id), payload)
             self.counts["rows_sent"] += 1
-        s = Sent(src, row["id"], payload, undo, confirmed=payload is None)
+        s = Sent(src, row["id"], payload, undo, confirmed=payload is None, sent_at=time.monotonic())
         self._inflight.append(s)
         if payload is not None:
             self._by_payload[payload] = s

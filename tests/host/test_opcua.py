@@ -254,6 +254,14 @@ def test_new_rows_show_within_a_few_polls(world) -> None:
                 return await online.read_value() is False
 
             assert await until(offline)
+            # a reading older than the one shown (a node's spill ring, sent after a link cut) is history: the
+            # store keeps it, the current value and state stay
+            w.line(T0 + 10, 1, "P-1 STOPPED P=3.0bar I=1.0A T=50.0C")
+            w.line(T0 + 27, 2, "CLEAR HI P-1 motor_current 20.0A prio=2 NORMAL")
+            assert await until(lambda: alarm("motor_current_HI", "NORMAL"))
+            dv = await press.read_data_value()
+            assert dv.Value.Value == 6.1 and _aware(dv.SourceTimestamp) == ts(T0 + 20)
+            assert await (await child(m, "State")).read_value() == "RUNNING"
         finally:
             await c.disconnect()
 
