@@ -564,3 +564,64 @@ def test_a_broker_that_hides_our_own_data_is_said_and_nothing_is_marked(tmp_path
     finally:
         ob.close()
         store.close()
+
+
+def test_a_real_nodes_spilled_lines_go_out_historical(tmp_path: Path) -> None:
+    """The node itself (firmware/node.py on the MicroPython unix port, the built-in simulator's plant) behind
+    `edgetwin gateway --sparkplug --sparkplug-host`: its link is unplugged for a few seconds (DDEATH), the node
+    keeps logging and its lines wait in its flash spill ring; plugged back (DBIRTH), they arrive flagged as
+    spilled, and every one that makes a metric reaches the primary host marked historical with its own time."""
+    import gwkit
+    from test_mqtt import Broker
+
+    broker = Broker(tmp_path)
+    broker.start()
+    host = Host(broker.port)
+    host.start()
+    node = gw = None
+    db = tmp_path / "g.db"
+    try:
+        node = gwkit.VNode("rp2040_pico", tmp_path / "fs", tmp_path / "node",
+                           {"tick_ms": 200, "sample_every": 3, "report_ms": 700}, heap=2 * 196608)
+        gw = gwkit.GatewayProc(["room=" + str(tmp_path / "node")], db, tmp_path / "st.json",
+                               extra=["--mqtt", "mqtt://127.0.0.1:%d" % broker.port, "--mqtt-gateway", EDGE,
+                                      "--sparkplug", GROUP, "--sparkplug-host", HOST_ID, "--peer-timeout", "1"])
+        assert host.wait(lambda: "DBIRTH" in host.kinds() and len(host.data()) >= 20, 60), host.kinds()[:5]
+        node.ip.unplug()  # the cable is pulled: the node logs on, into its spill ring
+        assert host.wait(lambda: "DDEATH" in host.kinds(), 20), host.kinds()[-5:]
+        time.sleep(4)
+        node.ip.replug()
+        gw.wait_status(lambda st: st["sessions"][0].get("spilled", 0) > 0, 60, "spilled lines stored")
+        births = host.kinds().count("DBIRTH")
+        assert host.wait(lambda: host.kinds().count("DBIRTH") == births and len(host.data()) > 0, 5)
+        time.sleep(2)  # what the gateway stored goes out (the edge node reads the store every 0.2 s)
+    finally:
+        if gw is not None:
+            assert gw.stop() == 0
+        if node is not None:
+            node.close()
+        if host.client is not None:
+            host.leave()
+        broker.stop()
+    store = LogStore(db, readonly=True)
+    try:
+        with store._lock:
+            spilled = [(r[0], r[1]) for r in store._db.execute(
+                "SELECT text, plant FROM logs WHERE flags & 1 AND level > 0 ORDER BY id").fetchall()]
+        desc = store.plant(None)
+    finally:
+        store.close()
+    assert len(spilled) >= 5, len(spilled)
+    from host import plantlines
+
+    got = {(m.name, m.timestamp, m.value): m.is_historical for m in host.data()}
+    ups = [(plantlines.parse(text).kind, u) for text, _p in spilled for u in spm.line_updates(text, desc)]
+    # each alarm and state line is an event: every one of them went out, historical
+    events = [(u.name, u.ts, u.value) for kind, u in ups if kind != "sample"]
+    assert all(got.get(k) is True for k in events), [k for k in events if got.get(k) is not True][:5]
+    # a sample's values go out when they changed: those that did are historical too
+    sent = [got[k] for kind, u in ups if kind == "sample" for k in [(u.name, u.ts, u.value)] if k in got]
+    assert len(sent) >= 5 and all(sent), (len(sent), sum(sent))
+    print("SPARKPLUG-SPILL spilled=%d events=%d sample_values_sent=%d" % (len(spilled), len(events), len(sent)))
+    kinds = host.kinds()
+    assert kinds.index("DDEATH") < len(kinds) - 1 - kinds[::-1].index("DBIRTH")
