@@ -322,6 +322,8 @@ def test_a_primary_host_gets_every_value_once_through_outages(tmp_path: Path) ->
             assert seqs[-1] == (seqs[-2] + 1) % 256, seqs[-5:]
     kinds = host.kinds()
     assert kinds.count("NBIRTH") >= 4 and kinds[-1] == "NDEATH", kinds  # born again after each outage; a clean stop
+    print("SPARKPLUG-OUTAGES values=%d historical=%d notes=%d births=%d messages=%d" % (
+        len(want), sum(1 for p in want.values() if p != "live"), len(ids), kinds.count("NBIRTH"), len(kinds)))
 
 
 def test_edgetwin_gateway_sparkplug_and_opcua_with_a_node_on_a_pty(tmp_path: Path) -> None:
@@ -476,6 +478,8 @@ def test_a_host_that_vanishes_gets_what_it_missed_again(tmp_path: Path) -> None:
     again = [g for g in got if (g[0], g[1], g[2]) in lost]
     assert again and all(g[3] for g in again)  # what it missed came back, historical
     assert {(g[0], g[1], g[2]) for g in got} == set(want)  # nothing else, each with its own time
+    print("SPARKPLUG-VANISHED values=%d after_the_hang=%d received=%d repeats=%d" % (
+        len(want), len(lost), len(got), len(got) - len(set((g[0], g[1], g[2]) for g in got))))
 
 
 @pytest.mark.parametrize("argv,word", [
