@@ -26,13 +26,12 @@ import queue
 import re
 import sqlite3
 import threading
-import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from host import plantlines
 from host.errors import UserError
-from host.store import read_plant
+from host.store import open_reader, read_plant, side_files
 
 NS_URI = "urn:edgetwin:gateway"  # the namespace of every node this view adds (ns=2: 0 is OPC UA's, 1 the server's)
 APP_URI = "urn:edgetwin:server"  # the server's ApplicationUri (a certificate's subjectAltName URI should say it)
@@ -322,15 +321,11 @@ class OpcuaView:
             self._conn = None
 
     def _connect(self) -> sqlite3.Connection:
-        # No -wal: no gateway has the store open. Read it as immutable (leaving no -wal/-shm beside it) and
-        # reconnect once a gateway opens it (as host/ui/feed.py does).
+        # leaving no -wal/-shm beside a closed store; _poll reconnects once a gateway opens it
         if not self.db.is_file():
             raise UserError("opcua: %s: no such store" % self.db)
-        self._immutable = not self.db.with_name(self.db.name + "-wal").exists()
-        path = urllib.parse.quote(str(self.db.resolve()))
-        c = sqlite3.connect("file:%s?mode=ro%s" % (path, "&immutable=1" if self._immutable else ""), uri=True)
+        c, self._immutable = open_reader(self.db)
         c.execute("PRAGMA query_only=1")
-        c.execute("PRAGMA busy_timeout=5000")
         return c
 
     async def _open(self) -> None:
@@ -726,7 +721,7 @@ class OpcuaView:
 
     async def _poll(self) -> None:
         """Apply the queued node states, then what the store committed since the last poll."""
-        if self._immutable and self.db.with_name(self.db.name + "-wal").exists():
+        if self._immutable and side_files(self.db)[1].exists():
             self._conn.close()  # a gateway opened the store: follow its WAL from now on
             self._conn = self._connect()
         while True:

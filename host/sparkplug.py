@@ -294,8 +294,7 @@ class SparkplugNode:
                     linger_until = time.monotonic() + self.linger_s
                     if self.born:
                         self._publish_rows()
-                if not any(not s.confirmed for s in self._inflight) or not self.connected \
-                        or time.monotonic() >= linger_until:
+                if not self._unconfirmed() or not self.connected or time.monotonic() >= linger_until:
                     self._record()
                     return
 
@@ -504,7 +503,7 @@ class SparkplugNode:
             for u in spm.line_updates(row["text"], self.outbox.plant(row["plant"])):
                 if u.name in d.defs and u.name not in cur:
                     cur[u.name] = (u.value, u.ts, u.good)
-            if len(cur) >= len(d.defs) - 3:
+            if len(cur) >= len(d.defs) - 3:  # every line metric found (the 3 annotation ones come next)
                 break
         note = self.outbox.latest_annotation(d.name)
         if note is not None:
@@ -614,7 +613,7 @@ class SparkplugNode:
             key = (node, u.name)
             mdef = d.defs[u.name]
             prev = self._chain.get(key)
-            if on_change and prev is not None and prev[1] == u.good and _same(prev[0], u.value, mdef, d.desc):
+            if on_change and prev is not None and prev[1] == u.good and _same(prev[0], u.value, mdef):
                 continue
             undo.append((key, prev))
             self._chain[key] = (u.value, u.good)
@@ -663,7 +662,7 @@ class SparkplugNode:
             self._recent.popleft()
 
 
-def _same(a, b, mdef, desc) -> bool:
+def _same(a, b, mdef) -> bool:
     """Within the signal's deadband (a Double) or equal (anything else)."""
     if a is None or b is None or mdef.datatype != DataType.DOUBLE:
         return a == b

@@ -258,6 +258,18 @@ def side_files(path: Path) -> list[Path]:
     return [path] + [path.with_name(path.name + x) for x in ("-wal", "-shm", "-journal")]
 
 
+def open_reader(path: Path) -> tuple[sqlite3.Connection, bool]:
+    """A read-only connection to a store file, and whether it reads it as immutable. No -wal: no gateway has
+    the store open and every line is in the file, so it is read as immutable and this reader leaves no
+    -wal/-shm behind (a gateway that opens it meanwhile writes to its new WAL, not to the file, until a
+    checkpoint: a reader that follows the store reconnects once a -wal appears)."""
+    immutable = not side_files(path)[1].exists()
+    uri = "file:%s?mode=ro%s" % (urllib.parse.quote(str(path.resolve())), "&immutable=1" if immutable else "")
+    conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+    conn.execute("PRAGMA busy_timeout=5000")
+    return conn, immutable
+
+
 def _check_int(name: str, v: object, lo: int, hi: int) -> int:
     if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
         raise StoreError("%s must be an int in %d..%d, got %r" % (name, lo, hi, v))
@@ -346,17 +358,11 @@ class LogStore:
                     raise StoreError("cannot create log store %s: %s" % (self.path, e.strerror or e)) from None
         fresh = not self.path.exists() or self.path.stat().st_size == 0
         try:
-            if readonly:
-                # No -wal: no gateway has the store open and every line is in the file. Read it as immutable,
-                # so this reader leaves no -wal/-shm behind (a gateway that opens it meanwhile writes to its
-                # new WAL, not to the file, until a checkpoint: this reader sees the store as it was).
-                ro = "ro" if side_files(self.path)[1].exists() else "ro&immutable=1"
-                uri = "file:%s?mode=%s" % (urllib.parse.quote(str(self.path.resolve())), ro)
-                self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            if readonly:  # this reader sees the store as it was when opened
+                self._db, _ = open_reader(self.path)
             else:
                 self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA busy_timeout=5000")
-            if not readonly:
+                self._db.execute("PRAGMA busy_timeout=5000")
                 mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
                     raise StoreError("log store %s: cannot switch to WAL (journal mode %s)" % (self.path, mode))
@@ -1081,11 +1087,11 @@ class Outbox:
     def _store_id(self) -> str:
         # a random id made once per store: row ids restart in a new store, so a consumer's duplicate key
         # is (store, table, id)
-        row = self._db.execute("SELECT value FROM meta WHERE key='store_id'").fetchone()
-        if row is not None:
-            return str(row[0])
+        sid = self.meta("store_id")
+        if sid is not None:
+            return sid
         self._db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (os.urandom(6).hex(),))
-        return str(self._db.execute("SELECT value FROM meta WHERE key='store_id'").fetchone()[0])
+        return str(self.meta("store_id"))
 
     def _mark(self, source: str) -> int:
         row = self._db.execute("SELECT acked_through FROM outbox_marks WHERE dest=? AND source=?",
@@ -1094,9 +1100,9 @@ class Outbox:
             return int(row[0])
         # a destination seen for the first time starts at the store's end: what was stored before MQTT was
         # turned on for it is history, not news
-        top = self._db.execute("SELECT coalesce(max(id), 0) FROM %s" % source).fetchone()[0]
-        self._db.execute("INSERT INTO outbox_marks VALUES (?, ?, ?)", (self.dest, source, int(top)))
-        return int(top)
+        top = self.top(source)
+        self._db.execute("INSERT INTO outbox_marks VALUES (?, ?, ?)", (self.dest, source, top))
+        return top
 
     def acked_above(self, source: str) -> set[int]:
         """Ids above the mark that the destination acknowledged (out of order, before a restart)."""
@@ -1104,7 +1110,8 @@ class Outbox:
         return {int(r[0]) for r in rows.fetchall()}
 
     def rows(self, source: str, after: int, limit: int = 200) -> list[dict]:
-        """Committed rows of `source` with id > `after`, oldest first (logs: all but level-1 samples)."""
+        """Committed rows of `source` with id > `after`, oldest first (logs: all but level-1 samples, unless
+        this outbox reads SPARKPLUG_ROWS)."""
         sql, keys = self._rows[source]
         return [dict(zip(keys, r)) for r in self._db.execute(sql, (after, limit)).fetchall()]
 

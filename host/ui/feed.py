@@ -18,12 +18,11 @@ import json
 import sqlite3
 import threading
 import time
-import urllib.parse
 from pathlib import Path
 
 from host import plantlines
 from host.plantlines import REPORT, report_pairs
-from host.store import read_plant
+from host.store import open_reader, read_plant
 
 SERIES = 240  # samples kept per machine (the plot's width)
 EVENTS = 60  # alarm raises and trips kept per machine
@@ -97,14 +96,9 @@ class Feed:
         return (st.st_mtime_ns, st.st_size, st.st_ino)
 
     def _connect(self) -> sqlite3.Connection:
-        # No -wal: no gateway has the store open. Read it as immutable (as LogStore's readers do), so the
-        # dashboard leaves no -wal/-shm beside a closed store; poll() reconnects once a gateway opens it.
-        path = urllib.parse.quote(str(self.db.resolve()))
-        self._immutable = not self._wal().exists()
+        # the dashboard leaves no -wal/-shm beside a closed store; poll() reconnects once a gateway opens it
         self._stamp = self._file_stamp()
-        c = sqlite3.connect("file:%s?mode=ro%s" % (path, "&immutable=1" if self._immutable else ""), uri=True,
-                            check_same_thread=False)
-        c.execute("PRAGMA busy_timeout=5000")
+        c, self._immutable = open_reader(self.db)
         return c
 
     def _start(self) -> None:
