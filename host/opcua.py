@@ -481,7 +481,9 @@ class OpcuaView:
         self._note_id = int(db.execute("SELECT coalesce(max(id), 0) FROM annotations").fetchone()[0])
         for nid, name, board, plant in db.execute("SELECT id, name, board_id, plant FROM nodes ORDER BY id").fetchall():
             node = await self._add_node(nid, name, board)
-            await self._merge(node, plant)
+            # no hash and no line yet: the node has not said what it runs (not the simulator's 64 machines)
+            if plant is not None or db.execute("SELECT 1 FROM logs WHERE node=? LIMIT 1", (nid,)).fetchone():
+                await self._merge(node, plant)
             await self._seed(nid, node)
 
     async def _add_node(self, nid: int, name: str, board: str) -> _Node:
@@ -743,7 +745,8 @@ class OpcuaView:
             elif board and board != node.store_board:  # the store's changed (node_state's may be newer)
                 node.store_board = board
                 await self._apply_state(node, {"up": node.online, "board": board})
-            await self._merge(node, plant)
+            if plant is not None:  # None: its lines bring the description they were stored with, if any
+                await self._merge(node, plant)
         for _ in range(20):  # at most 100000 rows a poll: a backlog does not hold the clients' requests
             rows = db.execute("SELECT id, node, text, plant FROM logs WHERE id>? AND level>0 ORDER BY id LIMIT ?",
                               (self._log_id, POLL_ROWS)).fetchall()

@@ -85,7 +85,7 @@ class Device:
     """One node as a Sparkplug device: its description, metrics and aliases, and its current values."""
 
     name: str
-    desc: object  # host.plantdesc.PlantDesc
+    desc: object  # host.plantdesc.PlantDesc; None until the node says what it runs
     defs: dict = field(default_factory=dict)  # metric name -> MetricDef
     current: dict = field(default_factory=dict)  # metric name -> (value, ts, good)
     born: bool = False
@@ -459,7 +459,7 @@ class SparkplugNode:
         d.up = up
         if not self.born:
             return
-        if up and not d.born:
+        if up and not d.born and d.desc is not None:
             self._dbirth(d)
         elif not up and d.born and self._drained and not self._inflight:
             self._ddeath(d)
@@ -484,9 +484,11 @@ class SparkplugNode:
 
     def _device(self, node: str) -> Device:
         assert self.outbox is not None
-        desc = self.outbox.plant(self.outbox.node_plants().get(node))
-        d = self.devices[node] = Device(node, desc)
-        self._define(d, desc)
+        h = self.outbox.node_plants().get(node)
+        # no hash and no line yet: the node has not said what it runs; it is born with its first line's
+        known = h is not None or self.outbox.recent_logs(node, 1)
+        d = self.devices[node] = Device(node, None)
+        self._define(d, self.outbox.plant(h) if known else None)
         return d
 
     def _define(self, d: Device, desc) -> None:
@@ -538,7 +540,7 @@ class SparkplugNode:
                 self._backlog_top[src] = self.outbox.top(src)
         for d in self.devices.values():
             d.born = False
-            if d.up:
+            if d.up and d.desc is not None:
                 self._dbirth(d)
         self._fresh_after = None
         self._notices.put("sparkplug: born as %s/%s (bdSeq %d), %d devices" % (
@@ -599,9 +601,11 @@ class SparkplugNode:
             stored_ms = row["created_ms"]
         else:
             desc = self.outbox.plant(row["plant"])
-            if desc is not None and d.desc is not None and desc.hash != d.desc.hash:
-                self._define(d, desc)  # the node runs another description now: its metrics are born again
+            if desc is not None and (d.desc is None or desc.hash != d.desc.hash):
+                self._define(d, desc)  # the node says what it runs, or runs another description now
                 d.born = False
+                if d.up:
+                    self._dbirth(d)
             updates = [u for u in spm.line_updates(row["text"], desc) if u.name in d.defs]
             on_change = row["level"] == 1  # samples on change; every alarm and state line is an event
             stored_ms = row["wall_ms"]

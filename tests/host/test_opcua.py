@@ -340,13 +340,15 @@ def test_notices_and_status(world) -> None:
 
 def test_the_first_notice_says_where_it_serves(tmp_path: Path) -> None:
     store = LogStore(tmp_path / "g.db")
-    store.node_id("n1")  # no description named: the built-in simulator's
+    # lines stored with no description named: the built-in simulator's
+    store.add_log("n1", 7, 1, 1, T0 * 1000, 1, "%s P-101 RUNNING T=60.0C" % stamp(T0))
+    store.node_id("n2")  # no line and no description yet: it has not said what it runs, so no machines
     view = OpcuaView(tmp_path / "g.db", opcua_args.bind(parse(["--opcua", "opc.tcp://localhost:0/plant"])), "gw")
     view.start()
     try:
         lines = view.notices()
-        sim = sum(len(m.signals) for m in plantdesc.builtin().machines)  # a node with no PLANT line: the simulator's
-        assert lines == ["opcua: serving %s (1 nodes, %d signals, loopback, anonymous)" % (view.endpoint, sim)]
+        sim = sum(len(m.signals) for m in plantdesc.builtin().machines)
+        assert lines == ["opcua: serving %s (2 nodes, %d signals, loopback, anonymous)" % (view.endpoint, sim)]
         assert view.endpoint.startswith("opc.tcp://127.0.0.1:") and view.endpoint.endswith("/plant")
         assert view.notices() == []
         # a second server on the same port cannot listen: one line

@@ -408,9 +408,12 @@ def test_edgetwin_gateway_sparkplug_and_opcua_with_a_node_on_a_pty(tmp_path: Pat
                     if await v.read_value() == 8.2:
                         break
                     await asyncio.sleep(0.2)
-                return (await v.read_value()), eu.DisplayName.Text
+                kids = await c.get_node("ns=2;s=%s/pump-room" % EDGE).get_children()
+                names = {(await k.read_browse_name()).Name for k in kids}
+                return (await v.read_value()), eu.DisplayName.Text, names
 
-        assert asyncio.run(read()) == (8.2, "bar")  # the spilled readings, older, never showed as current
+        # the node's own machine only: never the simulator's plant while it had not said what it runs yet
+        assert asyncio.run(read()) == (8.2, "bar", {"Online", "Board", "LatestAnnotation", "P-1"})
     finally:
         p.terminate()
         try:
@@ -428,6 +431,8 @@ def test_edgetwin_gateway_sparkplug_and_opcua_with_a_node_on_a_pty(tmp_path: Pat
     assert press == [(6.0, False), (7.0, False), (8.0, False), (3.0, True), (4.0, True), (5.0, True), (8.2, False)]
     kinds = host.kinds()
     assert kinds.index("DDEATH") < len(kinds) - 1 - kinds[::-1].index("DBIRTH"), kinds  # born again after the cut
+    births = [p for k, _d, p in host.decoded() if k == "DBIRTH"]
+    assert births and all({m.name.split("/")[0] for m in b.metrics} == {"P-1", "annotation"} for b in births)
     assert kinds[-1] == "NDEATH", kinds  # SIGTERM: a clean stop says so itself
     out = "".join(lines)
     assert "sparkplug: born as %s/%s" % (GROUP, EDGE) in out and "Sparkplug B edge node" in out, out
