@@ -28,6 +28,8 @@ Use on a breadboard (Raspberry Pi Pico, SDA on GP4 and SCL on GP5, ADDR to GND):
     raw = adc.read(0, 1)              # AIN0 against GND, +-4.096 V
     print(raw, adc.millivolts(raw, 1), "mV")
 
+On CircuitPython the same lines work with `from firmware.cp_hal import I2C, Pin` (busio.I2C underneath).
+
 start(), busy() and read_raw() allocate nothing on MicroPython; a failed transfer raises the port's
 OSError (ETIMEDOUT / EIO / ENODEV).
 """
@@ -50,7 +52,8 @@ FULL_SCALE_MV = (6144, 4096, 2048, 1024, 512, 256)  # by pga
 
 class ADS1115:
     def __init__(self, i2c, address=0x48):
-        """i2c: a machine.I2C (or anything with readfrom_mem_into / writeto_mem). Touches no bus."""
+        """i2c: a machine.I2C, a firmware.cp_hal.I2C (CircuitPython), or anything with readfrom_mem_into
+        / writeto_mem. Touches no bus."""
         if not 0x48 <= address <= 0x4B:
             raise ValueError("ADS1115 address 0x%02x: it answers at 0x48..0x4B" % address)
         self.i2c = i2c
@@ -84,9 +87,9 @@ class ADS1115:
         import time
 
         self.start(channel, pga)
-        time.sleep_ms(CONVERSION_MS)
+        time.sleep(CONVERSION_MS / 1000)  # not sleep_ms: CircuitPython's time has none
         while self.busy():
-            time.sleep_ms(1)
+            time.sleep(0.001)
         return self.read_raw()
 
     @staticmethod

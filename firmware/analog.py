@@ -25,7 +25,9 @@ reading's samples are taken in one go (close in time), but `poll` stops after `m
 Ports: on the RP2040 machine.ADC reads 0..3.3 V (the ADC_VREF pin) and read_u16() scales 12 bits to
 16. On the ESP32-S3 the default range is only about 0..1 V: the constructor asks for ATTN_11DB (about
 0..3.1 V, less linear above ~2.5 V) where machine.ADC has it; ADC2 (GPIO11..20) stops working while
-Wi-Fi is on, so use ADC1 pins. The host's mul1 carries the calibration either way.
+Wi-Fi is on, so use ADC1 pins. CircuitPython: analogio.AnalogIn through firmware/cp_hal.py, whose
+.value is the same 16-bit scale (it sets the ESP32-S3's attenuation itself). The host's mul1 carries the
+calibration either way.
 
 poll(now) allocates nothing on MicroPython: ints only, arrays made here (tests/shared/test_inputs_hw.py).
 """
@@ -85,12 +87,13 @@ def check_entry(e, n, what, period=-1):
 
 
 def machine_adc(pin, adc_cls=None, pin_cls=None):
-    """machine.ADC on a GPIO, with the widest input range the port offers (ESP32: 11 dB attenuation)."""
+    """machine.ADC on a GPIO, with the widest input range the port offers (ESP32: 11 dB attenuation);
+    by default machine's classes, or on CircuitPython firmware/cp_hal.py's (boardcfg.hal)."""
     if adc_cls is None or pin_cls is None:
-        import machine  # here, so tests can put a fake machine module in sys.modules first
+        from firmware.boardcfg import hal  # here, so tests can put fake modules in sys.modules first
 
-        adc_cls = adc_cls or machine.ADC
-        pin_cls = pin_cls or machine.Pin
+        adc_cls = adc_cls or hal("ADC")
+        pin_cls = pin_cls or hal("Pin")
     a = adc_cls(pin_cls(pin))
     atten = getattr(adc_cls, "ATTN_11DB", None)
     if atten is not None and hasattr(a, "atten"):
@@ -101,8 +104,8 @@ def machine_adc(pin, adc_cls=None, pin_cls=None):
 class AnalogInputs:
     def __init__(self, readings, entries, now, adc=None, pin=None, max_reads=16):
         """entries: the ADC signal entries above. adc / pin: classes like machine.ADC / machine.Pin
-        (the defaults); adc(pin(gpio)) must give an object with read_u16(). max_reads (>= 16): the most
-        ADC reads one poll takes."""
+        (the defaults; firmware/cp_hal.py's on CircuitPython); adc(pin(gpio)) must give an object with
+        read_u16(). max_reads (>= 16): the most ADC reads one poll takes."""
         if max_reads < MAX_SAMPLES:
             raise ValueError("max_reads=%d: one reading takes up to %d reads" % (max_reads, MAX_SAMPLES))
         self.r = readings

@@ -8,6 +8,9 @@ Which adapter (see firmware/uart.py):
 - MicroPython with machine.UART: MachineUART(uart.id, uart.baud, uart.tx, uart.rx, uart.rxbuf);
 - CircuitPython with busio: BusioUART(uart.tx, uart.rx, uart.baud, uart.rxbuf); port="usb_cdc": UsbCdcData.
 A profile written for the other interpreter is refused: its heap and KV sizes would be wrong here.
+
+open_bus() opens an RS-485 bus of the plant description the same way, and hal() names the hardware
+classes the input sources default to: machine's on MicroPython, firmware/cp_hal.py's on CircuitPython.
 """
 import sys
 
@@ -43,6 +46,20 @@ def _has_module(name):
     except ImportError:
         return False
     return True
+
+
+def hal(name):
+    """The class `name` ("Pin", "ADC", "I2C") the input sources build their hardware with by default:
+    machine's where the interpreter has a machine module (MicroPython), else firmware/cp_hal.py's
+    adapter of the same face (CircuitPython, which has none). Asked when a source is built, so tests
+    can put fakes in sys.modules first."""
+    if _has_module("machine"):
+        import machine
+
+        return getattr(machine, name)
+    from firmware import cp_hal
+
+    return getattr(cp_hal, name)
 
 
 def _virtual_uart():
@@ -88,7 +105,10 @@ def open_bus(prof, bus, impl=None):
     entry: [uart, tx, rx, de, baud, parity, stop, timeout_ms, gap_us]). On the virtual board the bus is a
     pty whose path is in $EDGETWIN_BUS<uart> (`edgetwin vboard --bus <uart>`); on MicroPython a
     machine.UART with a small receive ring (a Modbus answer is at most 256 bytes) and the DE pin an
-    output driven low (receiving)."""
+    output driven low (receiving); on CircuitPython a BusioUART on the same pins (busio picks the UART
+    by its pins) and the DE pin a digitalio output (firmware/cp_hal.py Pin). busio cannot say when the
+    last stop bit has left, so BusioUART has no flush() and the Modbus master holds DE for the request's
+    air time plus one character (firmware/modbus.py)."""
     uid, tx, rx, de, baud = bus[0], bus[1], bus[2], bus[3], bus[4]
     impl = impl or interpreter()
     if _virtual_uart():
@@ -99,16 +119,36 @@ def open_bus(prof, bus, impl=None):
             raise BoardConfigError("the virtual board has no UART%d for the RS-485 bus: start it with "
                                    "`edgetwin vboard --bus %d`" % (uid, uid))
         return uart.PtyUART(path), None
-    if impl != "micropython" or not _has_module("machine"):
-        raise BoardConfigError("an RS-485 bus needs MicroPython's machine.UART (this is %s)" % impl)
-    import machine
-
     if uid == prof["uart"]["id"]:
         raise BoardConfigError("UART%d is the link to the gateway: the RS-485 bus needs another" % uid)
+    if impl == "circuitpython":
+        return _busio_bus(bus)
+    if impl != "micropython" or not _has_module("machine"):
+        raise BoardConfigError("an RS-485 bus needs MicroPython's machine.UART or CircuitPython's busio.UART "
+                               "(this is %s)" % impl)
+    import machine
+
     u = uart.MachineUART(uid, baud, tx, rx, 512, 0, bus[5], bus[6])
     pin = None
     if de >= 0:
         pin = machine.Pin(de, machine.Pin.OUT, value=0)
+    return u, pin
+
+
+def _busio_bus(bus):
+    if not _has_module("busio"):
+        raise BoardConfigError("no busio module on this CircuitPython build: the RS-485 bus needs busio.UART")
+    tx, rx, de = bus[1], bus[2], bus[3]
+    u = uart.BusioUART(tx, rx, bus[4], 512, 0, bus[5], bus[6], "the RS-485 bus's tx/rx in the plant description")
+    pin = None
+    if de >= 0:
+        from firmware import cp_hal
+
+        try:
+            pin = cp_hal.Pin(de, cp_hal.Pin.OUT, value=0)
+        except (ValueError, RuntimeError) as e:  # no such pin, or one already in use
+            u.close()
+            raise BoardConfigError("the RS-485 bus's DE pin GPIO%d: %s" % (de, e))
     return u, pin
 
 

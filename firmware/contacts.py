@@ -23,9 +23,11 @@ byte test a poll (measured on the rp2 firmware in rp2040js: docs/INPUTS.md).
 
 Ports: RP2040 (MicroPython rp2) runs Pin.irq(hard=True) handlers in interrupt context. The ESP32-S3
 port has no hard pin IRQs (its irq() refuses `hard`): there the handler is scheduled, which is enough
-for contacts. Any GPIO works on both; the RP2040's pulls are ~50-80 kOhm, the ESP32-S3's ~45 kOhm: for
-a contact on a long cable in a cabinet use an external 4.7-10 kOhm pull-up and an RC filter or an
-opto-coupler (docs/INPUTS.md).
+for contacts. CircuitPython has no pin IRQs at all: there keypad.Keys scans the pins in the background
+every 5 ms and poll() takes its timestamped events as the edges (firmware/cp_hal.py Keys), so the
+lines are the same, with edge times to the scan interval. Any GPIO works on both chips; the RP2040's
+pulls are ~50-80 kOhm, the ESP32-S3's ~45 kOhm: for a contact on a long cable in a cabinet use an
+external 4.7-10 kOhm pull-up and an RC filter or an opto-coupler (docs/INPUTS.md).
 
 poll(now) allocates nothing on MicroPython (tests/shared/test_inputs_hw.py).
 """
@@ -75,12 +77,13 @@ def _on_edge(edge, dirty, i, clock):
 class Contacts:
     def __init__(self, readings, entries, now, pin=None, clock=None):
         """entries: contact (5 ints) and DI signal (6 ints) entries, in any order. pin: a class like
-        machine.Pin (the default). clock: what the IRQ handlers time edges with (default ticks_ms, the
-        clock of `now`)."""
+        machine.Pin (the default), or one without irq() (firmware/cp_hal.py's Pin, CircuitPython's
+        default), which takes the edges from keypad instead (cp_hal.Keys). clock: what the IRQ handlers
+        time edges with (default ticks_ms, the clock of `now`; keypad stamps its own on the same clock)."""
         if pin is None:
-            import machine  # here, so tests can put a fake in sys.modules first
+            from firmware.boardcfg import hal  # here, so tests can put fakes in sys.modules first
 
-            pin = machine.Pin
+            pin = hal("Pin")
         if clock is None:
             clock = ticks_ms
         n = len(entries)
@@ -96,8 +99,10 @@ class Contacts:
         self._dirty = bytearray(m)  # 1: an edge came since the level was last taken (IRQ handler)
         self._state = bytearray(bytes([_UNKNOWN]) * m)  # accepted: 1 closed, 0 open
         self._pins = []
-        self.hard = 1  # 0 if any input got a scheduled (soft) IRQ
-        trigger = pin.IRQ_RISING | pin.IRQ_FALLING
+        self._keys = None  # CircuitPython: the keypad scanners that stand in for the edge IRQs
+        self.hard = 1  # 0 if any input got a scheduled (soft) IRQ, or none (keypad)
+        irq = hasattr(pin, "irq")
+        trigger = pin.IRQ_RISING | pin.IRQ_FALLING if irq else 0
         for i in range(n):
             e = entries[i]
             if len(e) == 6:
@@ -111,15 +116,33 @@ class Contacts:
             self._index[i] = e[0]
             self._active[i] = e[2]
             self._debounce[i] = e[4]
-            p, hard = watch(pin, e[1], e[3], trigger, _on_edge(self._edge, self._dirty, i, clock))
-            self._pins.append(p)
-            self.hard &= hard
+            if irq:
+                p, hard = watch(pin, e[1], e[3], trigger, _on_edge(self._edge, self._dirty, i, clock))
+                self._pins.append(p)
+                self.hard &= hard
+        if not irq and n:
+            self._watch_keys(entries)
         self._refresh = now  # when every input is written again (the first poll writes them all)
         self.changes = 0  # accepted changes (mod 2**30)
         self.missed = 0  # changes no edge interrupt announced (mod 2**30)
 
+    def _watch_keys(self, entries):
+        # CircuitPython has no pin IRQs: keypad scans the pins in the background and its events stand in
+        # for the edges (why keypad and not digitalio polled here: firmware/cp_hal.py Keys)
+        from firmware import cp_hal
+
+        nums = [e[1] for e in entries]
+        try:
+            self._keys = cp_hal.Keys(nums, [e[3] for e in entries], self._edge, self._dirty)
+        except (ValueError, RuntimeError) as err:  # no such pin, a pin in use, a bad pull
+            raise ValueError("contact/DI inputs on GPIO %s: %s" % (nums, err))
+        self._pins = self._keys.pins
+        self.hard = 0
+
     def poll(self, now):
         """Accept the inputs that have settled; write changes, and every input once a REFRESH_MS."""
+        if self._keys is not None:  # CircuitPython: keypad's events since the last poll are the edges
+            self._keys.scan(now)
         # The quiet path (no edge, no refresh due) is one byte test per input: poll runs every loop.
         refresh = ticks_diff(now, self._refresh) >= 0
         if refresh:
@@ -171,5 +194,8 @@ class Contacts:
 
     def close(self):
         """Stop the edge interrupts (before the inputs are rebuilt for another plant description)."""
+        if self._keys is not None:
+            self._keys.deinit()
+            return
         for p in self._pins:
             p.irq(handler=None)

@@ -27,6 +27,8 @@ kHz, ~0.1 ms at 400 kHz), so a poll never blocks on the bus for longer than that
 Ports: machine.I2C on both. RP2040: I2C0 or I2C1 on fixed pin pairs (I2C0: SDA GP0/4/8/12/16/20,
 SCL the pin after it; I2C1: SDA GP2/6/10/14/18/26, SCL the pin after); ESP32-S3: I2C0 or I2C1 on any
 GPIOs. Both raise OSError(ETIMEDOUT or EIO; ENODEV on the ESP32) for a device that does not answer.
+CircuitPython: busio.I2C through firmware/cp_hal.py's I2C (the same pin pairs; the pins choose the
+controller), OSError(ENODEV) for no answer, OSError(EIO) while the bus has no pull-ups.
 poll(now) allocates nothing on MicroPython while the sensors answer (tests/shared/test_inputs_hw.py);
 the port's OSError for a failed transfer is allocated by the port, once per failure.
 """
@@ -150,22 +152,22 @@ class _Converter:
 class I2CSensors:
     def __init__(self, readings, entries, now, buses, i2c=None, pin=None, max_transfers=1):
         """entries: MCP9600 (8 ints) and ADS1115 (12 ints) signal entries; buses: the bus entries their
-        bus_index counts in. i2c / pin: classes like machine.I2C / machine.Pin (the defaults), called as
-        i2c(bus_id, sda=pin(sda), scl=pin(scl), freq=freq). Touches no bus: the sensors are checked and
-        configured by the polls."""
+        bus_index counts in. i2c / pin: classes like machine.I2C / machine.Pin (the defaults; on
+        CircuitPython firmware/cp_hal.py's, over busio.I2C), called as i2c(bus_id, sda=pin(sda),
+        scl=pin(scl), freq=freq). Touches no bus: the sensors are checked and configured by the polls."""
         if i2c is None or pin is None:
-            import machine  # here, so tests can put a fake in sys.modules first
+            from firmware.boardcfg import hal  # here, so tests can put fakes in sys.modules first
 
-            i2c = i2c or machine.I2C
-            pin = pin or machine.Pin
+            i2c = i2c or hal("I2C")
+            pin = pin or hal("Pin")
         self.r = readings
         self.buses = []
         for b in buses:
             check_entry(b, 4, "I2C bus", 3)
             try:
                 self.buses.append(i2c(b[0], sda=pin(b[1]), scl=pin(b[2]), freq=b[3]))
-            except (ValueError, OSError) as err:  # rp2: "bad SCL pin" when the pins are not that bus's
-                raise ValueError("I2C bus entry %r: machine.I2C refused it: %s" % (b, err))
+            except (ValueError, OSError) as err:  # rp2: "bad SCL pin"; busio: "Invalid pins", "GP4 in use"
+                raise ValueError("I2C bus entry %r: the port's I2C refused it: %s" % (b, err))
         self._jobs = []
         chips = {}  # (bus_index, address) -> its _Converter
         for e in entries:

@@ -32,7 +32,8 @@ def _with_period(cfg, entries):
 
 class PlantInputs:
     def __init__(self, queue, cfg, prof, now, clock, episodes=None, hw=None):
-        """hw: factories for tests (keys "bus", "pin", "adc", "i2c"); None on a board (machine.*)."""
+        """hw: factories for tests (keys "bus", "pin", "adc", "i2c"); None on a board: machine.* on
+        MicroPython, firmware/cp_hal.py's adapters on CircuitPython (firmware/boardcfg.py hal, open_bus)."""
         self.q = queue
         self.eq = episodes
         self.cfg = cfg

@@ -26,6 +26,9 @@ Use on a breadboard (Raspberry Pi Pico, breakout SDA on GP4 and SCL on GP5, ADDR
         print(tc.celsius(), "C")          # e.g. 23.4375 C
         time.sleep(1)
 
+On CircuitPython: `from firmware.cp_hal import I2C, Pin` instead (busio.I2C underneath), and
+time.sleep(0.4) for time.sleep_ms(400).
+
 Every method but celsius() allocates nothing on MicroPython (the node's loop uses read_raw(); see
 firmware/i2c_sensors.py); a failed transfer raises the port's OSError (ETIMEDOUT / EIO / ENODEV).
 """
@@ -57,7 +60,8 @@ TYPE_R = const(7)
 
 class MCP9600:
     def __init__(self, i2c, address=0x60):
-        """i2c: a machine.I2C (or anything with readfrom_mem_into / writeto_mem). Touches no bus."""
+        """i2c: a machine.I2C, a firmware.cp_hal.I2C (CircuitPython), or anything with readfrom_mem_into
+        / writeto_mem. Touches no bus."""
         if not 0x60 <= address <= 0x67:
             raise ValueError("MCP9600 address 0x%02x: it answers at 0x60..0x67" % address)
         self.i2c = i2c

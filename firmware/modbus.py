@@ -13,9 +13,10 @@ their own master):
               type 0 int16, 1 uint16, 2 int32, 3 uint32, 4 float32, 5 bool
     contacts  [[contact, unit, batch, offset, bit (-1: a coil or discrete input), invert], ...]
 
-The uart (firmware/uart.py's MachineUART or PtyUART, or anything with readinto/write and optionally
-flush) is opened by the caller with the bus's baud, parity and stop bits; de is the driver-enable pin
-(anything with .value(v)) or None for a transceiver that switches by itself.
+The uart (firmware/uart.py's MachineUART, BusioUART or PtyUART, or anything with readinto/write and
+optionally flush) is opened by the caller with the bus's baud, parity and stop bits (boardcfg.open_bus);
+de is the driver-enable pin (anything with .value(v): machine.Pin, firmware/cp_hal.py's Pin) or None for
+a transceiver that switches by itself.
 
 poll(now) steps through these states, at most one request per call:
 
@@ -43,9 +44,14 @@ from shared.scaling import f32, lin, lin32
 
 try:
     _sleep_us = time.sleep_us  # MicroPython: an int argument, no float
-except AttributeError:  # CPython (the tests)
-    def _sleep_us(us):
-        time.sleep(us / 1000000)
+except AttributeError:
+    try:
+        # CircuitPython: a busy wait to the microsecond (its time.sleep rounds to whole milliseconds,
+        # which would drop DE before the last byte has left at 115200 baud)
+        from microcontroller import delay_us as _sleep_us
+    except ImportError:  # CPython (the tests)
+        def _sleep_us(us):
+            time.sleep(us / 1000000)
 
 INT16 = const(0)
 UINT16 = const(1)
@@ -404,8 +410,11 @@ class ModbusMaster:
                 k = self.uart.readinto(rx)
             else:  # after the bytes already there: through a small buffer, since a slice would allocate
                 c = self._chunk
-                k = rtu.MAX_FRAME - n
-                k = self.uart.readinto(c, _CHUNK if k > _CHUNK else k)
+                # the whole chunk (busio takes no length: a shorter read would cost a memoryview); what
+                # comes past the longest answer is noise, dropped here as _drain would drop it
+                k = self.uart.readinto(c)
+                if k > rtu.MAX_FRAME - n:
+                    k = rtu.MAX_FRAME - n
                 for i in range(k):
                     rx[n + i] = c[i]
             if not k:

@@ -1,4 +1,4 @@
-# pulses.py: pulse inputs (flow, energy and gas meters) counted by a pin interrupt: totals and rates.
+# pulses.py: pulse inputs (flow, energy, gas meters) counted by a pin IRQ or countio: totals and rates.
 """PulseCounters counts the edges of meter pulse outputs for the signals of a compiled plant description
 and writes them into shared/readings.py. One entry per signal (lists of ints, from the host's compiler):
 
@@ -25,8 +25,11 @@ not a spike, and no pulse is lost: the next period counts from this reading's co
 Ports: RP2040 (MicroPython rp2) runs Pin.irq(hard=True) handlers in interrupt context (some 20-30 us of
 latency), fine to a few kHz; faster meters want the RP2040's PIO. The ESP32-S3 port has no hard pin IRQs:
 the handler is scheduled, and edges that come faster than the main loop lets it run are lost; there use
-the chip's pulse counter (PCNT) for fast meters. A reed-contact meter output bounces: add an RC filter
-(docs/INPUTS.md).
+the chip's pulse counter (PCNT) for fast meters. CircuitPython has no pin IRQs: there countio.Counter
+counts (a PWM slice on the RP2040, PCNT on the ESP32-S3: no edge lost to a busy loop) and poll() takes
+its count when a reading is due (firmware/cp_hal.py Counter). On the RP2040 that needs an odd GPIO (a
+PWM channel B pin), one per PWM slice, counting one edge: a both-edges entry is refused there. A
+reed-contact meter output bounces: add an RC filter (docs/INPUTS.md).
 
 poll(now) allocates nothing on MicroPython (tests/shared/test_inputs_hw.py).
 """
@@ -72,13 +75,25 @@ def _counter(count, i):
     return handler
 
 
+def _countio(e):
+    # CircuitPython has no pin IRQs: countio counts the edges (in hardware on the RP2040 and ESP32-S3)
+    from firmware import cp_hal
+
+    try:
+        return cp_hal.Counter(e[_PIN], e[_EDGE], e[_PULL])
+    except (ValueError, RuntimeError) as err:  # RuntimeError: NotImplementedError is one
+        raise ValueError("pulse signal entry %r: countio cannot count GPIO%d: %s (RP2040: an odd GPIO, one "
+                         "per PWM slice, rising or falling edge only)" % (e, e[_PIN], err))
+
+
 class PulseCounters:
     def __init__(self, readings, entries, now, pin=None):
-        """entries: the pulse signal entries above. pin: a class like machine.Pin (the default)."""
+        """entries: the pulse signal entries above. pin: a class like machine.Pin (the default), or one
+        without irq() (firmware/cp_hal.py's Pin, CircuitPython's default), where countio counts instead."""
         if pin is None:
-            import machine  # here, so tests can put a fake in sys.modules first
+            from firmware.boardcfg import hal  # here, so tests can put fakes in sys.modules first
 
-            pin = machine.Pin
+            pin = hal("Pin")
         n = len(entries)
         m = n or 1
         self.r = readings
@@ -89,17 +104,22 @@ class PulseCounters:
         self._at = array("i", bytearray(4 * m))  # tick of the last rate reading
         self._due = array("i", bytearray(4 * m))
         self._pins = []
-        self.hard = 1  # 0 if any input got a scheduled (soft) IRQ
+        irq = hasattr(pin, "irq")
+        self._ctr = None if irq else []  # CircuitPython: a cp_hal.Counter per input, read when due
+        self.hard = 1 if irq else 0  # 0 if any input got a scheduled (soft) IRQ, or none (countio)
         for i in range(n):
             e = entries[i]
             check_entry(e, _FIELDS, "pulse signal", _PERIOD)
             if e[_MEASURE] not in (0, 1) or e[_EDGE] not in (1, 2, 3):
                 raise ValueError("pulse signal entry %r: measure must be 0 or 1, edge 1, 2 or 3" % (e,))
             self._e.append(tuple(e))
-            trigger = (pin.IRQ_RISING if e[_EDGE] & 1 else 0) | (pin.IRQ_FALLING if e[_EDGE] & 2 else 0)
-            p, hard = watch(pin, e[_PIN], e[_PULL], trigger, _counter(self.count, i))
-            self._pins.append(p)
-            self.hard &= hard
+            if irq:
+                trigger = (pin.IRQ_RISING if e[_EDGE] & 1 else 0) | (pin.IRQ_FALLING if e[_EDGE] & 2 else 0)
+                p, hard = watch(pin, e[_PIN], e[_PULL], trigger, _counter(self.count, i))
+                self._pins.append(p)
+                self.hard &= hard
+            else:
+                self._ctr.append(_countio(e))
             self._at[i] = now
             self._due[i] = now if e[_MEASURE] == 0 else ticks_add(now, e[_PERIOD])
         self.late = 0  # rate readings scaled back because the poll came a tenth of a period late or more
@@ -112,6 +132,8 @@ class PulseCounters:
                 continue
             e = self._e[i]
             period = e[_PERIOD]
+            if self._ctr is not None:  # CircuitPython: what countio counted since the last reading
+                self._ctr[i].take(self.count, i)
             c = self.count[i]
             if e[_MEASURE] == 0:
                 x = c
@@ -142,5 +164,7 @@ class PulseCounters:
 
     def close(self):
         """Stop the edge interrupts (before the inputs are rebuilt for another plant description)."""
+        for c in self._ctr or ():
+            c.deinit()
         for p in self._pins:
             p.irq(handler=None)

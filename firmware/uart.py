@@ -82,12 +82,13 @@ class MachineUART:
         self._u.deinit()
 
 
-def _board_pin(num):
-    # CircuitPython pin objects: the board's silkscreen name (GPn on the Pico, IOn on ESP32-S3 kits),
-    # else the chip's name in microcontroller.pin (GPIOn on RP2040 and ESP32-S3). Not Dn: on Feather
-    # boards D-numbers are not GPIO numbers.
-    import board
-
+def board_pin(num, fix="check the pin numbers in the plant description"):
+    """The board's pin object for GPIO `num`: board.GPn, board.IOn or microcontroller.pin.GPIOn. Not Dn:
+    on Feather boards D-numbers are not GPIO numbers. HalError (a ValueError) naming the pin and `fix`."""
+    try:
+        import board
+    except ImportError:
+        raise HalError("no board module: CircuitPython's pins are needed for GPIO%d" % num)
     for fmt in ("GP%d", "IO%d"):
         pin = getattr(board, fmt % num, None)
         if pin is not None:
@@ -99,8 +100,7 @@ def _board_pin(num):
     except ImportError:
         pin = None
     if pin is None:
-        raise HalError("this board has no pin GP%d/IO%d/GPIO%d: check uart.tx/uart.rx in /board.json"
-                       % (num, num, num))
+        raise HalError("this board has no pin GP%d/IO%d/GPIO%d: %s" % (num, num, num, fix))
     return pin
 
 
@@ -126,18 +126,26 @@ class _CircuitPyStream:
 
 class BusioUART(_CircuitPyStream):
     """CircuitPython busio.UART: Raspberry Pi Pico (RP2040) on GP0 (TX) / GP1 (RX), or any board
-    whose profile names the pins. busio's timeout is in SECONDS (a float, at most 100); this adapter
-    takes milliseconds like MachineUART and converts once, here. receiver_buffer_size plays rxbuf's
-    part. The real readinto returns None when nothing came in time and takes no length argument:
-    readinto(buf) with n=None (or n == len(buf)) allocates nothing, a smaller n costs a memoryview."""
+    whose profile names the pins; also an RS-485 bus's UART (boardcfg.open_bus). busio's timeout is in
+    SECONDS (a float, at most 100); this adapter takes milliseconds like MachineUART and converts once,
+    here. receiver_buffer_size plays rxbuf's part; parity 0 none, 1 even, 2 odd and stop 1 or 2 as
+    MachineUART's. The real readinto returns None when nothing came in time and takes no length argument:
+    readinto(buf) with n=None (or n == len(buf)) allocates nothing, a smaller n costs a memoryview.
+    No flush(): busio cannot say when the last byte has left the transmitter. `pins_in` says where the
+    pin numbers come from, for the error a missing pin gives."""
 
-    def __init__(self, tx, rx, baud, rxbuf=1024, timeout_ms=0):
+    def __init__(self, tx, rx, baud, rxbuf=1024, timeout_ms=0, parity=0, stop=1,
+                 pins_in="uart.tx/uart.rx in /board.json"):
         import busio
 
         if timeout_ms < 0 or timeout_ms > 100000:
             raise HalError("timeout_ms=%d is outside 0..100000 (busio allows at most 100 s)" % timeout_ms)
         try:
-            self._u = busio.UART(_board_pin(tx), _board_pin(rx), baudrate=baud,
+            par = None
+            if parity:
+                par = busio.UART.Parity.EVEN if parity == 1 else busio.UART.Parity.ODD
+            fix = "check " + pins_in
+            self._u = busio.UART(board_pin(tx, fix), board_pin(rx, fix), baudrate=baud, parity=par, stop=stop,
                                  timeout=timeout_ms / 1000, receiver_buffer_size=rxbuf)
         except (ValueError, RuntimeError, OSError) as e:
             raise HalError("busio.UART(tx=%d, rx=%d, baud=%d, rxbuf=%d) failed: %s" % (tx, rx, baud, rxbuf, e))

@@ -13,6 +13,7 @@ and pack_hello allocate. shared/frame.py has no codec so that the drafter, which
 does not carry one on a board's heap.
 """
 from shared import cobs, crc32
+from shared.compat import sha256
 from shared.frame import (
     BOARD_ID_LEN,
     CRC,
@@ -289,9 +290,8 @@ class Signer:
     (hashlib objects, digests, a memoryview): signing is off the allocation-free path."""
 
     def __init__(self, key):
-        import hashlib
-
-        self._sha = hashlib.sha256
+        self._sha = sha256  # shared.compat: hashlib.sha256, or hashlib.new("sha256") on CircuitPython boards
+        sha256()  # a firmware without SHA-256 fails here, as the link is set up, not at its first frame
         if not isinstance(key, (bytes, bytearray)) or len(key) < 16:
             raise FrameError("an HMAC key must be at least 16 bytes")
         if len(key) > 64:

@@ -12,7 +12,7 @@ the node then runs logs-only and says why (firmware/node.py). Nothing here is a 
 import json
 from array import array
 
-from shared.compat import const
+from shared.compat import const, sha256
 
 FORMAT = const(1)
 FILE_MAX = const(32768)  # bytes: a longer /plant.json is refused before it is parsed
@@ -396,16 +396,9 @@ def digest(data):
     """The description's hash: the first 16 hex digits of SHA-256 over the file's bytes ("" where this
     firmware has no SHA-256)."""
     try:
-        import hashlib
-    except ImportError:
+        h = sha256(data).digest()
+    except (ImportError, AttributeError, ValueError):  # no hashlib, or one without SHA-256
         return ""
-    try:
-        h = hashlib.sha256(data).digest()
-    except (AttributeError, TypeError):
-        try:  # CircuitPython: hashlib.new
-            h = hashlib.new("sha256", data).digest()
-        except Exception:
-            return ""
     out = ""
     for i in range(8):
         out += "%02x" % h[i]
