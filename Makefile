@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # /opt/wheels; point pip there even where PIP_FIND_LINKS is not set, so it never fetches a CUDA build.
 FIND_LINKS := $(if $(wildcard /opt/wheels/torch-*),--find-links /opt/wheels,)
 
-.PHONY: demo test models venv clean firmware firmware-stock firmware-toolchain emulator-setup mqtt-setup ui-setup
+.PHONY: demo test models venv clean firmware firmware-stock firmware-toolchain firmware-cp circuitpython-unix emulator-setup mqtt-setup ui-setup
 
 venv: $(STAMP)
 
@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/edgetwin demo
 
-test: $(STAMP) emulator-setup mqtt-setup ui-setup
+test: $(STAMP) emulator-setup mqtt-setup ui-setup circuitpython-unix
 	$(BIN)/python -m pytest
 
 # Rebuild every shipped model artifact from scratch (long: corpus, distillation, fine-tuning; not part of
@@ -57,6 +57,18 @@ firmware-stock:
 
 firmware-toolchain:
 	$(PYTHON) -m tools.board.firmware_build --toolchain-only
+
+# CircuitPython 10.3 raspberry_pi_pico firmware with the node frozen (tools/board/firmware_cp_build.py: the
+# modules a node does not use turned off, listed in docs/BOARDS.md), from circuitpython-src.tar.xz in
+# $(EDGETWIN_VENDOR); its GCC 14 toolchain unpacked from Debian 13's packages under build/vendor-cp (no root,
+# nothing installed system-wide). Cached like the MicroPython image. Output: build/firmware/rp2040_pico_cp/.
+firmware-cp:
+	$(PYTHON) -m tools.board.firmware_cp_build
+
+# CircuitPython's unix port (with ulab): the third interpreter of tests/shared (built here before the tests,
+# and by tests/conftest.py on first use when missing). Output: build/firmware/circuitpython-unix/.
+circuitpython-unix:
+	$(PYTHON) -m tools.board.firmware_cp_build --unix
 
 # The emulated RP2040's runner (tools/board/emulator: rp2040js pinned in its own package.json and lock file;
 # the root package.json is mip's). Where npm is absent it says so, and the emulator tests fail naming the step.

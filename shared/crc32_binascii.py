@@ -3,7 +3,7 @@
 import sys
 from binascii import crc32 as _bcrc
 
-_IS_MP = sys.implementation.name == "micropython"
+_IS_MP = sys.implementation.name != "cpython"  # MicroPython or CircuitPython
 
 
 class Binascii:

@@ -46,7 +46,6 @@ MAGIC = b"EKVS"
 VERSION = 1
 HEADER_SIZE = 40
 _FIELDS = "<HBBHHIIIIII"  # version .. tokens, packed at offset 4
-_IS_MP = sys.implementation.name == "micropython"
 
 
 class KVSnapshotError(ValueError):
@@ -59,9 +58,11 @@ class KVSnapshotError(ValueError):
 
 def _bytes_view(arr, itemsize):
     """A byte-addressed memoryview over arr's storage (no copy), so short reads can resume anywhere."""
-    if itemsize == 1 or not _IS_MP:
-        mv = memoryview(arr)
-        return mv if _IS_MP else mv.cast("B")
+    mv = memoryview(arr)
+    if hasattr(mv, "cast"):  # CPython, CircuitPython: unsigned bytes (they range-check a signed 'b' view)
+        return mv.cast("B")
+    if itemsize == 1:  # MicroPython stores any int into a byte view without a range check
+        return mv
     try:
         import uctypes
 

@@ -3,7 +3,9 @@
 - the O(rows * cols) part, the group dot products, runs in ulab float arrays. It is exact: the
   nibbles (0..15) and int8 activations are small integers, every product is <= 15 * 127 and every
   partial sum of a group (16 bytes, 32 products) is an integer <= 60960 < 2**24, which float32
-  holds exactly, in any summation order;
+  holds exactly, in any summation order. The sums are np.dot with a vector of ones, which adds in
+  order; np.sum is not used: for floats ulab computes a running mean (Welford) times the count, which
+  is off by a fraction (3433.9999 for 3434 on the real ulab) that int() would truncate;
 - the per-group scaling (O(rows * cols / 32)) needs 31-bit products, so it runs in Python ints;
 - the O(n) fixed-point kernels (quantise, RMSNorm, RoPE, softmax, SiLU, mul) work on Q16 int32
   vectors that ulab cannot even view: they are the plain kernels.
@@ -19,7 +21,10 @@ try:
 except ImportError:
     np = None
 
-_BLOCK = 4096  # nibble bytes per block of rows (bounds ulab's temporary arrays)
+# nibble bytes per block of rows: it bounds ulab's temporaries (about five float arrays of 2 * _BLOCK
+# values alive at once: 20 KB in float32 on a board, 40 KB in the unix port's float64) on a heap that also
+# holds the model; larger blocks gained little, since the per-group scaling in Python ints dominates
+_BLOCK = 128
 
 quantize_act = q4.quantize_act
 rmsnorm = fixedmath.rmsnorm
@@ -33,6 +38,18 @@ def bind(module):
     """Use module as ulab.numpy (tests bind a restricted numpy stand-in)."""
     global np
     np = module
+    _ones.clear()
+
+
+_ones = {}
+
+
+def _group_sum(p, groups, width):
+    """Each row of p (groups x width, float) summed in order, exactly (np.dot: see the docstring)."""
+    one = _ones.get(width)
+    if one is None:
+        one = _ones[width] = np.array([1] * width, dtype=np.float)
+    return np.dot(p.reshape((groups, width)), one)
 
 
 def _sums(mat, act, r0, nr):
@@ -43,13 +60,13 @@ def _sums(mat, act, r0, nr):
         c = mat.cols
         b = np.array(np.frombuffer(mat.buf, dtype=np.int8, count=nr * c, offset=r0 * c), dtype=np.float)
         p = b.reshape((nr, c)) * qa
-        return np.sum(p.reshape((nr * mat.ng, GROUP)), axis=1)
+        return _group_sum(p, nr * mat.ng, GROUP)
     half = mat.cols // 2
     b = np.array(np.frombuffer(mat.buf, dtype=np.uint8, count=nr * half, offset=r0 * half), dtype=np.float)
     hi = np.floor(b / 16)
     lo = b - hi * 16
     p = lo.reshape((nr, half)) * qa[0::2] + hi.reshape((nr, half)) * qa[1::2]
-    return np.sum(p.reshape((nr * mat.ng, 16)), axis=1)
+    return _group_sum(p, nr * mat.ng, 16)
 
 
 def matvec(out, mat, act, r0, r1):

@@ -40,7 +40,7 @@ from array import array
 
 from shared.compat import MASK30, const
 
-_IS_MP = sys.implementation.name == "micropython"
+_IS_MP = sys.implementation.name != "cpython"  # MicroPython or CircuitPython
 
 # Hot-path integers must stay below 2**30: on the RP2040/ESP32 ports a larger int is a heap object.
 _MAX_ELEMENTS = const(0x1FFFFFFF)

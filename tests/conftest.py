@@ -1,13 +1,16 @@
-"""Runs every test of tests/shared/ twice: under CPython (in-process) and under the MicroPython unix port.
+"""Runs every test of tests/shared/ three times: under CPython (in-process), the MicroPython unix port and
+CircuitPython's unix port.
 
 A shared test module is plain MicroPython-compatible Python with `test_*` functions taking no
-arguments. Each becomes two pytest items, `name[cpython]` and `name[micropython]`, so a failure names
-its interpreter. Each MicroPython item runs in its own `micropython` subprocess: a fresh heap per test, as
-a board has after reset, so whether a test fits does not depend on what the tests before it left
-fragmented. The heap is the board profile's (EDGETWIN_MP_BOARD, default rp2040_pico) for the code under
-test, plus what the test module's own code holds once imported (measured per module, see
-own_code_bytes): a board never holds the tests, and without that allowance the length of a test
-module, not the runtime, decided whether a test fitted.
+arguments. Each becomes three pytest items, `name[cpython]`, `name[micropython]` and `name[circuitpython]`,
+so a failure names its interpreter. Each MicroPython or CircuitPython item runs in its own subprocess: a
+fresh heap per test, as a board has after reset, so whether a test fits does not depend on what the tests
+before it left fragmented. The heap is the board profile's (EDGETWIN_MP_BOARD, default rp2040_pico, for
+MicroPython; rp2040_pico_cp for CircuitPython) for the code under test, plus what the test module's own
+code holds once imported (measured per module, see own_code_bytes): a board never holds the tests, and
+without that allowance the length of a test module, not the runtime, decided whether a test fitted.
+CircuitPython's unix port (with the real ulab) is built from the vendored sources by `make
+circuitpython-unix` (tools/board/firmware_cp_build.py), here on first use when missing.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import testkit  # noqa: E402
 from shared import profile  # noqa: E402
 
 MP_BOARD = os.environ.get("EDGETWIN_MP_BOARD", "rp2040_pico")
+CP_BOARD = "rp2040_pico_cp"
 MP_TIMEOUT_S = 900
 
 
@@ -48,6 +52,10 @@ TEST_HEAP = {"rp2040_pico": 196608}
 # moved the layout; on the clone every size from 7.5 KB to 20 KB passed once the drafter sized its
 # attribute table before its buffers), and tests build one big object at a time, as a board does.
 TEST_DATA_BYTES = 12288
+# CircuitPython's default kernels (ulab) allocate temporaries each matvec (shared/q4_ulab.py); its unix port
+# holds them as float64, twice the board's float32: 8 KB more was the least that passed, 16 KB leaves room
+# for fragmentation. The code under test is still twice the board's size here (64-bit objects).
+ULAB_TEMP_BYTES = 16384
 
 
 def mp_heap_bytes(board: str = MP_BOARD) -> int:
@@ -60,37 +68,102 @@ def test_names(path: Path) -> list[str]:
     return [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
 
 
-_MPY_DIR: Path | None = None
+class Interp:
+    """One of the board interpreters the shared tests run under: its unix port, mpy-cross and test heap."""
+
+    def __init__(self, name: str, label: str, board: str):
+        self.name = name  # the item suffix: name[micropython]
+        self.label = label
+        self.board = board
+        self._exe: str | None = None
+        self._mpy: Path | None = None
+        self._version: tuple | None = None
+        self.code: dict[str, int] = {}
+        self.unavailable: str | None = None  # why this interpreter cannot run here (a skip outside CI)
+
+    def exe(self) -> str:
+        if self._exe is None:
+            if self.name == "micropython":
+                self._exe = micropython_exe()
+            else:
+                self._exe = str(circuitpython_exe())
+        return self._exe
+
+    def mpy_cross(self) -> str:
+        from tools.board import build, firmware_cp_build
+
+        if self.name == "micropython":
+            return build.mpy_cross_exe()
+        return str(firmware_cp_build.unix_mpy_cross())
+
+    def heap(self) -> int:
+        return mp_heap_bytes(self.board) + (ULAB_TEMP_BYTES if self.name == "circuitpython" else 0)
+
+    def mpy_dir(self) -> Path:
+        """shared/ and the shared tests compiled once per session with this interpreter's mpy-cross (x64, so
+        viper stays native). Boards import .mpy files; compiling a large module from source on a 192 KiB heap
+        needs tens of KB of transient heap that a board never spends, which would make the tests measure
+        the compiler."""
+        if self._mpy is None:
+            import tempfile
+
+            out = Path(tempfile.mkdtemp(prefix="edgetwin-%s-" % self.name))
+            exe = self.mpy_cross()
+            jobs = []
+            for src in sorted((ROOT / "shared").glob("*.py")):
+                jobs.append((src, out / "shared" / (src.stem + ".mpy"), "shared/" + src.name))
+            for src in sorted(SHARED_TESTS.glob("*.py")):
+                jobs.append((src, out / (src.stem + ".mpy"), "tests/shared/" + src.name))
+            (out / "shared").mkdir()
+            for src, dest, name in jobs:
+                res = subprocess.run([exe, "-march=x64", "-o", str(dest), "-s", name, str(src)],
+                                     capture_output=True, text=True)
+                if res.returncode != 0:
+                    raise RuntimeError("%s's mpy-cross failed on %s:\n%s" % (self.label, name, res.stderr))
+            self._mpy = out
+        return self._mpy
+
+    def env(self) -> dict:
+        env = dict(os.environ)
+        # Compiled modules first; the source folders stay on the path for data files and fallbacks.
+        env["MICROPYPATH"] = os.pathsep.join([str(self.mpy_dir()), str(SHARED_TESTS), str(ROOT), ".frozen"])
+        return env
+
+    def version(self) -> tuple:
+        if self._version is None:
+            out = subprocess.run([self.exe(), "-c", "import sys; print(sys.implementation.version[:3])"],
+                                 capture_output=True, text=True, timeout=30).stdout.strip()
+            self._version = tuple(int(x) for x in out.strip("()").split(",") if x.strip())
+        return self._version
+
+
+def circuitpython_exe() -> Path:
+    """CircuitPython's unix port, built from the vendored sources on first use (make circuitpython-unix)."""
+    from tools.board import firmware_cp_build
+
+    vendor = firmware_cp_build.default_vendor()
+    if not (vendor / firmware_cp_build.TARBALL).is_file() and not os.environ.get("CI"):
+        raise CircuitPythonMissing("no %s in %s (set EDGETWIN_VENDOR): CircuitPython's unix port cannot be built"
+                                   % (firmware_cp_build.TARBALL, vendor))
+    try:
+        return firmware_cp_build.ensure_unix(vendor)
+    except firmware_cp_build.BuildError as e:
+        raise RuntimeError("building CircuitPython's unix port: %s" % e) from None
+
+
+class CircuitPythonMissing(Exception):
+    pass
+
+
+MICROPYTHON = Interp("micropython", "MicroPython", MP_BOARD)
+CIRCUITPYTHON = Interp("circuitpython", "CircuitPython", CP_BOARD)
+INTERPS = (MICROPYTHON, CIRCUITPYTHON)
 
 
 def mpy_dir() -> Path:
-    """shared/ and the shared tests compiled once per session with mpy-cross (x64, so viper stays native).
+    """The MicroPython half's compiled modules (tests that run the unix port themselves use them)."""
+    return MICROPYTHON.mpy_dir()
 
-    Boards import .mpy files; compiling a large module from source on a 192 KiB heap needs tens of KB of
-    transient heap that a board never spends, which would make the tests measure the compiler."""
-    global _MPY_DIR
-    if _MPY_DIR is None:
-        import tempfile
-
-        from tools.board import build
-
-        out = Path(tempfile.mkdtemp(prefix="edgetwin-mpy-"))
-        exe = build.mpy_cross_exe()
-        jobs = []
-        for src in sorted((ROOT / "shared").glob("*.py")):
-            jobs.append((src, out / "shared" / (src.stem + ".mpy"), "shared/" + src.name))
-        for src in sorted(SHARED_TESTS.glob("*.py")):
-            jobs.append((src, out / (src.stem + ".mpy"), "tests/shared/" + src.name))
-        (out / "shared").mkdir()
-        for src, dest, name in jobs:
-            res = subprocess.run([exe, "-march=x64", "-o", str(dest), "-s", name, str(src)], capture_output=True, text=True)
-            if res.returncode != 0:
-                raise RuntimeError("mpy-cross failed on %s:\n%s" % (name, res.stderr))
-        _MPY_DIR = out
-    return _MPY_DIR
-
-
-_TEST_CODE: dict[str, int] = {}
 
 # Run with a large heap: the bytes held after importing the code under test that a test module imports
 # (shared.*, firmware.*), then after importing the test module itself on top (its code and helpers).
@@ -113,45 +186,46 @@ else:
 
 
 def _mp_env() -> dict:
-    env = dict(os.environ)
-    # Compiled modules first; the source folders stay on the path for data files and fallbacks.
-    env["MICROPYPATH"] = os.pathsep.join([str(mpy_dir()), str(SHARED_TESTS), str(ROOT), ".frozen"])
-    return env
+    return MICROPYTHON.env()
 
 
-def own_code_bytes(module: str) -> int:
+def own_code_bytes(module: str, interp: Interp = MICROPYTHON) -> int:
     """Heap the test module's own code holds on the unix port, beyond the shared/firmware modules it
-    imports (measured once per module; rounded up to 1 KB)."""
-    if module not in _TEST_CODE:
+    imports (measured once per module and interpreter; rounded up to 1 KB)."""
+    if module not in interp.code:
         def run(*args: str) -> str:
-            res = subprocess.run([micropython_exe(), "-X", "heapsize=8M", "-c", _MEASURE, module, *args],
-                                 capture_output=True, text=True, timeout=120, env=_mp_env(), cwd=str(ROOT))
+            res = subprocess.run([interp.exe(), "-X", "heapsize=8M", "-c", _MEASURE, module, *args],
+                                 capture_output=True, text=True, timeout=120, env=interp.env(), cwd=str(ROOT))
             for line in res.stdout.splitlines():
                 if line.startswith("@@"):
                     return line.split(None, 1)[1] if " " in line else ""
-            raise RuntimeError("measuring %s under MicroPython failed:\n%s%s" % (module, res.stdout, res.stderr))
+            raise RuntimeError("measuring %s under %s failed:\n%s%s" % (module, interp.label, res.stdout, res.stderr))
 
         deps = run("deps").split()
         own = int(run("own", *deps))
-        _TEST_CODE[module] = (own + 1023) // 1024 * 1024
-    return _TEST_CODE[module]
+        interp.code[module] = (own + 1023) // 1024 * 1024
+    return interp.code[module]
 
 
 class MicroPythonRun:
-    """Runs the tests of one shared module under MicroPython, each in a fresh subprocess ('@@' lines)."""
+    """Runs the tests of one shared module under one board interpreter, each in a fresh subprocess ('@@' lines)."""
 
-    def __init__(self, path: Path, names: list[str]):
+    def __init__(self, path: Path, names: list[str], interp: Interp = MICROPYTHON):
         self.path = path
         self.names = names
+        self.interp = interp
         self.results: dict[str, tuple[str, str]] = {}
         self.crash: dict[str, str] = {}
+        self.heap = 0
 
     def run(self, name: str) -> None:
-        own = own_code_bytes(self.path.stem)
-        heap = mp_heap_bytes() + own + TEST_DATA_BYTES
-        cmd = [micropython_exe(), "-X", "heapsize=%d" % heap, str(SHARED_TESTS / "mprun.py"), self.path.stem, name]
+        ip = self.interp
+        own = own_code_bytes(self.path.stem, ip)
+        heap = ip.heap() + own + TEST_DATA_BYTES
+        self.heap = heap
+        cmd = [ip.exe(), "-X", "heapsize=%d" % heap, str(SHARED_TESTS / "mprun.py"), self.path.stem, name]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MP_TIMEOUT_S, env=_mp_env(),
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MP_TIMEOUT_S, env=ip.env(),
                                   cwd=str(ROOT))
             out, err, code = proc.stdout, proc.stderr, proc.returncode
         except subprocess.TimeoutExpired as e:
@@ -166,8 +240,8 @@ class MicroPythonRun:
                 status, text = self.results[current]
                 self.results[current] = (status, text + line[1:] + "\n")
         if "@@END" not in out:
-            self.crash[name] = "micropython (heap %d B: board %s + %d B of test code) exited with %s before " \
-                "finishing:\n%s\n%s" % (heap, MP_BOARD, own, code, out[-3000:], err[-3000:])
+            self.crash[name] = "%s (heap %d B: board %s + %d B of test code) exited with %s before " \
+                "finishing:\n%s\n%s" % (ip.label, heap, ip.board, own, code, out[-3000:], err[-3000:])
 
 
 class SharedFunction(pytest.Function):
@@ -189,50 +263,52 @@ class MicroPythonItem(pytest.Item):
         self.testname = testname
 
     def runtest(self) -> None:
+        ip = self.mp_run.interp
+        if ip.unavailable is None and ip is CIRCUITPYTHON:
+            try:
+                ip.exe()
+            except CircuitPythonMissing as e:
+                ip.unavailable = str(e)
+        if ip.unavailable is not None:
+            pytest.skip("%s: %s" % (ip.label, ip.unavailable))
         self.mp_run.run(self.testname)
         got = self.mp_run.results.get(self.testname)
         if got is None:
             raise MicroPythonFailure(self.mp_run.crash.get(self.testname) or "no result reported for %s" % self.testname)
         status, text = got
         if status == "SKIP":
-            pytest.skip("MicroPython: %s" % text.strip())
+            pytest.skip("%s: %s" % (self.mp_run.interp.label, text.strip()))
         if status == "FAIL":
             raise MicroPythonFailure(text)
 
     def repr_failure(self, excinfo, style=None):  # type: ignore[override]
         if isinstance(excinfo.value, MicroPythonFailure):
-            return "[MicroPython %s, heap of %s + the test code] %s failed:\n%s" % (
-                ".".join(str(v) for v in mp_version()), MP_BOARD, self.testname, excinfo.value)
+            ip = self.mp_run.interp
+            return "[%s %s, heap of %s + the test code] %s failed:\n%s" % (
+                ip.label, ".".join(str(v) for v in ip.version()), ip.board, self.testname, excinfo.value)
         return super().repr_failure(excinfo)
 
     def reportinfo(self):
-        return self.path, 0, "%s[micropython]" % self.testname
+        return self.path, 0, "%s[%s]" % (self.testname, self.mp_run.interp.name)
 
 
 class MicroPythonFailure(Exception):
     pass
 
 
-_MP_VERSION: tuple | None = None
-
-
 def mp_version() -> tuple:
-    global _MP_VERSION
-    if _MP_VERSION is None:
-        out = subprocess.run([micropython_exe(), "-c", "import sys; print(sys.implementation.version[:3])"],
-                             capture_output=True, text=True, timeout=30).stdout.strip()
-        _MP_VERSION = tuple(int(x) for x in out.strip("()").split(",") if x.strip())
-    return _MP_VERSION
+    return MICROPYTHON.version()
 
 
 class SharedModule(pytest.Module):
     def collect(self):
         names = test_names(self.path)
         mod = self.obj
-        mp_run = MicroPythonRun(self.path, names)
+        runs = [MicroPythonRun(self.path, names, ip) for ip in INTERPS]
         for name in names:
             yield SharedFunction.from_parent(self, name=name + "[cpython]", callobj=getattr(mod, name))
-            yield MicroPythonItem.from_parent(self, name=name + "[micropython]", run=mp_run, testname=name)
+            for run in runs:
+                yield MicroPythonItem.from_parent(self, name="%s[%s]" % (name, run.interp.name), run=run, testname=name)
 
 
 def pytest_pycollect_makemodule(module_path, parent):
@@ -242,7 +318,7 @@ def pytest_pycollect_makemodule(module_path, parent):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    counts = {"cpython": {}, "micropython": {}}
+    counts = {"cpython": {}, "micropython": {}, "circuitpython": {}}
     for outcome in ("passed", "failed", "skipped", "error"):
         for rep in terminalreporter.stats.get(outcome, []):
             nodeid = getattr(rep, "nodeid", "")
@@ -258,8 +334,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return ", ".join("%d %s" % (c.get(k, 0), k) for k in ("passed", "failed", "skipped") if c.get(k, 0) or k == "passed")
 
     # Printed in pytest_unconfigure, so it is the line right after pytest's own summary line.
-    config._edgetwin_shared_line = "shared tests: CPython %s: %s | MicroPython (unix port, test heap for %s: %d B + the test module's code + %d B of test data): %s" % (
-        sys.version.split()[0], fmt(counts["cpython"]), MP_BOARD, mp_heap_bytes(), TEST_DATA_BYTES, fmt(counts["micropython"]))
+    parts = ["CPython %s: %s" % (sys.version.split()[0], fmt(counts["cpython"]))]
+    for ip in INTERPS:
+        if ip.unavailable:
+            parts.append("%s: not run (%s)" % (ip.label, ip.unavailable))
+        else:
+            parts.append("%s (unix port, heap for %s: %d B): %s" % (ip.label, ip.board, ip.heap(), fmt(counts[ip.name])))
+    config._edgetwin_shared_line = "shared tests: %s; each heap also holds the test module's code + %d B of test data" % (
+        " | ".join(parts), TEST_DATA_BYTES)
 
 
 def pytest_unconfigure(config):

@@ -42,15 +42,25 @@ def test_circuitpython_build_ships_sources(tmp_path: Path) -> None:
     manifest = json.loads((out / "MANIFEST.json").read_text())
     assert manifest["arch"] == "source"
     assert all(f["path"].endswith(".py") for f in manifest["files"])
-    # no draft plan fits its heap (edgetwin plan says so): the logs-only package, and room for the spill ring
-    assert not build.can_draft(build.board_profile("rp2040_pico_cp"))
+    # a plan of the shipped draft fits the measured heap, but stock CircuitPython compiles the sources into the
+    # heap from CIRCUITPY: the logs-only package there, and room for the spill ring; with the firmware that
+    # carries the code (make firmware-cp), a drafting node
+    prof = build.board_profile("rp2040_pico_cp")
+    assert build.can_draft(prof) and not build.drafts(prof) and build.drafts(prof, frozen=True)
+    node = build.build("rp2040_pico_cp", out_dir=tmp_path / "cpn", node=True, frozen=True)
+    nm = json.loads((node / "MANIFEST.json").read_text())
+    assert nm["package"] == "drafting" and nm["node"]["main"] == "code.py" and nm["total_bytes"] < 400_000, nm
+    assert (node / "code.py").read_text() == build.NODE_MAIN and "storage.remount" in (node / "boot.py").read_text()
+    with pytest.raises(build.BuildError, match="make firmware-cp"):  # the drafting sources would not fit
+        build.build("rp2040_pico_cp", out_dir=tmp_path / "cpd", node=True, model=build.DRAFT)
     paths = {f["path"] for f in manifest["files"]}
     assert manifest["package"] == "logs-only"
     assert not paths & {"lib/" + p for p in build.DRAFTING}
     assert "lib/firmware/node.py" in paths and "lib/firmware/spill.py" in paths
     prof = json.loads((out / "board.json").read_text())
     assert manifest["total_bytes"] + prof["spill_bytes"] <= prof["fs_bytes"]
-    assert prof["spill_bytes"] >= 156 * 4096  # 2 hours of the default line rate (docs/NODE.md)
+    # 1.6 hours of the default line rate (docs/NODE.md): the 1 MB drive also holds the shipped draft
+    assert prof["spill_bytes"] >= 128 * 4096
 
 
 def test_drafting_profiles_get_the_drafting_package(tmp_path: Path) -> None:

@@ -304,3 +304,18 @@ def test_bench_board_refuses_bad_arguments_in_one_line(tmp_path: Path) -> None:
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         err = [x for x in proc.stderr.splitlines() if "still running" not in x]
         assert len(err) == 1 and what in err[0] and "Traceback" not in proc.stderr, (args, proc.stderr)
+
+
+def test_bench_board_takes_the_circuitpython_pico_and_refuses_what_is_no_model(tmp_path: Path) -> None:
+    (tmp_path / "x.uf2").write_bytes(b"UF2\n")
+    for args, what in ((["--board", "rp2040_pico_cp", "--steps", "1"], "--steps"),
+                       (["--board", "rp2040_pico_cp", "--model", str(tmp_path / "x.uf2")], "not a draft model"),
+                       (["--board", "esp32s3_devkitc"], "rp2040_pico_cp")):
+        proc = subprocess.run([sys.executable, "-m", "host.cli", "bench", "board", *args], cwd=str(ROOT),
+                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        err = [x for x in proc.stderr.splitlines() if "still running" not in x]
+        assert len(err) == 1 and what in err[0] and "Traceback" not in proc.stderr, (args, proc.stderr)
+    proc = subprocess.run([sys.executable, "-m", "host.cli", "bench", "board", "--help"], cwd=str(ROOT),
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0 and "rp2040_pico_cp" in proc.stdout, proc.stdout

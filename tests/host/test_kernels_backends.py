@@ -386,7 +386,10 @@ def test_ulab_backend_uses_ulab_for_the_matvec():
     kernels.quantize_act(act, q4_numpy.to_q16(rng.standard_normal(64)))
     out = array("i", bytes(160))
     kernels.matvec(out, m, act)
-    assert u.calls.get("sum", 0) >= 1 and u.calls.get("floor", 0) >= 1
+    # the group sums are ulab dots (in order, exact), never ulab's float sum (a running mean times the count)
+    assert u.calls.get("dot", 0) >= 1 and u.calls.get("floor", 0) >= 1 and u.calls.get("sum", 0) == 0
+    with pytest.raises(TypeError, match="use dot"):
+        u.sum(u.array([1.0, 2.0]))
 
 
 # ---- the boards' build ----

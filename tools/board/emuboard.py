@@ -1,7 +1,8 @@
 """Emulated board: the real MicroPython rp2 firmware on an emulated RP2040 (rp2040js), REPL and UART on ptys.
 
 An `EmuBoard` gives what a Pico on a USB cable gives, running the firmware `make firmware` built
-(build/firmware/rp2040_pico/firmware.uf2, the node's code frozen) instruction by instruction:
+(build/firmware/rp2040_pico/firmware.uf2, the node's code frozen) instruction by instruction, or for board
+rp2040_pico_cp CircuitPython's from `make firmware-cp` (build/firmware/rp2040_pico_cp/):
 
 - `repl_port`: a pty bridged to the board's USB CDC, where MicroPython's REPL is: the real mpremote
   connects to it as to /dev/ttyACM0;
@@ -55,7 +56,8 @@ from tools.board.ptys import Outbox, PtyEnd  # noqa: E402
 ROOT = build.ROOT
 EMULATOR_DIR = ROOT / "tools" / "board" / "emulator"
 RUNNER = EMULATOR_DIR / "run.mjs"
-BOARDS = {"rp2040_pico": "firmware.uf2"}
+# board profile -> its firmware build (MicroPython's make firmware, CircuitPython's make firmware-cp)
+BOARDS = {"rp2040_pico": "firmware", "rp2040_pico_cp": "firmware-cp"}
 HARD_RESET_EXIT = 3  # the runner's exit status when the firmware asked for a reset (watchdog)
 _TO_NODE_MAX = 64 * 1024  # bytes queued for the runner before the ptys stop being read
 _FLASH_SYMBOLS = ("flash_range_erase", "flash_range_program")
@@ -66,7 +68,11 @@ class EmuBoardError(RuntimeError):
     """The emulated board could not start or stopped; the message says what to do."""
 
 
-def default_image() -> Path:
+def default_image(board: str = "rp2040_pico") -> Path:
+    if BOARDS.get(board) == "firmware-cp":
+        from tools.board import firmware_cp_build
+
+        return firmware_cp_build.out_dir() / "firmware.uf2"
     return firmware_build.out_dir() / "firmware.uf2"
 
 
@@ -79,7 +85,12 @@ def emulator_version() -> str:
 
 
 def bootrom_path() -> Path:
+    """The RP2040 B1 bootrom, from whichever vendored bundle was unpacked (both carry the same file)."""
+    from tools.board import firmware_cp_build
+
     path = firmware_build.work_dir() / firmware_build.BOOTROM
+    if not path.is_file() and (firmware_cp_build.work_dir() / firmware_build.BOOTROM).is_file():
+        path = firmware_cp_build.work_dir() / firmware_build.BOOTROM
     if not path.is_file():
         raise EmuBoardError("%s is missing: `make firmware` unpacks it from the vendored sources" % path)
     return path
@@ -128,9 +139,9 @@ class EmuBoard:
             raise EmuBoardError("no emulator for board %r: --emulate runs %s only" % (board, ", ".join(BOARDS)))
         self.board = board
         self.profile = build.board_profile(board)
-        self.image = Path(image) if image else default_image()
+        self.image = Path(image) if image else default_image(board)
         if not self.image.is_file():
-            raise EmuBoardError("%s: no firmware image; build it with `make firmware`" % self.image)
+            raise EmuBoardError("%s: no firmware image; build it with `make %s`" % (self.image, BOARDS[board]))
         self.elf = self.image.with_suffix(".elf")
         if not self.elf.is_file():
             raise EmuBoardError("%s: the image's ELF is missing (the flash functions' addresses come from it);"
@@ -459,10 +470,11 @@ class EmuBoard:
 def main(argv: list[str] | None = None) -> int:
     """`edgetwin vboard --board rp2040_pico --emulate`: run the emulated board until Ctrl-C or SIGTERM."""
     ap = argparse.ArgumentParser(prog="edgetwin vboard --emulate", description=(
-        "Run the real MicroPython rp2 firmware (make firmware) on an emulated RP2040: its REPL (USB CDC) and "
-        "UART0 on pseudo-terminals, its flash in a file. Deploy with `mpremote connect <REPL pty>`."))
-    ap.add_argument("--board", required=True, help="board profile (rp2040_pico)")
-    ap.add_argument("--image", type=Path, help="firmware .uf2 (default build/firmware/rp2040_pico/firmware.uf2;"
+        "Run the real MicroPython rp2 firmware (make firmware), or CircuitPython's (make firmware-cp, board "
+        "rp2040_pico_cp), on an emulated RP2040: its REPL (USB CDC) and UART0 on pseudo-terminals, its flash "
+        "in a file. Deploy with `edgetwin deploy --port <REPL pty>`."))
+    ap.add_argument("--board", required=True, help="board profile (rp2040_pico, or rp2040_pico_cp for CircuitPython)")
+    ap.add_argument("--image", type=Path, help="firmware .uf2 (default build/firmware/<board>/firmware.uf2;"
                     " its .elf beside it)")
     ap.add_argument("--flash", type=Path, help="flash file (default flash.bin beside the image)")
     ap.add_argument("--root", help=argparse.SUPPRESS)  # the unix board's option; the emulated board has flash
@@ -492,9 +504,10 @@ def main(argv: list[str] | None = None) -> int:
     old = {s: signal.signal(s, lambda signum, frame: done.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         info = eb.describe()
-        print("emulated board %s (MicroPython rp2 firmware on %s, booted in %.2f s host time)"
-              % (eb.board, eb.emulator, eb.boot_host_s))
-        print("  REPL  %s    (mpremote connect %s)" % (info["repl_port"], info["repl_port"]))
+        cp = BOARDS[eb.board] == "firmware-cp"
+        print("emulated board %s (%s firmware on %s, booted in %.2f s host time)"
+              % (eb.board, "CircuitPython raspberry_pi_pico" if cp else "MicroPython rp2", eb.emulator, eb.boot_host_s))
+        print("  REPL  %s    (%s %s)" % (info["repl_port"], "ampy --port" if cp else "mpremote connect", info["repl_port"]))
         print("  UART  %s    (gateway side of UART0; bytes paced at the firmware's baud in board time)"
               % info["uart_port"])
         print("  UART1 %s    (the RS-485 bus's other end: UART1, paced by its frame format)" % info["uart1_port"])

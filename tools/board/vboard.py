@@ -958,7 +958,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heap", type=int, default=None,
                         help="heap bytes (default: what a drafting node of the profile needs here, printed)")
     parser.add_argument("--emulate", action="store_true", help=(
-        "run the real rp2 firmware (make firmware) on an emulated RP2040 instead (rp2040_pico; "
+        "run the real rp2 firmware (make firmware; make firmware-cp for rp2040_pico_cp) on an emulated RP2040 instead (rp2040_pico; "
         "options: python -m tools.board.emuboard --help)"))
     argv = sys.argv[1:] if argv is None else list(argv)
     if "--emulate" in argv:  # tools/board/emuboard.py takes its own options (--image, --flash)

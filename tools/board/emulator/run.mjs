@@ -732,6 +732,10 @@ function main() {
   const mcu = new RP2040();
   mcu.logger = new ConsoleLogger(LogLevel.Error);
   mcu.loadBootrom(loadBootromTs(args.bootrom));  // resets the chip, which blanks the flash
+  // The QSPI chip-select line reads high, as its pull-up makes it on a board with BOOTSEL released:
+  // rp2040js leaves that pad's input disabled (low), and CircuitPython reads it at boot as the BOOTSEL
+  // button and waits for it to be released. MicroPython reads it only in rp2.bootsel_button().
+  Object.defineProperty(mcu.qspi[1], 'inputValue', { get: () => true });
 
   // The flash: the file's contents (a previous run), with the UF2 programmed over them as a drag-and-drop
   // of the image onto a board does; the filesystem region beyond the image keeps its contents.
