@@ -139,7 +139,9 @@ def _busio_bus(bus):
     if not _has_module("busio"):
         raise BoardConfigError("no busio module on this CircuitPython build: the RS-485 bus needs busio.UART")
     tx, rx, de = bus[1], bus[2], bus[3]
-    u = uart.BusioUART(tx, rx, bus[4], 512, 0, bus[5], bus[6], "the RS-485 bus's tx/rx in the plant description")
+    from firmware import uart_cp
+
+    u = uart_cp.BusioUART(tx, rx, bus[4], 512, 0, bus[5], bus[6], "the RS-485 bus's tx/rx in the plant description")
     pin = None
     if de >= 0:
         from firmware import cp_hal
@@ -169,10 +171,12 @@ def open_link(prof=None, port="uart", path=PROFILE_PATH, timeout_ms=0, impl=None
         if not _has_module("machine"):
             raise BoardConfigError("no machine module: this MicroPython port cannot drive a UART")
         return uart.MachineUART(u["id"], u["baud"], u["tx"], u["rx"], u["rxbuf"], timeout_ms)
+    from firmware import uart_cp  # CircuitPython's adapters (a MicroPython board never loads them)
+
     if name == "BusioUART":
         if not _has_module("busio"):
             raise BoardConfigError("no busio module on this CircuitPython build")
         if u["tx"] < 0 or u["rx"] < 0:
             raise BoardConfigError("busio.UART needs explicit pins: set uart.tx and uart.rx in the profile")
-        return uart.BusioUART(u["tx"], u["rx"], u["baud"], u["rxbuf"], timeout_ms)
-    return uart.UsbCdcData(timeout_ms)
+        return uart_cp.BusioUART(u["tx"], u["rx"], u["baud"], u["rxbuf"], timeout_ms)
+    return uart_cp.UsbCdcData(timeout_ms)

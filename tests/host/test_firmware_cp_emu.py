@@ -110,9 +110,7 @@ def deploy_node(board: emuboard.EmuBoard, model: Path, cfg: dict, tmp_path: Path
 def test_circuitpython_node_deployed_as_a_user_would_commits_target_greedy_tokens(cp_board: emuboard.EmuBoard,
                                                                                   tmp_path: Path) -> None:
     import gwkit
-    from host import gateway, tiny_target
     from host.store import LogStore
-    from tools.bench import trace_replay
 
     board = cp_board
     model = tmp_path / "tiny.mbf"
@@ -124,32 +122,12 @@ def test_circuitpython_node_deployed_as_a_user_would_commits_target_greedy_token
     assert paths == {"/board.json", "/node.json", "/boot.py", "/code.py", "/draft-rp2040.mbf"}, paths
     assert report["tool"] == "ampy"
     deploy_s = time.monotonic() - t0
-    db, trace = tmp_path / "g.db", tmp_path / "trace.jsonl"
-    gw = gwkit.GatewayProc(["pico=" + board.uart_port], db, tmp_path / "st.json", baud=board.profile["uart"]["baud"],
-                           extra=["--peer-timeout", "30", "--model", "tiny:%d" % gwkit.TINY_SEED, "--trace", str(trace)])
-    t_run = time.monotonic()
-    try:
-        gw.wait_status(lambda s: s["sessions"] and s["sessions"][0].get("spec", {}).get("tokens_verified", 0) >= DRAFT_TOKENS,
-                       timeout=600, what="%d verified draft tokens" % DRAFT_TOKENS)
-        run_s = time.monotonic() - t_run
-        n0 = len(gwkit.node_reports(db, "pico"))
-        gw.wait_status(lambda s: len(gwkit.node_reports(db, "pico")) >= n0 + 2, timeout=60, what="two more NODE reports")
-        st = gw.status()
-    finally:
-        gw.stop()
-    sess = st["sessions"][0]
-    spec = sess["spec"]
-    assert sess["bad_frames"] == 0 and sess["link_err_crc"] == 0 and spec["desync"] == 0
-    assert spec["lockstep_bad"] == 0 and spec["lockstep_ok"] >= 1, spec
     # every verified token is the target's own greedy token after the same prefix
-    target = tiny_target.make(gwkit.TINY_SEED, seq_len=gateway.TINY_SEQ_LEN)[0]
-    kv = board.profile["kv"]
-    replay = trace_replay.greedy_replay(trace, "pico", target, kv["sink"], kv["window"])
-    assert replay["verified"] >= DRAFT_TOKENS and replay["gaps"] == 0, replay
-    assert replay["equal"] == replay["verified"], replay
+    run = gwkit.tiny_drafting_run(board.uart_port, board.profile["uart"]["baud"], board.profile["kv"], tmp_path,
+                                  DRAFT_TOKENS)
+    db, replay, run_s, heaps = run["db"], run["replay"], run["run_s"], run["heaps"]
+    spec = run["status"]["sessions"][0]["spec"]
     # the heap stays flat while drafting, and every acknowledged line is stored (busio.UART, lossless)
-    reports = gwkit.node_reports(db, "pico")
-    heaps = [int(r["heap"]) for r in reports if "crc" in r]
     assert len(heaps) >= 8, heaps
     # Flat, but not to the byte as on MicroPython: the ulab kernels leave garbage each step, and the collector
     # (conservative, like MicroPython's) keeps one or two of those blocks alive when a stale stack word still

@@ -212,9 +212,7 @@ def test_drafting_node_deployed_as_a_user_would_commits_target_greedy_tokens(boa
     import json
 
     import gwkit
-    from host import gateway, tiny_target
     from host.store import LogStore
-    from tools.bench import trace_replay
 
     model = tmp_path / "tiny.mbf"
     model.write_bytes(gwkit.tiny_mbf())
@@ -243,31 +241,13 @@ def test_drafting_node_deployed_as_a_user_would_commits_target_greedy_tokens(boa
     while board.boots < 2 and time.monotonic() - t < 30:
         time.sleep(0.05)
     assert board.boots == 2, board.events
-    db, trace = tmp_path / "g.db", tmp_path / "trace.jsonl"
-    gw = gwkit.GatewayProc(["pico=" + board.uart_port], db, tmp_path / "st.json", baud=board.profile["uart"]["baud"],
-                           extra=["--peer-timeout", "30", "--model", "tiny:%d" % gwkit.TINY_SEED, "--trace", str(trace)])
-    t_run = time.monotonic()
-    try:
-        gw.wait_status(lambda s: s["sessions"] and s["sessions"][0].get("spec", {}).get("tokens_verified", 0) >= DRAFT_TOKENS,
-                       timeout=600, what="%d verified draft tokens" % DRAFT_TOKENS)
-        run_s = time.monotonic() - t_run
-        n0 = len(gwkit.node_reports(db, "pico"))
-        gw.wait_status(lambda s: len(gwkit.node_reports(db, "pico")) >= n0 + 2, timeout=60, what="two more NODE reports")
-        st = gw.status()
-    finally:
-        gw.stop()
-    sess = st["sessions"][0]
-    spec = sess["spec"]
-    assert sess["bad_frames"] == 0 and sess["link_err_crc"] == 0 and spec["desync"] == 0
-    assert spec["lockstep_bad"] == 0 and spec["lockstep_ok"] >= 1, spec
     # every verified token is the target's own greedy token after the same prefix (sink 4 + window 28)
-    target = tiny_target.make(gwkit.TINY_SEED, seq_len=gateway.TINY_SEQ_LEN)[0]
-    kv = board.profile["kv"]
-    replay = trace_replay.greedy_replay(trace, "pico", target, kv["sink"], kv["window"])
-    assert replay["verified"] >= DRAFT_TOKENS and replay["gaps"] == 0, replay
-    assert replay["equal"] == replay["verified"], replay
+    run = gwkit.tiny_drafting_run(board.uart_port, board.profile["uart"]["baud"], board.profile["kv"], tmp_path,
+                                  DRAFT_TOKENS)
+    db, replay, run_s, heaps = run["db"], run["replay"], run["run_s"], run["heaps"]
+    sess = run["status"]["sessions"][0]
+    spec = sess["spec"]
     # the heap stays flat while drafting, and every acknowledged line is stored
-    heaps = [int(r["heap"]) for r in gwkit.node_reports(db, "pico") if "crc" in r]
     assert len(heaps) >= 4, heaps
     assert max(heaps[2:]) == min(heaps[2:]), heaps
     gwkit.check_logs_acked(db, "pico")

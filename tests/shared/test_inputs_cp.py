@@ -10,7 +10,7 @@ import sys
 from array import array
 
 import testkit
-from firmware import analog, boardcfg, contacts, cp_hal, i2c_sensors, mcp9600, modbus, pulses, uart
+from firmware import analog, boardcfg, contacts, cp_hal, i2c_sensors, mcp9600, modbus, pulses, uart, uart_cp
 from shared import compat, frame_codec, plantcfg
 from shared import modbus_rtu as rtu
 from shared import readings as rd
@@ -977,7 +977,7 @@ def test_modbus_over_busio_uart_toggles_de():
     saved, pins = _install()
     try:
         m, r, u, de, fake = _modbus_master(pins)
-        assert isinstance(u, uart.BusioUART) and isinstance(de, cp_hal.Pin)
+        assert isinstance(u, uart_cp.BusioUART) and isinstance(de, cp_hal.Pin)
         assert fake.args == (4, 5, 115200, 8, Parity.EVEN, 1, 0.0, 512), fake.args
         assert pins[3].user == "digitalio" and pins[3].out == 0  # DE low: listening
         assert not hasattr(u, "flush")  # so the master waits out the request's air time itself

@@ -6,7 +6,7 @@ import json
 import sys
 
 import testkit
-from firmware import boardcfg, uart
+from firmware import boardcfg, uart, uart_cp
 from shared import profile
 
 _FAKES = ("machine", "busio", "board", "microcontroller", "usb_cdc")
@@ -279,16 +279,16 @@ def test_machine_uart_errors_are_clear():
 def test_busio_timeout_is_converted_to_seconds():
     saved = _install(busio=_busio(), board=_board(("GP0", "GP1")))
     try:
-        link = uart.BusioUART(0, 1, 115200, 1024, timeout_ms=2000)  # 2000 passed as-is would be refused
+        link = uart_cp.BusioUART(0, 1, 115200, 1024, timeout_ms=2000)  # 2000 passed as-is would be refused
         tx, rx, baud, timeout, rxbuf = link._u.args
         assert tx.num == "GP0" and rx.num == "GP1"
         assert baud == 115200 and rxbuf == 1024
         assert abs(timeout - 2.0) < 1e-6, timeout
-        link = uart.BusioUART(0, 1, 115200, 1024, timeout_ms=50)
+        link = uart_cp.BusioUART(0, 1, 115200, 1024, timeout_ms=50)
         assert abs(link._u.args[3] - 0.05) < 1e-6
         assert link._u.args[3] >= 0 and link._u.args[3] <= 100
         testkit.raises(ValueError, FakeBusioUART, tx, rx, 115200, 8, None, 1, 2000)  # the fake checks
-        e = testkit.raises(uart.HalError, uart.BusioUART, 0, 1, 115200, 1024, 200000)
+        e = testkit.raises(uart.HalError, uart_cp.BusioUART, 0, 1, 115200, 1024, 200000)
         assert "100 s" in str(e), str(e)
     finally:
         _restore(saved)
@@ -297,16 +297,16 @@ def test_busio_timeout_is_converted_to_seconds():
 def test_busio_none_becomes_zero_and_bytes_pass():
     saved = _install(busio=_busio(), board=_board(("GP0", "GP1")))
     try:
-        link = uart.BusioUART(0, 1, 115200, 1024)
+        link = uart_cp.BusioUART(0, 1, 115200, 1024)
         buf = bytearray(4)
         assert link._u.readinto(buf) is None
         got = link.readinto(buf)
         assert got == 0 and got is not None
         link._u.feed(b"xy")
         assert link.any() == 2
-        link2 = uart.BusioUART(0, 1, 115200, 1024)
+        link2 = uart_cp.BusioUART(0, 1, 115200, 1024)
         _check_echo(link2, link2._u, True, 8, None)  # 256 = 32 whole 8-byte writes
-        link3 = uart.BusioUART(0, 1, 115200, 1024)
+        link3 = uart_cp.BusioUART(0, 1, 115200, 1024)
         _check_echo(link3, link3._u, False, 32, 7)
         testkit.raises(TypeError, link3._u.readinto, buf, 2)  # the fake refuses a length, as busio does
         e = testkit.raises(uart.HalError, link3.readinto, buf, 5)
@@ -322,11 +322,11 @@ def test_busio_pins_by_board_name_or_chip_name():
     mc.pin = _board(("GPIO17", "GPIO18"))
     saved = _install(busio=_busio(), board=_board(("IO5",)), microcontroller=mc)
     try:
-        link = uart.BusioUART(17, 18, 115200, 2048)
+        link = uart_cp.BusioUART(17, 18, 115200, 2048)
         assert link._u.args[0].num == "GPIO17" and link._u.args[1].num == "GPIO18"
-        link = uart.BusioUART(5, 18, 115200, 2048)
+        link = uart_cp.BusioUART(5, 18, 115200, 2048)
         assert link._u.args[0].num == "IO5"
-        e = testkit.raises(uart.HalError, uart.BusioUART, 40, 18, 115200, 2048)
+        e = testkit.raises(uart.HalError, uart_cp.BusioUART, 40, 18, 115200, 2048)
         assert "GP40" in str(e) and "uart.tx" in str(e), str(e)
     finally:
         _restore(saved)
@@ -339,10 +339,10 @@ def test_usb_cdc_data_needs_boot_py_then_works():
     cdc.data = None
     saved = _install(usb_cdc=cdc)
     try:
-        e = testkit.raises(uart.HalError, uart.UsbCdcData)
+        e = testkit.raises(uart.HalError, uart_cp.UsbCdcData)
         assert "usb_cdc.enable(console=True, data=True)" in str(e) and "boot.py" in str(e), str(e)
         cdc.data = FakeUsbData()
-        link = uart.UsbCdcData(timeout_ms=250)
+        link = uart_cp.UsbCdcData(timeout_ms=250)
         assert abs(cdc.data.timeout - 0.25) < 1e-6
         buf = bytearray(4)
         got = link.readinto(buf)
@@ -354,7 +354,7 @@ def test_usb_cdc_data_needs_boot_py_then_works():
         _restore(saved)
     saved = _install()  # no fake: neither CPython nor the unix port has usb_cdc
     try:
-        e = testkit.raises(uart.HalError, uart.UsbCdcData)
+        e = testkit.raises(uart.HalError, uart_cp.UsbCdcData)
         assert "no usb_cdc" in str(e), str(e)
     finally:
         _restore(saved)
@@ -417,7 +417,7 @@ def test_open_link_builds_machine_uart_from_profile():
     saved = _install(busio=_busio(), board=_board(("GP0", "GP1")))
     try:
         link = boardcfg.open_link(_profile("rp2040_pico_cp"), impl="circuitpython", virtual="")
-        assert isinstance(link, uart.BusioUART) and link._u.args[4] == 1024
+        assert isinstance(link, uart_cp.BusioUART) and link._u.args[4] == 1024
     finally:
         _restore(saved)
 

@@ -31,7 +31,7 @@ NATIVE_MARKERS = ("@micropython.viper", "@micropython.native", "@micropython.asm
 # shared/frame_host.py (whole frames as Python values, for the gateway and the tests) is no board's either.
 EXCLUDED = {
     "micropython": {"shared/q4_numpy.py", "shared/q4_ulab.py", "shared/frame_host.py", "shared/crc32_binascii.py",
-                    "firmware/cp_hal.py"},
+                    "firmware/cp_hal.py", "firmware/uart_cp.py"},
     "circuitpython": {"shared/q4_numpy.py", "shared/q4_viper.py", "shared/ringkv_viper.py", "shared/crc32_viper.py",
                       "shared/frame_host.py"},
 }

@@ -213,17 +213,7 @@ def step_sources(vendor: Path) -> Path:
         shutil.rmtree(work)
     work.mkdir(parents=True)
     if key.startswith("tar:"):
-        tarball = vendor / TARBALL
-        log("checking %s" % tarball)
-        digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
-        if "tar:" + digest != key:
-            raise BuildError("%s: sha256 %s does not match %s.sha256" % (tarball, digest, TARBALL))
-        log("unpacking %s into %s" % (tarball.name, work))
-        with tarfile.open(tarball) as tf:
-            if hasattr(tarfile, "tar_filter"):
-                tf.extractall(work, filter="tar")
-            else:  # Python < 3.10.12 has no extraction filters
-                tf.extractall(work)
+        unpack(vendor / TARBALL, key, work, log)
     else:
         log("no %s in %s (set EDGETWIN_VENDOR to the folder holding it); cloning from GitHub instead"
             % (TARBALL, vendor))
@@ -236,6 +226,39 @@ def step_sources(vendor: Path) -> Path:
         raise BuildError("%s lacks %s or %s after unpacking" % (work, MPY_DIR, BOOTROM))
     stamp.write_text(key + "\n")
     return work
+
+
+def unpack(tarball: Path, key: str, dest: Path, say=log) -> None:
+    """Check tarball against its sources key ("tar:" + the sha256 its .sha256 file names), then unpack it into
+    dest (tar's own filter: no member outside dest)."""
+    say("checking %s" % tarball)
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    if "tar:" + digest != key:
+        raise BuildError("%s: sha256 %s does not match %s.sha256" % (tarball, digest, tarball.name))
+    say("unpacking %s into %s" % (tarball.name, dest))
+    with tarfile.open(tarball) as tf:
+        if hasattr(tarfile, "tar_filter"):
+            tf.extractall(dest, filter="tar")
+        else:  # Python < 3.10.12 has no extraction filters
+            tf.extractall(dest)
+
+
+def install(build: Path, out: Path, key: str, recipe: str) -> None:
+    """firmware.uf2/.elf/.bin from the build folder into out (each replaced whole), then the stamp."""
+    out.mkdir(parents=True, exist_ok=True)
+    for ext in ("uf2", "elf", "bin"):
+        tmp = out / ("firmware.%s.tmp" % ext)
+        shutil.copyfile(build / ("firmware." + ext), tmp)
+        tmp.replace(out / ("firmware." + ext))
+    (out / "firmware.stamp").write_text("%s\n%s\n" % (key, recipe))
+
+
+def timed(name: str, fn, *args, say=log):
+    say("step %s ..." % name)
+    t0 = time.monotonic()
+    result = fn(*args)
+    say("step %s done in %.1f s" % (name, time.monotonic() - t0))
+    return result
 
 
 # v1.28.0's tools/mpy-tool.py aligns frozen armv6m native code to 2 bytes only, but the Thumb code that
@@ -307,13 +330,7 @@ def step_firmware(work: Path, manifest: Path, vendor: Path) -> Path:
 
 
 def step_install(build: Path, key: str, variant: str = "") -> None:
-    out = out_dir(variant)
-    out.mkdir(parents=True, exist_ok=True)
-    for ext in ("uf2", "elf", "bin"):
-        tmp = out / ("firmware.%s.tmp" % ext)
-        shutil.copyfile(build / ("firmware." + ext), tmp)
-        tmp.replace(out / ("firmware." + ext))
-    (out / "firmware.stamp").write_text("%s\n%s\n" % (key, RECIPE))
+    install(build, out_dir(variant), key, RECIPE)
 
 
 def ensure(vendor: Path | None = None, manifest: Path | None = None, variant: str = "") -> Path:
@@ -327,24 +344,16 @@ def ensure(vendor: Path | None = None, manifest: Path | None = None, variant: st
         return out / "firmware.uf2"
     (out / "firmware.stamp").unlink(missing_ok=True)  # never leave a stale image looking current
     t_all = time.monotonic()
-    _timed("toolchain", step_toolchain)
-    work = _timed("sources", step_sources, vendor)
+    timed("toolchain", step_toolchain)
+    work = timed("sources", step_sources, vendor)
     patch_sources(work)
-    _timed("mpy-cross", step_mpy_cross, work)
-    _timed("picotool", step_picotool, work)
-    build = _timed("firmware", step_firmware, work, manifest, vendor)
-    _timed("install", step_install, build, key, variant)
+    timed("mpy-cross", step_mpy_cross, work)
+    timed("picotool", step_picotool, work)
+    build = timed("firmware", step_firmware, work, manifest, vendor)
+    timed("install", step_install, build, key, variant)
     size = (out / "firmware.uf2").stat().st_size
     log("built %s (%d bytes) in %.0f s" % (out / "firmware.uf2", size, time.monotonic() - t_all))
     return out / "firmware.uf2"
-
-
-def _timed(name: str, fn, *args):
-    log("step %s ..." % name)
-    t0 = time.monotonic()
-    result = fn(*args)
-    log("step %s done in %.1f s" % (name, time.monotonic() - t0))
-    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -364,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if args.toolchain_only:
-            _timed("toolchain", step_toolchain)
+            timed("toolchain", step_toolchain)
             return 0
         if args.check_only:
             return 0 if image_current(cache_key(args.vendor or default_vendor(), manifest.resolve()), variant) else 1

@@ -30,14 +30,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.board.firmware_build import BuildError, default_vendor, jobs, run  # noqa: E402
+from tools.board.firmware_build import BuildError, default_vendor, install, jobs, run, timed, unpack  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TARBALL = "circuitpython-src.tar.xz"
@@ -162,14 +161,7 @@ def step_sources(vendor: Path) -> Path:
     if (work / CP_DIR).exists():
         shutil.rmtree(work / CP_DIR)
     work.mkdir(parents=True, exist_ok=True)
-    tarball = vendor / TARBALL
-    log("checking %s" % tarball)
-    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
-    if "tar:" + digest != key:
-        raise BuildError("%s: sha256 %s does not match %s.sha256" % (tarball, digest, TARBALL))
-    log("unpacking %s into %s" % (tarball.name, work))
-    with tarfile.open(tarball) as tf:
-        tf.extractall(work, filter="tar")
+    unpack(vendor / TARBALL, key, work, log)
     # CircuitPython expects TF-PSA-Crypto 1.2's layout; the bundle has 1.0.0 (hashlib needs it)
     run(["sh", str(vendor / "circuitpython" / "mbedtls-compat.sh"), str(work / CP_DIR)], logfile=work / "sources.log")
     stamp.write_text(key + "\n")
@@ -260,22 +252,8 @@ def step_firmware(work: Path) -> Path:
     return build
 
 
-def step_install(build: Path, key: str) -> None:
-    out = out_dir()
-    out.mkdir(parents=True, exist_ok=True)
-    for ext in ("uf2", "elf", "bin"):
-        tmp = out / ("firmware.%s.tmp" % ext)
-        shutil.copyfile(build / ("firmware." + ext), tmp)
-        tmp.replace(out / ("firmware." + ext))
-    (out / "firmware.stamp").write_text("%s\n%s\n" % (key, RECIPE))
-
-
 def _timed(name: str, fn, *args):
-    log("step %s ..." % name)
-    t0 = time.monotonic()
-    result = fn(*args)
-    log("step %s done in %.1f s" % (name, time.monotonic() - t0))
-    return result
+    return timed(name, fn, *args, say=log)
 
 
 def ensure_unix(vendor: Path | None = None) -> Path:
@@ -309,7 +287,7 @@ def ensure(vendor: Path | None = None) -> Path:
     _timed("toolchain", step_toolchain, work, vendor)
     _timed("mpy-cross", step_mpy_cross, work)
     build = _timed("firmware", step_firmware, work)
-    _timed("install", step_install, build, key)
+    _timed("install", install, build, out, key, RECIPE)
     log("built %s (%d bytes of flash) in %.0f s" % (out / "firmware.uf2", (out / "firmware.bin").stat().st_size,
                                                     time.monotonic() - t0))
     return out / "firmware.uf2"
