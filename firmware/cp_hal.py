@@ -11,9 +11,9 @@ boardcfg.open_bus); where there is no machine module, boardcfg.hal() hands them 
     Keys(nums, pulls, edge, dirty) contacts' edges from keypad.Keys' background scans (Contacts)
     Counter(num, edge, pull)       one pulse input counted by countio.Counter (PulseCounters)
 
-The RS-485 bus's UART, like the link's, is firmware/uart.py's BusioUART. Pins are GPIO numbers, as in
-the plant description: board_pin() (firmware/uart_cp.py) finds the board's object for one (GPn on the Pico, IOn on ESP32-S3
-kits, else microcontroller.pin.GPIOn). Each CircuitPython module is imported when its adapter is built,
+The RS-485 bus's UART, like the link's, is firmware/uart_cp.py's BusioUART. Pins are GPIO numbers, as in
+the plant description: board_pin() (firmware/uart_cp.py) finds the board's object for one (GPn on the
+Pico, IOn on ESP32-S3 kits, else microcontroller.pin.GPIOn). Each CircuitPython module is imported when its adapter is built,
 so a node loads only what its description uses. Once built, nothing the sources' polls call here
 allocates (read_u16, value, the I2C transfers, Keys.scan, Counter.take): buffers and the keypad event
 are made in the constructors.

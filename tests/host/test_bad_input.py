@@ -127,6 +127,7 @@ CASES = [
     (["selftest", "--board", "no_such_board"], "no_such_board"),
     (["build", "--board", "no_such_board"], "no_such_board"),
     (["deploy", "--board", "rp2040_pico"], "--port"),
+    (["deploy", "--board", "rp2040_pico_cp", "--port", "{T}nope", "--tool", "mpremote"], "os.ilistdir"),
     (["vboard"], "--board"),
     (["nosuchcommand"], "nosuchcommand"),
 ]
