@@ -110,15 +110,10 @@ print(sys.implementation.name, sys.platform, _fz)
 """
 
 
-def board_facts(port: str, tool: str) -> tuple[str, bool]:
-    """(sys.platform of the board at port: 'rp2', 'esp32', 'linux' for a virtual board, 'RP2040' on
-    CircuitPython; whether its firmware carries the node's code frozen, as `make firmware` and `make
-    firmware-cp` build it)."""
-    return board_identity(port, tool)[1:]
-
-
 def board_identity(port: str, tool: str) -> tuple[str, str, bool]:
-    """(sys.implementation.name, sys.platform, frozen) of the board at port (see board_facts)."""
+    """(sys.implementation.name; sys.platform: 'rp2', 'esp32', 'linux' for a virtual board, 'RP2040' on
+    CircuitPython; whether its firmware carries the node's code frozen, as `make firmware` and `make
+    firmware-cp` build it) of the board at port."""
     from tools.board import deploy
 
     out = deploy.run_on_board(port, _FACTS_CODE, tool=tool, timeout=30).split()
