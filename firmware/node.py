@@ -427,20 +427,43 @@ class Node:
                 idle(1)  # logs only: nothing to compute between ticks
 
 
-def make_drafter(prof, cfg):
-    """(drafter, vocab) for the model named by cfg['model'] (or the profile's), or (None, 0)."""
+ROM = "/rom"  # where MicroPython mounts the firmware's ROMFS partition (make firmware: the model's home)
+
+
+def _exists(path):
+    try:
+        os.stat(path)
+        return True
+    except OSError:
+        return False
+
+
+def model_path(prof, cfg):
+    """The model file the node drafts with, or None: cfg['model'] (a path; "" the profile's /<model>) as a
+    file on the filesystem, else the same path under /rom (the firmware's ROMFS, where deploy puts it).
+    The one rule: a model on the filesystem (deployed there, or updated later) overrides the ROM one.
+    ValueError when a model named in /node.json is in neither place."""
     path = cfg.get("model", "")
     if path is None:
-        return None, 0
+        return None
+    named = path
     if not path:
         path = "/" + prof["model"]
-    try:
-        open(path, "rb").close()
-    except OSError:
-        if cfg.get("model"):
-            raise ValueError("model file %s not found: copy it to the board or set model: null in %s"
-                             % (path, CONFIG))
-        return None, 0  # the profile's default model is not on the board: logs only
+    if _exists(path):
+        return path
+    if path[0] == "/" and _exists(ROM + path):
+        return ROM + path
+    if named:
+        raise ValueError("model file %s not found (nor %s): copy it to the board or set model: null in %s"
+                         % (path, ROM + path, CONFIG))
+    return None  # the profile's default model is not on the board: logs only
+
+
+def make_drafter(prof, cfg):
+    """(drafter, vocab) for the model model_path() finds, or (None, 0)."""
+    path = model_path(prof, cfg)
+    if path is None:
+        return None, 0
     from shared import drafter, llama, mbf, ringkv
 
     r = mbf.open(path)
@@ -448,8 +471,11 @@ def make_drafter(prof, cfg):
     kv = prof["kv"]
     ring = ringkv.RingKV(c["n_layers"], c["n_kv_heads"] * c["head_dim"], kv["sink"], kv["window"], kv["staged"],
                          "b", c["n_kv_heads"])
-    # stream: the plan's layout (deploy writes the one `edgetwin plan` chose); out_rows: the streamed classifier's rows
-    model = llama.Model(r, ring, stream=cfg.get("stream", False), out_rows=cfg.get("out_rows", 64))
+    # stream: the plan's layout (deploy writes the one `edgetwin plan` chose for a file); out_rows: the streamed
+    # classifier's rows. A model in ROMFS is read in place (r.mem): resident, its weights never copied to RAM,
+    # is then both the fastest and the smallest plan (its heap holds the scales only, docs/MBF.md)
+    stream = False if r.mem is not None else cfg.get("stream", False)
+    model = llama.Model(r, ring, stream=stream, out_rows=cfg.get("out_rows", 64))
     k = cfg.get("k") or prof["draft_k"]
     d = drafter.Drafter(model, k, temperature=cfg.get("temperature", 0), top_k=cfg.get("top_k", 4),
                         seed=cfg.get("seed", 1), max_pending=2, max_len=cfg.get("max_len", 16),
@@ -463,7 +489,9 @@ def make_tokenizer(prof, cfg):
     vocabulary, a few KB read into RAM)."""
     if not cfg.get("tokenizer"):
         return None
-    path = cfg.get("model") or "/" + prof["model"]
+    path = model_path(prof, cfg)
+    if path is None:
+        return None
     from shared import mbf
 
     r = mbf.open(path)

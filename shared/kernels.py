@@ -1,5 +1,7 @@
 # kernels.py: the one place that picks the math backend, and the checked entry points of every kernel.
 """Backends, chosen at import (use() switches, e.g. in tests):
+  native MicroPython with q4nat.mpy on its path (shared/q4_native.py: the C kernels, and the attention and
+         glue that shared/llama.py then runs in C)
   viper  MicroPython with native code (shared/q4_viper.py)
   ulab   CircuitPython (shared/q4_ulab.py: ulab for the INT4 matvec, plain code for the rest)
   numpy  CPython (shared/q4_numpy.py, vectorised, int64 inside)
@@ -16,7 +18,7 @@ from shared import fixedmath, q4
 from shared.fixedmath import MAX_SOFTMAX, NormWeight, RopeTable
 from shared.q4 import I_R0, I_R1, I_WSHIFT, Q4Error, QAct, Q4Matrix
 
-NAMES = ("viper", "ulab", "numpy", "plain")
+NAMES = ("native", "viper", "ulab", "numpy", "plain")
 _IMPL = sys.implementation.name
 _HAS_TYPECODE = hasattr(array("i"), "typecode")
 
@@ -38,6 +40,9 @@ def load(name):
     if name == "plain":
         return _Plain
     try:
+        if name == "native":
+            from shared import q4_native
+            return q4_native
         if name == "viper":
             from shared import q4_viper
             return q4_viper
@@ -58,21 +63,25 @@ def available():
 
 def default_name():
     if _IMPL == "micropython":
-        prefer = "viper"
+        prefer = ("native", "viper")
     elif _IMPL == "circuitpython":
-        prefer = "ulab"
+        prefer = ("ulab",)
     else:
-        prefer = "numpy"
-    return prefer if load(prefer) is not None else "plain"
+        prefer = ("numpy",)
+    for name in prefer:
+        if load(name) is not None:
+            return name
+    return "plain"
 
 
 _B = _Plain
 _name = "plain"
+_F = None  # the backend's fused module (q4nat), looked up once here: a missing attribute allocates on CircuitPython
 
 
 def use(name=None):
     """Switch every kernel to backend name (default: this interpreter's best). Returns the name."""
-    global _B, _name
+    global _B, _name, _F
     if name is None:
         name = default_name()
     b = load(name)
@@ -80,11 +89,18 @@ def use(name=None):
         raise Q4Error("kernel backend %r is not available on %s" % (name, _IMPL))
     _B = b
     _name = name
+    _F = getattr(b, "fused", None)
     return name
 
 
 def backend():
     return _name
+
+
+def fused():
+    """q4nat (the C module) while the native backend is in use, else None: shared/llama.py then runs its
+    attention and glue in C."""
+    return _F
 
 
 # ---- checks (allocate only when they raise) ----

@@ -168,19 +168,32 @@ class Model:
         self.nkeys = 0
         self.ai = array("i", bytearray(16))  # the attention kernels' offsets (fixedmath.dot_i8, axpy_i8)
         kernels.rope(self.qrot, self.qgrp[0], self.rope, kv.capacity, g)  # checks the shapes once
+        self._att = [None, None, None]  # the attention loop's rope, dot_i8, axpy_i8 (_backend)
+        self._fz = None
         self._backend()
 
     def _backend(self):
         # The attention loop calls the backend's rope directly: its arguments are fixed here and
         # checked once above, and kernels.rope's per-call checks cost 5x the rotation itself (viper).
         # So do the int8 dot and axpy of scores and mix (one call per key and head), where the backend
-        # has them for this cache's int8 rows; else fixedmath's (any typecode).
+        # has them for this cache's int8 rows; else fixedmath's (any typecode). The native backend runs
+        # the whole attention and the glue in C instead (shared/llama_fused.py), for int8 rows.
+        # Nothing here allocates once the model has run natively (a step after kernels.use() calls this,
+        # inside heap-locked tests too): the functions go into the list made in _alloc, and the native
+        # backend's bound buffers (_fz: shared/llama_fused.py) are made once.
         name = kernels.backend()
         b = kernels.load(name)
-        self._rope = b.rope
         native = self.kv.typecode == "b"
-        self._dot = getattr(b, "dot_i8", fixedmath.dot_i8) if native else fixedmath.dot_i8
-        self._axpy = getattr(b, "axpy_i8", fixedmath.axpy_i8) if native else fixedmath.axpy_i8
+        a = self._att
+        a[0] = b.rope
+        a[1] = getattr(b, "dot_i8", fixedmath.dot_i8) if native else fixedmath.dot_i8
+        a[2] = getattr(b, "axpy_i8", fixedmath.axpy_i8) if native else fixedmath.axpy_i8
+        f = kernels.fused()
+        if f is not None and native and self._fz is None:
+            from shared.llama_fused import Fused  # MicroPython with q4nat only: other boards never load it
+
+            self._fz = Fused(f, self)
+        self._nat = self._fz if f is not None and native else None
         self._kname = name
 
     # ---- the forward ----
@@ -203,10 +216,23 @@ class Model:
         self._positions(s)
         slot = kv.capacity + s
         self.embed_rows.fill(row, self.x)
-        for layer in range(self.cfg.n_layers):
-            w = self.layers[layer]
-            self._attention_block(layer, w, slot)
-            self._ffn_block(layer, w)
+        f = self._nat
+        if f is not None and f.layer_bufs is not None:  # one C call a layer (shared/llama_fused.py)
+            nat = f.nat
+            lb = f.layer_bufs
+            slots = kv.slots
+            f.ainfo[0] = self.nkeys
+            for layer in range(self.cfg.n_layers):
+                if self.hook is not None:
+                    self.hook()
+                f.sinfo[2] = layer * slots + slot
+                f.ainfo[1] = layer * slots
+                nat.layer(lb[layer])
+        else:
+            for layer in range(self.cfg.n_layers):
+                w = self.layers[layer]
+                self._attention_block(layer, w, slot)
+                self._ffn_block(layer, w)
         self._classifier()
         return s
 
@@ -264,6 +290,14 @@ class Model:
         """Keys of staged token s's query, by position: kslot[j] is the slot of the key at position j,
         j < nkeys; the query itself is the last (distance 0). See "Cache positions" at the top."""
         kv = self.kv
+        f = self._nat
+        if f is not None:  # q4nat.positions: the same slots, in C
+            pi = f.pinfo
+            pi[0] = kv.live
+            pi[4] = kv.head
+            pi[5] = s
+            self.nkeys = f.nat.positions(self.kslot, pi)
+            return
         live = kv.live
         cap = kv.capacity
         nv = live + s  # the virtual committed sequence: live tokens, then staged 0..s-1
@@ -288,16 +322,16 @@ class Model:
         self._fetch(layer, _T_WQ)
         kernels.matvec(self.q, w.wq, self.act_d)
         if w.bq is not None:
-            _add(self.q, w.bq, cfg.q_dim)
+            self._plus(self.q, w.bq, cfg.q_dim)
         self._fetch(layer, _T_WK)
         kernels.matvec(self.kvb, w.wk, self.act_d)
         if w.bk is not None:
-            _add(self.kvb, w.bk, cfg.kv_dim)
+            self._plus(self.kvb, w.bk, cfg.kv_dim)
         self._store(layer, slot, self.kv.k, self.kv.kscale)
         self._fetch(layer, _T_WV)
         kernels.matvec(self.kvb, w.wv, self.act_d)
         if w.bv is not None:
-            _add(self.kvb, w.bv, cfg.kv_dim)
+            self._plus(self.kvb, w.bv, cfg.kv_dim)
         self._store(layer, slot, self.kv.v, self.kv.vscale)
         self._query()
         self._scores(layer)
@@ -306,8 +340,8 @@ class Model:
         self._fetch(layer, _T_WO)
         kernels.matvec(self.xb, w.wo, self.act_q)
         if w.bo is not None:
-            _add(self.xb, w.bo, cfg.dim)
-        _add(self.x, self.xb, cfg.dim)
+            self._plus(self.xb, w.bo, cfg.dim)
+        self._plus(self.x, self.xb, cfg.dim)
 
     def _ffn_block(self, layer, w):
         self._fetch(layer, _T_FNORM)
@@ -321,7 +355,14 @@ class Model:
         kernels.quantize_act(self.act_h, self.hb)
         self._fetch(layer, _T_W2)
         kernels.matvec(self.xb, w.w2, self.act_h)
-        _add(self.x, self.xb, self.cfg.dim)
+        self._plus(self.x, self.xb, self.cfg.dim)
+
+    def _plus(self, x, y, n):
+        f = self._nat
+        if f is not None:
+            f.nat.add(x, y, n)
+        else:
+            _add(x, y, n)
 
     def _classifier(self):
         if self.hook is not None:
@@ -333,6 +374,11 @@ class Model:
     def _store(self, layer, slot, data, scales):
         """K or V of this token (self.kvb, Q16) -> int8 rows and packed scales at (layer, slot)."""
         kv = self.kv
+        f = self._nat
+        if f is not None:
+            f.sinfo[2] = layer * kv.slots + slot
+            f.nat.store(self.kvb, data, scales, f.sinfo)
+            return
         hd = kv.head_dim
         nkv = kv.heads
         r = layer * kv.slots + slot
@@ -342,6 +388,10 @@ class Model:
     def _query(self):
         """Each query head -> int8 << qshift in its KV head's group buffer; the head's score factor
         (scale mantissa / sqrt(head_dim)) and shift in qf, qsh."""
+        f = self._nat
+        if f is not None:
+            f.nat.query(self.q, f.qg, f.qfs, f.qinfo)
+            return
         cfg = self.cfg
         hd = cfg.head_dim
         g = cfg.group
@@ -358,6 +408,12 @@ class Model:
     def _scores(self, layer):
         """scores[head][j] = q . k_j / sqrt(head_dim) (Q16), q rotated by the distance to key j."""
         kv = self.kv
+        f = self._nat
+        if f is not None:
+            f.ainfo[0] = self.nkeys
+            f.ainfo[1] = layer * kv.slots
+            f.nat.scores(f.sbufs, self.kslot, f.ainfo)
+            return
         cfg = self.cfg
         hd = cfg.head_dim
         g = cfg.group
@@ -375,8 +431,7 @@ class Model:
         rt = self.rope
         info = rt.info
         info[3] = g
-        rope = self._rope
-        dot = self._dot
+        rope, dot, _ = self._att
         ai = self.ai
         ai[2] = hd
         for h in range(nkv):
@@ -399,6 +454,10 @@ class Model:
     def _mix(self, layer):
         """att[head] = softmax(scores[head]) . V, Q16; V int8 rows with per-(slot, head) scales."""
         kv = self.kv
+        f = self._nat
+        if f is not None:  # ainfo as _scores left it for this layer
+            f.nat.mix(f.mbufs, self.kslot, f.ainfo)
+            return
         cfg = self.cfg
         hd = cfg.head_dim
         g = cfg.group
@@ -410,7 +469,7 @@ class Model:
         vs = kv.vscale
         base = layer * kv.slots
         att = self.att
-        axpy = self._axpy
+        axpy = self._att[2]
         ai = self.ai
         ai[2] = hd
         for h in range(nkv):
@@ -560,6 +619,9 @@ def _inv_sqrt(n):
 
 def argmax(x, n):
     """Index of the largest of x[0..n-1]; ties go to the lowest index (greedy decoding)."""
+    f = kernels.fused()
+    if f is not None:
+        return f.argmax(x, n)
     best = 0
     bv = x[0]
     for i in range(1, n):

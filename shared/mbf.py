@@ -1,8 +1,15 @@
 # mbf.py: streaming reader for MBF model files; validates everything, reads segments with readinto.
 # Format: docs/MBF.md. Runs on CPython 3.10+ and MicroPython 1.22+.
+# A file whose bytes are addressable (a ROMFS file in flash on MicroPython: memoryview(f) gives them; or a
+# buffer passed to open()) is also readable in place: Reader.mem, Reader.view(name), no copy (docs/MBF.md 6).
 import binascii
 import struct
 import sys
+
+try:
+    from uctypes import addressof as _addressof  # MicroPython: where a buffer's bytes start
+except ImportError:
+    _addressof = None
 
 from shared.compat import const
 
@@ -132,8 +139,23 @@ class Seg:
                                                            self.length)
 
 
+def _in_place(src):
+    """A read-only memoryview of all of src's bytes where src gives them in place (a VfsRom file on
+    MicroPython, a bytes / mmap object), else None (littlefs and FAT files, CPython files: TypeError).
+    Only word-aligned bytes qualify: the viper kernels load words from the weights (a Cortex-M0+ faults on
+    an unaligned load), and every segment is 32-byte aligned within the file."""
+    try:
+        mv = memoryview(src)
+    except TypeError:
+        return None
+    if _addressof is not None and _addressof(mv) & 3:
+        return None
+    return mv
+
+
 def open(src, budget=DEFAULT_BUDGET):  # noqa: A001 - mbf.open(path) reads like the builtin it mirrors
-    """Open an MBF file from a path or a binary stream (seek + readinto). Loads no segment data.
+    """Open an MBF file from a path, a binary stream (seek + readinto) or a buffer holding the whole file
+    (bytes, memoryview, mmap: read in place). Loads no segment data.
 
     budget: the most bytes this reader may allocate: its tables (COST_FIXED + COST_CONFIG per config
     entry + COST_SEGMENT per segment), the layer plan, and any buffer it allocates for the caller
@@ -150,15 +172,25 @@ class Reader:
         self._own = isinstance(src, str)
         if self._own:
             src = _fopen(src, "rb")
-        elif not (hasattr(src, "readinto") and hasattr(src, "seek")):
-            raise MBFError("open() needs a path or a binary stream with seek() and readinto()")
+        # mem: the file's bytes in place, or None (then weights are read into the caller's buffers)
+        self.mem = None
+        mem = _in_place(src)
+        if not (hasattr(src, "readinto") and hasattr(src, "seek")):
+            try:
+                memoryview(src)
+            except TypeError:
+                raise MBFError("open() needs a path, a binary stream with seek() and readinto(), or a buffer")
+            import io
+
+            src = io.BytesIO(src)  # parsing and read_into go through a stream over the same bytes
+            self._own = True
         self._f = src
         self.budget = budget
         self._plan = None
         self._k = 0
         self._suffixes = ()
         try:
-            self._load()
+            self._load(mem)
         except BaseException:
             self.close()
             raise
@@ -167,6 +199,7 @@ class Reader:
         if self._own and self._f is not None:
             self._f.close()
         self._f = None
+        self.mem = None  # views handed out stay valid as long as their holders keep them
 
     def __enter__(self):
         return self
@@ -180,7 +213,7 @@ class Reader:
         if got != n:
             self._fill(buf, n, got, what)
 
-    def _load(self):
+    def _load(self, mem):
         f = self._f
         self.size = size = f.seek(0, 2)
         if type(size) is not int:
@@ -244,6 +277,8 @@ class Reader:
         self.tok_crc = tok_crc
         self.n = ns
         self._parse_table(ns, tok_off + tok_len)
+        if self.mem is None and mem is not None and len(mem) == size:
+            self.mem = mem
 
     def _parse_config(self, cfg, nc):
         conf = {}
@@ -469,6 +504,15 @@ class Reader:
     def names(self):
         """Every segment name in table (sorted) order; allocates a list."""
         return [self._name(i) for i in range(self.n)]
+
+    def view(self, name):
+        """Segment name's bytes in place (a read-only memoryview of self.mem: flash on a board's ROMFS), or
+        None when the file is not addressable. Load time only: the slice is a new small object. The data
+        is not CRC-checked here: verify() or verify_all() checks it, as for read_into."""
+        i = self.index(name)
+        if self.mem is None:
+            return None
+        return self.mem[self._off[i]:self._off[i] + self._len[i]]
 
     # ---- reading -----------------------------------------------------------------------------
     def _check_buf(self, buf, n, i):

@@ -25,11 +25,12 @@ def word_of(arch):
 
 
 def fit(cfg, prof, word=None, margin=MARGIN_PCT, reserve=None, reader=None, modes=memplan.MODES,
-        max_block_pct=MAX_BLOCK_PCT):
+        max_block_pct=MAX_BLOCK_PCT, in_place=None):
     """The first layout, in modes order (fastest first), then from 64 classifier rows per block down
     to 1, whose load peak (the step's peak plus the largest construction temporary) fits the budget:
     the profile's heap less the reserve and margin% of the heap, and whose largest buffer is at most
-    max_block_pct of the heap. Sets p.board, p.heap_bytes, p.reserve, p.margin, p.budget, p.max_block on
+    max_block_pct of the heap. in_place: the weights stay in flash (the model in the board's ROMFS: a
+    resident plan then holds scales only; None: as reader reads, see memplan.layout). Sets p.board, p.heap_bytes, p.reserve, p.margin, p.budget, p.max_block on
     it. ModelError, saying by how much, when even the smallest does not fit. cfg: a model_load.Config or MBF config dict; prof: a board profile dict (shared/profile.py)."""
     prof = profile.validate(prof)
     if word is None:
@@ -50,7 +51,7 @@ def fit(cfg, prof, word=None, margin=MARGIN_PCT, reserve=None, reader=None, mode
     for mode in modes:
         b = 1 if mode == "resident" else (64 if c.n_out > 64 else c.n_out)
         while b >= 1:
-            p = memplan.layout(c, kv["sink"], kv["window"], kv["staged"], mode, b, word, reader)
+            p = memplan.layout(c, kv["sink"], kv["window"], kv["staged"], mode, b, word, reader, in_place=in_place)
             if best is None or p.load_peak < best.load_peak:
                 best = p
             if p.load_peak <= budget and p.largest <= max_block:
@@ -59,7 +60,7 @@ def fit(cfg, prof, word=None, margin=MARGIN_PCT, reserve=None, reader=None, mode
                 p = best = None
                 if sys.implementation.name != "cpython":
                     gc.collect()
-                p = memplan.layout(c, kv["sink"], kv["window"], kv["staged"], mode, b, word, reader)
+                p = memplan.layout(c, kv["sink"], kv["window"], kv["staged"], mode, b, word, reader, in_place=in_place)
                 p.board = prof["name"]
                 p.heap_bytes = heap
                 p.reserve = reserve

@@ -14,6 +14,8 @@ Modes, fastest first: resident (every matrix in RAM), layer (one layer's matrice
 start), phase (the attention matrices, then the FFN matrices, through one shared buffer), matrix (each
 matrix read just before its matvec, through one buffer of the largest). Streamed modes keep every
 scale resident and read the classifier in blocks of out_rows rows. docs/RUNTIME.md, "Memory plan".
+In place (a reader whose file is addressable, a board's ROMFS: model_load reads weights as views of it),
+a resident matrix costs the heap its scales only: the plan counts no weight bytes.
 """
 from array import array
 
@@ -61,8 +63,9 @@ class Plan:
     bytes] each. Arrays, not one object per buffer: the board builds a plan in every Model constructor
     (4-6 KB of heap on the 64-bit unix port while it lives, half that on the boards)."""
 
-    def __init__(self, cfg, mode, out_rows, sink, window, staged, word, share=True):
+    def __init__(self, cfg, mode, out_rows, sink, window, staged, word, share=True, in_place=False):
         self.cfg = cfg
+        self.in_place = in_place  # resident weights are views of the file in flash: no heap for them
         self.share = share
         self.mode = mode
         self.out_rows = out_rows
@@ -207,7 +210,7 @@ def check_int(name, v, lo, hi):
 
 
 def _seg(reader, name, nib, extra):
-    """(bytes read per use, bytes kept besides) of matrix name: q4 by default, else the file's sizes."""
+    """(weight bytes, scale and min bytes) of matrix name: q4 by default, else the file's sizes."""
     if reader is None or name not in reader:
         return nib, extra
     extra = 0
@@ -223,12 +226,16 @@ def _map_size(reader, name, default):
     return 2 if reader.seg(name).dtype == "u16" else 4
 
 
-def layout(cfg, sink, window, staged, mode="resident", out_rows=64, word=4, reader=None, share=True):
+def layout(cfg, sink, window, staged, mode="resident", out_rows=64, word=4, reader=None, share=True,
+           in_place=None):
     """The Plan of one layout (no heap check): cfg a Config or config dict, the RingKV's sink, window
     and staging, mode one of MODES, out_rows the streamed classifier's rows per block, word 4 or 8,
     reader (optional) the open mbf.Reader whose segment sizes replace the config's estimate. share=False
-    gives every buffer its own allocation (tools that read the buffers after the fact)."""
+    gives every buffer its own allocation (tools that read the buffers after the fact). in_place: the
+    weights stay in flash (the model in a board's ROMFS); None: whether reader reads in place (reader.mem)."""
     c = config(cfg)
+    if in_place is None:
+        in_place = reader is not None and getattr(reader, "mem", None) is not None
     if mode not in MODES:
         raise ModelError("memory plan mode must be one of %s, got %r" % (", ".join(MODES), mode))
     check_int("sink", sink, 0, 65535)
@@ -242,7 +249,8 @@ def layout(cfg, sink, window, staged, mode="resident", out_rows=64, word=4, read
                          % (sink, window, sink + window, c.seq_len))
     stream = mode != "resident"
     b = out_rows if out_rows < c.n_out else c.n_out
-    p = Plan(c, mode, b if stream else c.n_out, sink, window, staged, word, share)
+    p = Plan(c, mode, b if stream else c.n_out, sink, window, staged, word, share, in_place)
+    kept = 0 if in_place else 1  # resident weight bytes on the heap: none when they are views of flash
     inst = _INST * p.block
     L = c.n_layers
     cap = sink + window
@@ -259,8 +267,8 @@ def layout(cfg, sink, window, staged, mode="resident", out_rows=64, word=4, read
         part = LAYER_Q4[j]
         r, k = shapes[part]
         nib, extra = _seg(reader, "blk.0." + part, r * k // 2, r * k // 16)
-        if not stream:
-            p.add("w." + part, nib + extra, extra=inst + p.block, count=L)
+        if not stream:  # weights and scales in one buffer (the weights a view beside it when in place)
+            p.add("w." + part, nib * kept + extra, extra=inst + p.block, count=L)
             continue
         p.add("scales." + part, extra, extra=inst + p.block, count=L)
         if mode == "layer":
@@ -288,7 +296,7 @@ def layout(cfg, sink, window, staged, mode="resident", out_rows=64, word=4, read
         p.add("bias q,k,v", 4 * (c.q_dim + 2 * c.kv_dim), extra=2 * p.block, count=L)
     if c.attn_out_bias:
         p.add("bias output", 4 * c.dim, count=L)
-    _head(p, c, reader, stream, inst)
+    _head(p, c, reader, stream, inst, kept)
     p.add("rope table", 2 * (cap + 1) * hd, extra=p.obj(16) + inst)
     # activations (int32): live ranges as in llama.Model's forward
     act = (("x", c.dim, T_EMBED, T_ONORM), ("xb", c.dim, T_ANORM, T_ONORM), ("q", c.q_dim, T_WQ, T_QUERY),
@@ -307,13 +315,28 @@ def layout(cfg, sink, window, staged, mode="resident", out_rows=64, word=4, read
         # QAct: int8 values, its info array (header + 2 per group), a 1-int scratch, the instance
         p.add(name, n, extra=p.obj(4 * (_HDR + n // 16)) + p.obj(4) + inst)
     # the Model, its Layer objects and lists, the reader's layer plan: a small fixed part per layer
-    p.add("objects", 0, extra=(8 + 3 * L) * inst + p.obj(word * (L + c.n_heads + c.n_kv_heads + 24)))
+    p.add("objects", 0, extra=(8 + 3 * L) * inst + p.obj(word * (L + c.n_heads + c.n_kv_heads + 24)) + p.obj(12))
+    # the C kernels' bindings (llama._Fused, made where q4nat is the backend: MicroPython's default where it
+    # is on the path; elsewhere they over-count a KB): attention's argument tuples and info arrays, the
+    # instance and its attributes, and unless streamed, per layer q4nat.layer's 38 buffers and 7 matrix tuples
+    nat = (_tup(p, 7) + _tup(p, 5) + _tup(p, c.n_kv_heads) + _tup(p, 2) + _tup(p, c.n_heads)
+           + p.obj(28) + p.obj(16) + 2 * p.obj(24) + inst + _tup(p, 24))
+    if not stream:
+        nat += _tup(p, L) + p.obj(8) + L * (_tup(p, 38) + 7 * _tup(p, 5))
+    p.add("native bindings", 0, extra=nat)
     p._total()
     return p
 
 
-def _head(p, c, reader, stream, inst):
-    """Embedding rows, token maps and the classifier (model_load.Embeddings and Head)."""
+def _tup(p, n):
+    """Heap bytes of a tuple of n items (one block run: header and items)."""
+    b = p.block
+    return (p.word * (2 + n) + b - 1) // b * b
+
+
+def _head(p, c, reader, stream, inst, kept=1):
+    """Embedding rows, token maps and the classifier (model_load.Embeddings and Head); kept 0: resident
+    weights in place (views of flash)."""
     dim = c.dim
     rows = c.vocab_size  # token_embd rows (fewer with an embd_map)
     if reader is not None and "token_embd" in reader and len(reader.seg("token_embd").shape) == 2:
@@ -321,9 +344,9 @@ def _head(p, c, reader, stream, inst):
     emb = _seg(reader, "token_embd", rows * dim // 2, rows * dim // 16)
     out = emb if c.tied else _seg(reader, "output", c.n_out * dim // 2, c.n_out * dim // 16)
     if not stream:
-        p.add("token_embd", emb[0] + emb[1], extra=inst + p.block)
+        p.add("token_embd", emb[0] * kept + emb[1], extra=inst + p.block)
         if not c.tied:
-            p.add("output", out[0] + out[1], extra=inst + p.block)
+            p.add("output", out[0] * kept + out[1], extra=inst + p.block)
     else:
         b = p.out_rows
         nblocks = (c.n_out + b - 1) // b
@@ -336,7 +359,9 @@ def _head(p, c, reader, stream, inst):
             p.add("embed row scales", dim // 16, T_EMBED, T_EMBED)
     m = _map_size(reader, "embd_map", 0)
     if m:
-        if stream:
+        if not kept:  # in place: entries read from flash through a view
+            p.add("embd_map view", 0, extra=p.block)
+        elif stream:
             p.add("embd_map entry", m, T_EMBED, T_EMBED)
         else:
             p.add("embd_map", m * c.vocab_size)

@@ -2,6 +2,9 @@
 # Load time allocates freely but uses integers for every number the forward will see (board and host
 # build the same bits). Errors are ModelError (a ValueError) naming the segment or key. What lives
 # where, and the formats: docs/RUNTIME.md. shared/llama.py runs the forward over what this builds.
+# Weights in place: where the reader's file is addressable (reader.mem: a ROMFS file in flash), a resident
+# matrix's weight bytes are a view of the file (reader.view), never copied; its scales (and mins), converted
+# at load, are the only RAM it takes.
 import struct
 from array import array
 
@@ -102,7 +105,8 @@ def reserve(reader, cfg):
     """Every resident weight matrix, allocated (empty) before anything else, largest first: on a
     fragmented MicroPython heap the big blocks must be taken before small objects split the holes.
     Each is the form its segment holds (Q4Matrix, with mins for q4a; Q8Matrix for q8), so nothing
-    reserved is thrown away. Returns {segment name: matrix} for q4_resident to fill. Checks shapes."""
+    reserved is thrown away. Returns {segment name: matrix} for q4_resident to fill. Checks shapes.
+    A reader in place reserves nothing: its matrices' only buffers are their small scales."""
     want = []
     shapes = layer_shapes(cfg)
     for layer in range(cfg.n_layers):
@@ -116,6 +120,8 @@ def reserve(reader, cfg):
     if not cfg.tied:
         q4_shape(reader, "output", cfg.n_out, cfg.dim)
         want.append((reader.seg("output").length, "output", cfg.n_out, cfg.dim))
+    if reader.mem is not None:
+        return None
     want.sort(key=lambda w: -w[0])
     pool = {}
     for w in want:
@@ -123,11 +129,14 @@ def reserve(reader, cfg):
     return pool
 
 
-def _empty_matrix(dtype, rows, cols):
+def _empty_matrix(dtype, rows, cols, weights=None):
+    """A matrix of the segment's form: one new buffer for weights and scales, or (weights: the weight
+    bytes in place, read-only) new scales only."""
+    scales = None if weights is None else bytearray(rows * (cols // GROUP) * 2)
     if dtype == "q8":
         from shared import q4a_q8
-        return q4a_q8.Q8Matrix(rows, cols)
-    mat = Q4Matrix(rows, cols)
+        return q4a_q8.Q8Matrix(rows, cols, weights, scales)
+    mat = Q4Matrix(rows, cols, weights, scales)
     if dtype == "q4a":
         mat.set_mins(bytearray(rows * (cols // GROUP) * 2))
     return mat
@@ -183,12 +192,14 @@ class Embeddings:
         self.vocab = cfg.vocab_size
         n_rows = q4_shape(reader, name, None, dim)
         self.map = None  # resident embd_map
-        self.map_size = 0  # bytes per entry of a streamed embd_map
+        self.map_size = 0  # bytes per entry of a streamed (or in place) embd_map
+        self.mapview = None  # the embd_map's bytes in place (reader.view): entries read from flash, no copy
         if "embd_map" in reader:
             what = "a row of token_embd"
-            if stream:
+            if stream or reader.mem is not None:
                 self.map_size = check_map_streamed(reader, "embd_map", cfg.vocab_size, n_rows, what)
-                self.mapbuf = bytearray(self.map_size)
+                self.mapview = reader.view("embd_map")
+                self.mapbuf = bytearray(self.map_size) if self.mapview is None else None
             else:
                 self.map = token_map(reader, "embd_map", cfg.vocab_size, n_rows, what)
         elif n_rows != cfg.vocab_size:
@@ -224,11 +235,15 @@ class Embeddings:
         if self.map is not None:
             return self.map[token]
         if self.map_size:
-            b = self.mapbuf
-            self.reader.read_range("embd_map", token * self.map_size, b)
+            b = self.mapview
+            o = token * self.map_size
+            if b is None:
+                b = self.mapbuf
+                self.reader.read_range("embd_map", o, b)
+                o = 0
             if self.map_size == 2:
-                return b[0] | (b[1] << 8)
-            return b[0] | (b[1] << 8) | (b[2] << 16) | ((b[3] & 63) << 24)  # checked < n_rows at load
+                return b[o] | (b[o + 1] << 8)
+            return b[o] | (b[o + 1] << 8) | (b[o + 2] << 16) | ((b[o + 3] & 63) << 24)  # checked < n_rows at load
         return token
 
 
@@ -276,8 +291,16 @@ class EmbedRows:
             self.fix_min = q4a_q8.asym_fixed_min
             self.round_shift = q4a_q8.round_shift
         self.rshift = 0  # rows go into the residual stream, in Q(16 - rshift) (Config.resid_shift)
+        self.einfo = array("i", [0, self.ng, 0])  # q4nat.embed's row, groups and shift
 
     def fill(self, row, out):
+        f = kernels.fused()
+        if f is not None and self.mat is not None and self.kind != KIND_Q8:  # q4nat.embed: the same values in C
+            ei = self.einfo
+            ei[0] = row
+            ei[2] = 16 - self.wshift - self.rshift
+            f.embed(out, self.mat.buf, self.mat.scales, self.mat.mins, ei)
+            return
         rb = self.rowbytes
         ng = self.ng
         kind = self.kind
@@ -442,15 +465,18 @@ def q4_shape(reader, name, rows, cols):
 
 def q4_resident(reader, name, rows, cols, pool=None):
     """A prepared weight matrix holding segment name's weights, scales (and mins): a Q4Matrix (pool's,
-    if it has one) for q4 / q4a, a Q8Matrix for q8."""
+    if it has one) for q4 / q4a, a Q8Matrix for q8. With a reader in place its weights are the file's
+    bytes (reader.view), not a copy."""
     q4_shape(reader, name, rows, cols)
     dtype = reader.seg(name).dtype
+    weights = reader.view(name)
     mat = pool.pop(name, None) if pool else None
     if mat is None:
-        mat = _empty_matrix(dtype, rows, cols)
+        mat = _empty_matrix(dtype, rows, cols, weights)
     if dtype == "q4a":
         reader.read_into(name + mbf.MINS_SUFFIX, mat.mins, False)
-    reader.read_into(name, memoryview(mat.buf)[0:mat.nib_bytes], False)
+    if weights is None:
+        reader.read_into(name, memoryview(mat.buf)[0:mat.nib_bytes], False)
     reader.read_into(name + mbf.SCALES_SUFFIX, mat.scales, False)
     if dtype == "q4a":  # the loader picks that form's conversion: q4 never imports q4a_q8
         from shared import q4a_q8

@@ -28,7 +28,10 @@ FIELDS = (
     ("draft_k", int, 1, 32),
     ("model", str, 1, 80),
 )
-OPTIONAL = (("spill_bytes", int, 0, 256 * 1024 * 1024),)  # the node's flash spill ring (docs/NODE.md); 0: none
+OPTIONAL = (("spill_bytes", int, 0, 256 * 1024 * 1024),  # the node's flash spill ring (docs/NODE.md); 0: none
+            # our firmware's ROMFS partition (the model, read in place; docs/BOARDS.md); 0: none. Firmware without
+            # it (a stock download) has a filesystem of fs_bytes + romfs_bytes there instead
+            ("romfs_bytes", int, 0, 256 * 1024 * 1024))
 # "io" (the pins a plant description may use): checked by shared/profile_io.py, the host's only (the
 # build leaves it out of the board's /board.json, so a board never holds that code)
 
@@ -123,8 +126,8 @@ def validate(doc, src="<profile>"):
     for ch in doc["description"]:
         if ch < " ":
             raise ProfileError("%s: field 'description' holds a control character" % src)
-    if doc["fs_bytes"] > doc["flash_bytes"]:
-        raise ProfileError("%s: field 'fs_bytes' exceeds 'flash_bytes'" % src)
+    if doc["fs_bytes"] + doc.get("romfs_bytes", 0) > doc["flash_bytes"]:
+        raise ProfileError("%s: field 'fs_bytes' (with 'romfs_bytes') exceeds 'flash_bytes'" % src)
     if doc.get("spill_bytes", 0) > doc["fs_bytes"]:
         raise ProfileError("%s: field 'spill_bytes' exceeds 'fs_bytes'" % src)
     if "io" in doc:

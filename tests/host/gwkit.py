@@ -355,19 +355,22 @@ def check_logs_acked(db: Path, name: str) -> dict:
     return out
 
 
-def tiny_drafting_run(uart_port: str, baud: int, kv: dict, tmp: Path, tokens: int, name: str = "pico") -> dict:
-    """A node drafting the tiny seeded draft at uart_port against `edgetwin gateway --model tiny:TINY_SEED
-    --trace`, until `tokens` are verified and two more NODE reports are stored. Checks what every such run
-    must hold: no bad frame, no CRC error, no desync, lockstep, and every verified token the target's own
-    greedy token after the same prefix (the trace replayed through the target alone with the board's sink
-    and window). Returns {"status" (the gateway's last), "run_s" (host time to the tokens), "replay",
-    "db", "heaps" (the NODE reports' heap in use, in order)}."""
-    from host import gateway, tiny_target
+def tiny_drafting_run(uart_port: str, baud: int, kv: dict, tmp: Path, tokens: int, name: str = "pico",
+                      target: str | None = None) -> dict:
+    """A node drafting at uart_port against `edgetwin gateway --model TARGET --trace` (default: the tiny seeded
+    target, tiny:TINY_SEED, for the tiny seeded draft; "smollm2" for the shipped draft), until `tokens` are
+    verified and two more NODE reports are stored. Checks what every such run must hold: no bad frame, no CRC
+    error, no desync, lockstep, and every verified token the target's own greedy token after the same prefix
+    (the trace replayed through the target alone with the board's sink and window). Returns {"status" (the
+    gateway's last), "run_s" (host time to the tokens), "replay", "db", "heaps" (the NODE reports' heap in use,
+    in order)}."""
+    from tools.bench import board as bench_board
     from tools.bench import trace_replay
 
+    target = target or "tiny:%d" % TINY_SEED
     db, trace = tmp / "g.db", tmp / "trace.jsonl"
     gw = GatewayProc(["%s=%s" % (name, uart_port)], db, tmp / "st.json", baud=baud,
-                     extra=["--peer-timeout", "30", "--model", "tiny:%d" % TINY_SEED, "--trace", str(trace)])
+                     extra=["--peer-timeout", "30", "--model", target, "--trace", str(trace)])
     t_run = time.monotonic()
     try:
         gw.wait_status(lambda s: s["sessions"] and s["sessions"][0].get("spec", {}).get("tokens_verified", 0) >= tokens,
@@ -382,8 +385,7 @@ def tiny_drafting_run(uart_port: str, baud: int, kv: dict, tmp: Path, tokens: in
     spec = sess["spec"]
     assert sess["bad_frames"] == 0 and sess["link_err_crc"] == 0 and spec["desync"] == 0, sess
     assert spec["lockstep_bad"] == 0 and spec["lockstep_ok"] >= 1, spec
-    target = tiny_target.make(TINY_SEED, seq_len=gateway.TINY_SEQ_LEN)[0]
-    replay = trace_replay.greedy_replay(trace, name, target, kv["sink"], kv["window"])
+    replay = trace_replay.greedy_replay(trace, name, bench_board.load_target(target), kv["sink"], kv["window"])
     assert replay["verified"] >= tokens and replay["gaps"] == 0, replay
     assert replay["equal"] == replay["verified"], replay
     heaps = [int(r["heap"]) for r in node_reports(db, name) if "crc" in r]

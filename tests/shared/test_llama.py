@@ -259,9 +259,20 @@ OUT = array("i", bytearray(4 * STAGED * VOCAB))
 # ---- the numbers ----
 
 def test_decode_logits_are_pinned():
+    """The same logits under every kernel backend of this interpreter: on MicroPython the C kernels (whose
+    attention and glue replace the model's own loops), viper and plain."""
     m = _shared(False)
-    _check_pin(_decode(m, _tokens(N)), PIN, "resident decode")
-    assert m.kv.live == SINK + WINDOW and m.kv.pending == 0
+    try:
+        for name in kernels.available():
+            kernels.use(name)
+            m.kv.reset()
+            _check_pin(_decode(m, _tokens(N)), PIN, "resident decode, %s kernels" % name)
+            assert m.kv.live == SINK + WINDOW and m.kv.pending == 0
+            assert (m._nat is not None) == (name == "native"), name
+    finally:
+        kernels.use()
+    if testkit.IS_MP and not testkit.IS_CP:
+        assert kernels.available()[:2] == ["native", "viper"]
 
 
 def test_matches_float_reference():

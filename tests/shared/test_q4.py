@@ -398,7 +398,7 @@ def test_hot_path_allocates_nothing():
         ctx = (q4.QAct(64), x, array("i", bytes(32)), m, array("i", bytes(8)))
         results = {}
         try:
-            for name in ("viper", "plain"):
+            for name in ("native", "viper", "plain"):
                 if kernels.load(name) is None:
                     continue
                 kernels.use(name)
@@ -412,6 +412,8 @@ def test_hot_path_allocates_nothing():
             kernels.use()
         if testkit.IS_MP:
             assert "viper" in results, "viper backend missing on MicroPython"
+        if testkit.IS_MP and not testkit.IS_CP:
+            assert "native" in results, "q4nat (the C kernels) missing on MicroPython's path"
         assert len(set(results.values())) == 1, (m.kind, results)
 
 
@@ -420,8 +422,8 @@ def test_default_backend_per_interpreter():
     assert names[-1] == "plain"
     if testkit.IS_CP:  # the Pico's CircuitPython has no native code emitter: ulab is its fast backend
         assert kernels.default_name() == "ulab" and "ulab" in names
-    elif testkit.IS_MP:
-        assert kernels.default_name() == "viper"
+    elif testkit.IS_MP:  # the tests put q4nat.mpy on the path, as a MicroPython build does
+        assert kernels.default_name() == "native" and names[:2] == ["native", "viper"]
         from shared import q4_viper
         from shared import fixedmath
         assert q4_viper.HDR == q4.I_HDR and q4_viper.LIM == LIM
@@ -433,6 +435,8 @@ def test_default_backend_per_interpreter():
     kernels.use()
     testkit.raises(Q4Error, kernels.use, "cuda")
     testkit.raises(Q4Error, kernels.use, "numpy" if testkit.IS_MP else "viper")
+    if not testkit.IS_MP:
+        testkit.raises(Q4Error, kernels.use, "native")  # q4nat is a MicroPython native module
 
 
 # ---- bad input ----

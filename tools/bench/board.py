@@ -55,6 +55,7 @@ from host.usage import Parser  # noqa: E402
 
 CPU_HZ = 125_000_000
 BASELINE_STEPS = 5  # plain-Python steps (each one costs seconds of board time on the shipped draft)
+VIPER_STEPS = 2  # viper steps beside the C kernels' (MicroPython with q4nat.mpy): the previous fast backend
 SPILL_BYTES = 65536  # the bench node's spill ring: preallocating the profile's 640 KB takes minutes emulated
 LONG_NOTES = {"max_len": 48, "prompt_max": 12}  # --long-notes
 
@@ -62,8 +63,8 @@ LONG_NOTES = {"max_len": 48, "prompt_max": 12}  # --long-notes
 # the prompt, with the plain kernels and then the board's default (fast) ones.
 PROBE = r"""
 import gc, json, time
-from shared import kernels, llama, mbf, ringkv
-FAST = kernels.default_name()  # viper on MicroPython, ulab on CircuitPython
+from shared import fixedmath, kernels, llama, mbf, ringkv
+FAST = kernels.default_name()  # native (q4nat.mpy) or viper on MicroPython, ulab on CircuitPython
 if hasattr(time, 'ticks_us'):
     CLOCK = 'time.ticks_us'
     now = time.ticks_us
@@ -86,9 +87,14 @@ FREE_CODE = gc.mem_free()
 PROMPT = %(prompt)r
 STEPS = %(steps)d
 BASE = %(base)d
+VIPER = %(viper)d
 prof = json.load(open('/board.json'))
 cfg = json.load(open('/node.json'))
-PATH = '/' + prof['model']
+try:  # the node's rule: a filesystem copy first, else the firmware's ROMFS (read in place)
+    from firmware.node import model_path
+    PATH = model_path(prof, cfg)
+except ImportError:
+    PATH = '/' + prof['model']
 
 
 def h(lg, n):
@@ -98,9 +104,79 @@ def h(lg, n):
     return x
 
 
+def parts(m, r, fast):
+    # the step's parts with the fast kernels, each timed alone (mean of 3) on the model as its last step left
+    # it: the layer matrices' products, flash reads, attention, norms, the FFN's gate and the classifier. With
+    # the C kernels' whole-layer call the parts are q4nat's own functions called directly, less the cost of
+    # calling one from bytecode (call), as the layer call runs them; else the kernels' Python entry points.
+    kernels.use(fast)
+    w = m.layers[0]
+    L = len(m.layers)
+    nat = kernels.fused()
+    fz = m._nat if nat is not None else None
+    whole = fz is not None and fz.layer_bufs is not None
+
+    def t(fn):
+        t0 = now()
+        for _ in range(3):
+            fn()
+        return since_us(t0) // 3
+    call = t(lambda: nat.argmax(m.logits, 1)) if whole else 0
+
+    def mvf(out, mat, act):
+        if not whole:
+            return lambda: kernels.matvec(out, mat, act)
+        info = act.info
+        info[0] = 0
+        info[1] = mat.rows
+        info[3] = mat.wshift
+        return lambda: nat.matvec(out, mat.buf, mat.scales, mat.mins, act.q, info)
+    mv = {}
+    for name, out, act in (('wq', m.q, m.act_d), ('wk', m.kvb, m.act_d), ('wv', m.kvb, m.act_d), ('wo', m.xb, m.act_q),
+                           ('w1', m.hb, m.act_d), ('w3', m.hb2, m.act_d), ('w2', m.xb, m.act_h)):
+        mat = getattr(w, name)
+        mv[name] = [t(mvf(out, mat, act)) - call, mat.rows * mat.cols]
+    flash = 0
+    for f in m.fetch:
+        if f is not None:
+            flash += t(lambda: r.load_layer(0, f, False))
+    res = {'layers': L, 'keys': m.nkeys, 'matvec': mv, 'flash_layer': flash, 'classifier': t(m._classifier),
+           'classifier_macs': m.n_out * m.cfg.dim, 'call': call}
+    if whole:
+        fz.ainfo[1] = 0
+        res['attention_layer'] = (t(lambda: nat.query(m.q, fz.qg, fz.qfs, fz.qinfo)) + t(lambda: nat.scores(
+            fz.sbufs, m.kslot, fz.ainfo)) + t(lambda: nat.mix(fz.mbufs, m.kslot, fz.ainfo)) - 3 * call)
+        res['norm_quant'] = (t(lambda: nat.rmsnorm(m.xb, m.x, w.attn_norm.g, w.attn_norm.info))
+                             + t(lambda: nat.quantize_act(m.xb, m.act_d.q, m.act_d.info)) - 2 * call)
+        res['swiglu_quant'] = (t(lambda: nat.silu(m.hb, m.hb, m.cfg.hidden_dim, fixedmath.SIG_TAB))
+                               + t(lambda: nat.mul(m.hb, m.hb, m.hb2, m.cfg.hidden_dim))
+                               + t(lambda: nat.quantize_act(m.hb, m.act_h.q, m.act_h.info)) - 3 * call)
+        fz.sinfo[2] = m.kv.capacity  # the layer call stores K and V: into staging slot 0, not staged now
+        res['layer'] = t(lambda: nat.layer(fz.layer_bufs[0])) - call
+        return res
+
+    def att():
+        m._query()
+        m._scores(0)
+        m._mix(0)
+
+    def norm():
+        kernels.rmsnorm(m.xb, m.x, w.attn_norm)
+        kernels.quantize_act(m.act_d, m.xb)
+
+    def gate():
+        kernels.swiglu(m.hb, m.hb, m.hb2, m.cfg.hidden_dim)
+        kernels.quantize_act(m.act_h, m.hb)
+    res['attention_layer'] = t(att)
+    res['norm_quant'] = t(norm)
+    res['swiglu_quant'] = t(gate)
+    return res
+
+
 def run():
-    # one model: the prompt prefilled with FAST, then BASE steps with the plain kernels, then STEPS with
-    # FAST (the same integers either way, so the ids continue one greedy sequence)
+    # one model: the prompt prefilled with FAST, then BASE steps with the plain kernels, VIPER with viper
+    # (where FAST is the C kernels), then STEPS with FAST (the same integers every way, so the ids continue
+    # one greedy sequence)
     if ERR:
         return {'fits': False, 'error': ERR, 'free_code': FREE_CODE}
     kernels.use(FAST)
@@ -111,17 +187,20 @@ def run():
     ring = ringkv.RingKV(c['n_layers'], c['n_kv_heads'] * c['head_dim'], kv['sink'], kv['window'], kv['staged'],
                          'b', c['n_kv_heads'])
     try:
-        m = llama.Model(r, ring, stream=cfg.get('stream', False), out_rows=cfg.get('out_rows', 64))
+        m = llama.Model(r, ring, stream=False if r.mem is not None else cfg.get('stream', False),
+                        out_rows=cfg.get('out_rows', 64))
     except MemoryError as e:
         return {'fits': False, 'error': 'MemoryError: ' + str(e), 'free_code': FREE_CODE}
     gc.collect()
     held = gc.mem_alloc()
     m.prefill(PROMPT)
     out = []
-    us = {'plain': [], FAST: []}
+    order = ['plain'] * BASE + (['viper'] * VIPER if FAST == 'native' else []) + [FAST] * STEPS
+    us = {}
+    for name in order:
+        us[name] = []
     fmin = gc.mem_free()
-    for s in range(BASE + STEPS):
-        name = 'plain' if s < BASE else FAST
+    for name in order:
         kernels.use(name)
         lg = m.logits
         n = m.n_out
@@ -138,9 +217,11 @@ def run():
         f = gc.mem_free()
         if f < fmin:
             fmin = f
+    br = parts(m, r, FAST)
+    in_place = r.mem is not None
     r.close()
     return {'fits': True, 'ids': out, 'us': us, 'fast': FAST, 'clock': CLOCK, 'free_min': fmin, 'held': held,
-            'free_code': FREE_CODE}
+            'free_code': FREE_CODE, 'parts': br, 'path': PATH, 'plan': m.mode, 'in_place': in_place}
 
 
 try:
@@ -313,7 +394,7 @@ def probe_model(port: str, model: Path, prof: dict, cfg: dict, steps: int, tmpd:
     hashes equal shared/llama.py's on CPython."""
     prompt = prompt_ids(model, "Plant log notes.\nM2 ALARM temp_c 81.5 > 80.0\nNote:")
     script = tmpd / "probe.py"
-    script.write_text(PROBE % {"prompt": prompt, "steps": steps, "base": BASELINE_STEPS})
+    script.write_text(PROBE % {"prompt": prompt, "steps": steps, "base": BASELINE_STEPS, "viper": VIPER_STEPS})
     out = _mpremote(port, "run", str(script), timeout=3600)
     line = [x for x in out.splitlines() if x.startswith("BENCH-BOARD ")]
     if not line:
@@ -321,20 +402,56 @@ def probe_model(port: str, model: Path, prof: dict, cfg: dict, steps: int, tmpd:
     probe = json.loads(line[0][len("BENCH-BOARD "):])
     if not probe["fits"]:  # stock firmware: the node's code in the heap leaves no room for the model
         return {"model_fits": False, "model_error": probe["error"], "heap_free_after_code_bytes": probe["free_code"]}
-    host = host_greedy(model, prof, cfg, prompt, BASELINE_STEPS + steps)
+    host = host_greedy(model, prof, cfg, prompt, len(probe["ids"]))
     fast = probe["fast"]
     f_us = sum(probe["us"][fast]) / len(probe["us"][fast])
     p_us = sum(probe["us"]["plain"]) / len(probe["us"]["plain"])
     ratio = round(p_us / f_us, 1)
-    return {"model_fits": True, "heap_free_after_code_bytes": probe["free_code"], "model_heap_bytes": probe["held"],
-            "heap_free_min_bytes_model_alone": probe["free_min"], "fast_backend": fast, "step_clock": probe["clock"],
-            "draft_step_us": round(f_us), "draft_tokens_per_s": round(1e6 / f_us, 2),
-            "plain_step_us": round(p_us), "draft_step_fast_vs_plain": ratio,
-            # the MicroPython figure's name (viper's native code against bytecode), kept where it is true
-            **({"draft_step_viper_vs_bytecode": ratio} if fast == "viper" else {}),
-            "steps": {"plain": len(probe["us"]["plain"]), fast: len(probe["us"][fast])},
-            "draft_ids_match_host": probe["ids"] == host, "ids": [x[0] for x in probe["ids"]],
-            "host_ids": [x[0] for x in host]}
+    res = {"model_fits": True, "heap_free_after_code_bytes": probe["free_code"], "model_heap_bytes": probe["held"],
+           "heap_free_min_bytes_model_alone": probe["free_min"], "fast_backend": fast, "step_clock": probe["clock"],
+           "model_path": probe.get("path"), "model_plan": probe.get("plan"), "weights_in_place": probe.get("in_place", False),
+           "draft_step_us": round(f_us), "draft_tokens_per_s": round(1e6 / f_us, 2),
+           "plain_step_us": round(p_us), "draft_step_fast_vs_plain": ratio,
+           "steps": {k: len(v) for k, v in probe["us"].items()},
+           "draft_ids_match_host": probe["ids"] == host, "ids": [x[0] for x in probe["ids"]],
+           "host_ids": [x[0] for x in host]}
+    # the MicroPython figures' names (native code against bytecode), kept where they are true
+    if fast in ("native", "viper"):
+        res["draft_step_%s_vs_bytecode" % fast] = ratio
+    if "viper" in probe["us"] and fast == "native":
+        v_us = sum(probe["us"]["viper"]) / len(probe["us"]["viper"])
+        res["viper_step_us"] = round(v_us)
+        res["draft_step_native_vs_viper"] = round(v_us / f_us, 1)
+    if "parts" in probe:
+        res["step_breakdown"] = breakdown(probe["parts"], f_us)
+    return res
+
+
+def breakdown(p: dict, step_us: float) -> dict:
+    """The probe's parts (each timed alone) as a breakdown of one decode step in board us, with cycles per
+    multiply-accumulate for each layer matrix and the classifier. With the C kernels' whole-layer call
+    (`layer_us`, per layer) the parts are its kernels and `glue_us` is the step less the layers and the
+    classifier (the embedding row, the key positions, the step hook: Python); otherwise `glue_us` is the step
+    less the parts, each part timed through its Python entry point."""
+    L = p["layers"]
+    cyc = CPU_HZ / 1e6
+    mats = {k: {"us": v[0], "macs": v[1], "cycles_per_mac": round(v[0] * cyc / v[1], 1)} for k, v in p["matvec"].items()}
+    parts = {"matvecs_us": L * sum(v[0] for v in p["matvec"].values()), "flash_reads_us": L * p["flash_layer"],
+             "attention_us": L * p["attention_layer"],
+             "norms_swiglu_quantize_us": 2 * L * p["norm_quant"] + L * p["swiglu_quant"],
+             "classifier_us": p["classifier"]}
+    macs = L * sum(v[1] for v in p["matvec"].values()) + p["classifier_macs"]
+    out = {"keys": p["keys"], **parts}
+    if "layer" in p:
+        out["layer_us"] = p["layer"]
+        out["layer_rest_us"] = L * p["layer"] - (parts["matvecs_us"] + parts["attention_us"]
+                                                 + parts["norms_swiglu_quantize_us"])
+        out["glue_us"] = round(step_us - L * p["layer"] - p["classifier"] - parts["flash_reads_us"])
+        out["bytecode_call_us"] = p["call"]
+    else:
+        out["glue_us"] = round(step_us - sum(parts.values()))
+    return {**out, "classifier_cycles_per_mac": round(p["classifier"] * cyc / p["classifier_macs"], 1),
+            "macs_per_step": macs, "step_cycles_per_mac": round(step_us * cyc / macs, 1), "matvec": mats}
 
 
 def _node_run(board, tmpd: Path, cfg: dict, prof: dict, target: str, tokens: int, long_notes: bool) -> dict:
@@ -409,7 +526,7 @@ def _node_run(board, tmpd: Path, cfg: dict, prof: dict, target: str, tokens: int
     link = (u1["to_board"] - u0["to_board"]) + (u1["from_board"] - u0["from_board"])
     committed = spec["committed"] - c0
     _say("replaying the trace through the target alone")
-    replay = trace_replay.greedy_replay(trace, sess["name"], _load_target(target), prof["kv"]["sink"],
+    replay = trace_replay.greedy_replay(trace, sess["name"], load_target(target), prof["kv"]["sink"],
                                         prof["kv"]["window"])
     return {"verified_tokens": spec["tokens_verified"], "committed": spec["committed"],
             "verified_tokens_per_board_s": round((spec["tokens_verified"] - v0) / max(t1_board - t0_board, 1e-9), 2),
@@ -421,7 +538,7 @@ def _node_run(board, tmpd: Path, cfg: dict, prof: dict, target: str, tokens: int
             "notes": LONG_NOTES if long_notes else {k: cfg.get(k) for k in LONG_NOTES}}
 
 
-def _load_target(target: str):
+def load_target(target: str):
     """The gateway's target for --model `target`, loaded here for the replay: for smollm2 the one the gateway
     chose by default (host/target_delta.choose: the domain target where models/target exists)."""
     from host import gateway, target_delta

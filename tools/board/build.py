@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from shared import profile
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("shared", "firmware")
+NATIVE_MODULE = "q4nat.mpy"  # the C kernels (shared/q4_native.py imports q4nat); deploy copies it to frozen builds too
 NATIVE_MARKERS = ("@micropython.viper", "@micropython.native", "@micropython.asm_")
 # Backends a flavour can never import (kernels.load() skips them there): leaving them out saves flash.
 # shared/frame_host.py (whole frames as Python values, for the gateway and the tests) is no board's either.
@@ -33,7 +35,7 @@ EXCLUDED = {
     "micropython": {"shared/q4_numpy.py", "shared/q4_ulab.py", "shared/frame_host.py", "shared/crc32_binascii.py",
                     "firmware/cp_hal.py", "firmware/uart_cp.py"},
     "circuitpython": {"shared/q4_numpy.py", "shared/q4_viper.py", "shared/ringkv_viper.py", "shared/crc32_viper.py",
-                      "shared/frame_host.py"},
+                      "shared/frame_host.py", "shared/q4_native.py", "shared/llama_fused.py"},
 }
 
 
@@ -90,7 +92,8 @@ def board_profile(board: str | dict) -> dict:
 # heap no draft plan fits, or stock CircuitPython (drafts()), gets the logs-only package, which leaves its
 # filesystem room for the spill ring; boards/manifest_logs.py and package-logs.json ship the same set.
 DRAFTING = {"shared/llama.py", "shared/bpe.py", "shared/sptok.py", "shared/unicats.py", "shared/q4.py", "shared/q4a_q8.py",
-            "shared/q4_numpy.py", "shared/q4_ulab.py", "shared/q4_viper.py", "shared/kernels.py",
+            "shared/q4_numpy.py", "shared/q4_ulab.py", "shared/q4_viper.py", "shared/q4_native.py", "shared/llama_fused.py",
+            "shared/kernels.py",
             "shared/fixedmath.py", "shared/drafter.py", "shared/mbf.py", "shared/memplan.py", "shared/memfit.py",
             "shared/model_load.py", "shared/ringkv.py", "shared/ringkv_viper.py", "shared/kvsnap.py",
             "shared/specdec.py", "shared/episode.py", "shared/lruk.py", "firmware/annotator.py",
@@ -204,6 +207,17 @@ def _out_folder(prof: dict, arch: str, out_dir: Path | None) -> Path:
     return out
 
 
+# A ROMFS image's own bytes around one model (tools/board/romfs.py: header, records, alignment padding)
+ROMFS_OVERHEAD = 128
+
+
+def filesystem_bytes(prof: dict, frozen: bool) -> int:
+    """The filesystem a build lands on: the profile's fs_bytes on the firmware that carries the node (`make
+    firmware`, with its ROMFS partition), fs_bytes + romfs_bytes on firmware without the node frozen (the stock
+    download has no ROMFS: its filesystem spans that partition too; docs/BOARDS.md, "Flash layout")."""
+    return prof["fs_bytes"] + (0 if frozen else prof.get("romfs_bytes", 0))
+
+
 def drafts(prof: dict, frozen: bool = False) -> bool:
     """Whether a node of this profile gets the drafting package by default: a plan of the shipped draft fits
     its heap and, on stock CircuitPython (the code not frozen), its .py sources, the model and the spill ring
@@ -214,7 +228,7 @@ def drafts(prof: dict, frozen: bool = False) -> bool:
     if frozen or prof["flavour"] != "circuitpython":
         return True
     code = sum(p.stat().st_size for p in sources("circuitpython"))
-    return code + DRAFT.stat().st_size + prof.get("spill_bytes", 0) <= prof["fs_bytes"]
+    return code + DRAFT.stat().st_size + prof.get("spill_bytes", 0) <= filesystem_bytes(prof, frozen)
 
 
 def _node_config(prof: dict, model: Path | None, frozen: bool = False) -> dict:
@@ -257,6 +271,8 @@ def _build_into(out: Path, prof: dict, arch: str, exe: str | None, node_cfg: dic
                       "package": "drafting" if drafting else "logs-only", "files": []}
     for src in sources(prof["flavour"], drafting=drafting):
         manifest["files"].append(_compile(src, out, arch, exe) if exe else _copy_source(src, out))
+    if exe and drafting:
+        _add_native(out, arch, manifest)
     # the validated profile, less "io": the pins a description may use are the host's checks, not the board's
     board = {k: v for k, v in prof.items() if k != "io"}
     (out / "board.json").write_text(json.dumps(board, indent=2) + "\n")
@@ -270,11 +286,16 @@ def _build_into(out: Path, prof: dict, arch: str, exe: str | None, node_cfg: dic
     manifest["total_bytes"] = total
     spill = prof.get("spill_bytes", 0)
     manifest["spill_bytes"] = spill
-    if total + spill > prof["fs_bytes"]:
+    fs, on_fs = filesystem_bytes(prof, frozen), total
+    model = manifest.get("node", {}).get("model_bytes", 0)
+    if frozen and model and model + ROMFS_OVERHEAD <= prof.get("romfs_bytes", 0):
+        on_fs -= model  # deploy puts it into the firmware's ROMFS partition (tools/board/deploy.py)
+    if on_fs + spill > fs:
         hint = ("; on CircuitPython a drafting node needs the firmware that carries its code (make firmware-cp)"
                 if prof["flavour"] == "circuitpython" and not frozen and drafting else "")
-        raise BuildError(f"build for {prof['name']} is {total} bytes, and its spill ring {spill}: over the profile's "
-                         f"fs_bytes {prof['fs_bytes']}{hint}")
+        raise BuildError(f"build for {prof['name']} is {total} bytes, {on_fs} on the filesystem, and its spill ring "
+                         f"{spill}: over the filesystem's {fs} bytes (the profile's fs_bytes"
+                         f"{'' if frozen else ' + romfs_bytes'}){hint}")
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
 
 
@@ -289,6 +310,30 @@ def _compile(src: Path, out: Path, arch: str, exe: str) -> dict:
     hdr = read_mpy_header(dest)
     return {"path": str(dest.relative_to(out)), "bytes": dest.stat().st_size, "native": has_native_code(src),
             "mpy_version": f"{hdr.version}.{hdr.sub_version}", "mpy_arch": hdr.arch}
+
+
+def _add_native(out: Path, arch: str, manifest: dict) -> None:
+    """lib/q4nat.mpy, the decode step's C kernels (tools/board/natmod_build.py), where it is built for arch;
+    a native module is linked at import, so a frozen firmware cannot carry it: it is copied in both cases.
+    Where it cannot be built the node drafts with the viper kernels, and MANIFEST.json says why."""
+    from tools.board import natmod_build
+
+    if arch not in natmod_build.ARCHES:
+        manifest["native_kernels"] = "none for %s (no toolchain here): the viper kernels" % arch
+        return
+    try:
+        mod = natmod_build.ensure(arch)
+    except (BuildError, natmod_build.BuildError, OSError) as e:
+        print("build: warning: no C kernels for %s, the node drafts with the viper kernels: %s" % (arch, e),
+              file=sys.stderr)
+        manifest["native_kernels"] = "not built: %s" % str(e).splitlines()[0]
+        return
+    dest = out / "lib" / NATIVE_MODULE
+    shutil.copyfile(mod, dest)
+    hdr = read_mpy_header(dest)
+    manifest["files"].append({"path": str(dest.relative_to(out)), "bytes": dest.stat().st_size, "native": True,
+                              "mpy_version": f"{hdr.version}.{hdr.sub_version}", "mpy_arch": hdr.arch})
+    manifest["native_kernels"] = str(dest.relative_to(out))
 
 
 def _copy_source(src: Path, out: Path) -> dict:

@@ -16,6 +16,13 @@ compared with the build; the report also carries the board's heap use after a co
 
 `run_on_board(port, code)` runs a snippet and returns what it printed.
 
+Models (``*.mbf``) go into the board's ROMFS partition where its firmware has one (`make firmware`: 384 KB,
+mounted at /rom) and the tool is mpremote: the build's models as one image (tools/board/romfs.py: files
+word-aligned, so the node reads the weights in place from flash), written with ``mpremote romfs deploy``
+unless the partition already holds exactly that image; a filesystem copy of the same name is removed (it
+would override the ROM one: firmware/node.py `model_path`). Without ROMFS (stock firmware, a virtual board,
+ampy) or when the image does not fit, models are copied to the filesystem as before.
+
 Errors are `DeployError` subclasses whose message says what to do: missing or malformed build,
 tool not installed, port missing/busy/not a serial device, board not answering (timeout), code that
 raised on the board, files that did not arrive.
@@ -42,7 +49,32 @@ TOOLS = ("mpremote", "ampy")
 TOP_FILES = ("board.json", "main.py", "code.py", "boot.py", "node.json", "plant.json")
 REPORT_MARK = "@@EDGETWIN-DEPLOY "
 FROZEN_STALE = ("/lib/shared", "/lib/firmware")  # the packages a frozen firmware carries
+NATIVE_MODULE = "/lib/q4nat.mpy"  # the C kernels (tools/board/build.py): linked at import, never frozen
 _EXEC_INLINE_MAX = 8000  # longer snippets go through a temporary file (`mpremote run`)
+ROM = "/rom"  # where MicroPython mounts ROMFS partition 0 at boot
+
+# Runs on the board (MicroPython): the size of ROMFS partition 0, 0 without one; with a length, whether the
+# partition starts with the image of that length and sha256 (then deploy does not write it again).
+_ROMFS_CODE = """import vfs
+try:
+    _d = memoryview(vfs.rom_ioctl(2, 0))
+except Exception:
+    _d = b''
+_same = 0
+if %(n)d and len(_d) >= %(n)d:
+    import hashlib, binascii
+    _same = int(binascii.hexlify(hashlib.sha256(_d[:%(n)d]).digest()) == %(sha)r)
+print('@@ROMFS', len(_d), _same)
+del _d, _same
+"""
+# Runs on the board after a ROMFS write (mpremote unmounts /rom to write it): mount the new image, as a boot does.
+_ROM_MOUNT_CODE = """import vfs
+try:
+    vfs.umount('/rom')
+except OSError:
+    pass
+vfs.mount(vfs.VfsRom(vfs.rom_ioctl(2, 0)), '/rom')
+"""
 
 # Runs on the board (MicroPython or CircuitPython: os.listdir and os.stat, which both have): create the build's folders (existing ones are fine).
 _MKDIR_CODE = """import os
@@ -353,10 +385,56 @@ def _parse_report(out: str) -> dict:
     raise DeployError("the board did not report its files after the copy; its output was:\n%s" % out[-2000:])
 
 
+def romfs_state(port: str, image: bytes = b"", tool: str = "mpremote") -> tuple[int, bool]:
+    """(bytes of the board's ROMFS partition 0, 0 without one; whether it already starts with image)."""
+    import hashlib
+
+    code = _ROMFS_CODE % {"n": len(image), "sha": hashlib.sha256(image).hexdigest().encode()}
+    for line in run_on_board(port, code, tool=tool).splitlines():
+        if line.startswith("@@ROMFS "):
+            size, same = line.split()[1:3]
+            return int(size), same == "1"
+    return 0, False
+
+
+def _rom_models(files: list[tuple[Path, str]], port: str, say: Callable[[str], None], force: bool,
+                timeout: float) -> dict | None:
+    """Put the build's models into the board's ROMFS: {"bytes" (the image), "partition", "written", "models":
+    {fs path: rom path}}; None (the models go to the filesystem) when there is no partition or they do not fit."""
+    from tools.board import romfs
+
+    models = [(local, remote) for local, remote in files if remote.endswith(".mbf") and remote.count("/") == 1]
+    if not models:
+        return None
+    image = romfs.build({local.name: local.read_bytes() for local, _ in models})
+    size, same = romfs_state(port, image)
+    if not size:
+        return None
+    if len(image) > size:
+        say("the models' ROMFS image (%s B) is larger than the board's ROMFS partition (%s B): copying them to "
+            "the filesystem" % (format(len(image), ","), format(size, ",")))
+        return None
+    written = force or not same
+    if written:
+        say("ROMFS: writing %s B (%s) into the %s B partition" % (format(len(image), ","),
+                                                                 ", ".join(r for _, r in models), format(size, ",")))
+        with tempfile.TemporaryDirectory(prefix="edgetwin-romfs-") as tmp:
+            path = Path(tmp) / "models.romfs"  # mpremote takes a prebuilt image by its .romfs suffix
+            path.write_bytes(image)
+            _run_tool("mpremote", _port_args("mpremote", port) + ["romfs", "deploy", str(path)], port, timeout)
+    else:
+        say("ROMFS: the partition already holds these models")
+    return {"bytes": len(image), "partition": size, "written": written,
+            "models": {remote: ROM + remote for _, remote in models}}
+
+
 def deploy(build_dir: Path, port: str, tool: str = "mpremote", timeout: float | None = None,
            clean: bool = True, force: bool = False, progress: Callable[[str], None] | None = None,
-           frozen: bool = False) -> dict:
+           frozen: bool = False, rom: bool = True) -> dict:
     """Copy every file of `build_dir` onto the board at `port` with `tool`, then verify it.
+
+    `rom`: models go into the board's ROMFS partition when it has one (mpremote, MicroPython; see the module
+    docstring); the report's "rom" says what was written, and its files list them under /rom.
 
     `frozen`: the board's firmware carries the code (`make firmware`, docs/BOARDS.md): the build's lib/
     is not copied, only board.json, node.json, main.py and the model; with `clean`, the board's
@@ -376,8 +454,9 @@ def deploy(build_dir: Path, port: str, tool: str = "mpremote", timeout: float | 
     """
     t0 = time.monotonic()
     manifest, files = build_files(Path(build_dir))
-    if frozen:
-        files = [(local, remote) for local, remote in files if not remote.startswith("/lib/")]
+    if frozen:  # the firmware carries the code, but not the C kernels: a native module is linked at import
+        files = [(local, remote) for local, remote in files
+                 if not remote.startswith("/lib/") or remote == NATIVE_MODULE]
     tool_exe(tool)  # fails early, with install advice
     check_port(port)
     expected = {remote: local.stat().st_size for local, remote in files}
@@ -385,7 +464,21 @@ def deploy(build_dir: Path, port: str, tool: str = "mpremote", timeout: float | 
     if timeout is None:
         # mpremote writes 256-byte chunks, one raw-REPL exec each; ampy soft-resets per file.
         timeout = 60.0 + total / 2000.0 + (1.5 * len(files) if tool == "ampy" else 0.0)
-    prepare, verify_code, cleaning = _board_code(files, clean, FROZEN_STALE if frozen else ())
+    say = progress or (lambda line: None)
+    rom_info = None
+    if rom and tool == "mpremote" and manifest.get("flavour") != "circuitpython":
+        rom_info = _rom_models(files, port, say, force, timeout)
+    if rom_info is not None:  # the models live in ROMFS: not on the filesystem, where a copy would override them
+        files = [(local, remote) for local, remote in files if remote not in rom_info["models"]]
+    in_rom = sorted(rom_info["models"].values()) if rom_info is not None else []
+    prepare, verify_code, cleaning = _board_code(files, clean, FROZEN_STALE if frozen else (), in_rom)
+    if rom_info is not None:
+        gone = sorted(rom_info["models"])
+        prepare += (_ROM_MOUNT_CODE if rom_info["written"] else "") + \
+            "import os\nfor _p in %r:\n    try:\n        os.remove(_p)\n        print('removed', _p)\n" \
+            "    except OSError:\n        pass\n" % (gone,)
+        for fs_path, rom_path in rom_info["models"].items():
+            expected[rom_path] = expected.pop(fs_path)
     if manifest.get("flavour") == "circuitpython":
         # CIRCUITPY is read-only to code while a computer may write it over USB: take it for this session (a
         # computer that has the drive mounted keeps it, and the board refuses: then copy by hand)
@@ -393,7 +486,6 @@ def deploy(build_dir: Path, port: str, tool: str = "mpremote", timeout: float | 
     if ("node" in manifest or "logs_node" in manifest) and "plant" not in manifest:
         # a node deployed without a description runs the simulator: one from an earlier deploy must go
         prepare += "import os\ntry:\n    os.remove('/plant.json')\nexcept OSError:\n    pass\n"
-    say = progress or (lambda line: None)
     say("%s: %d files, %s B to %s%s" % (tool, len(files), format(total, ","), port,
                                         "; removing stale files first" if cleaning else ""))
     if tool == "mpremote":
@@ -401,20 +493,25 @@ def deploy(build_dir: Path, port: str, tool: str = "mpremote", timeout: float | 
     else:
         outputs = _copy_ampy(port, files, expected, prepare, verify_code, timeout, say)
     report = _report(outputs, expected, tool, port, Path(build_dir).resolve(), manifest, total)
+    if rom_info is not None:
+        report["rom"] = rom_info
     report["seconds"] = round(time.monotonic() - t0, 2)
     if "problems" in report:
         raise VerifyError("deploy to %s did not verify:\n  %s" % (port, "\n  ".join(report["problems"])), report)
     return report
 
 
-def _board_code(files: list[tuple[Path, str]], clean: bool, stale: tuple[str, ...] = ()) -> tuple[str, str, bool]:
+def _board_code(files: list[tuple[Path, str]], clean: bool, stale: tuple[str, ...] = (),
+                in_rom: list[str] | tuple[str, ...] = ()) -> tuple[str, str, bool]:
     """(the snippet that makes the folders and, with clean, removes stale files (and everything under the
-    folders `stale`); the check snippet; whether it cleans) for the board."""
+    folders `stale`); the check snippet (which also lists the files in_rom: models written to ROMFS); whether it
+    cleans) for the board."""
     expected = sorted(remote for _, remote in files)
     pkg_dirs = sorted({"/".join(r.split("/")[:3]) for r in expected if r.startswith("/lib/") and r.count("/") >= 3}
                       | set(stale))
     clean_code = _CLEAN_CODE % {"keep": expected, "dirs": pkg_dirs}
-    verify_code = _VERIFY_CODE % {"mark": REPORT_MARK, "top": [r for r in expected if not r.startswith("/lib/")]}
+    verify_code = _VERIFY_CODE % {"mark": REPORT_MARK,
+                                  "top": [r for r in expected if not r.startswith("/lib/")] + list(in_rom)}
     # Explicit destination paths rather than `cp -r lib :`, whose result depends on whether the
     # destination exists (and on how the board's VFS answers stat('')).
     parts = [remote.split("/")[1:-1] for _, remote in files]

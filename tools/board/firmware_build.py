@@ -6,8 +6,13 @@
 
 Output: build/firmware/rp2040_pico/firmware.uf2 (and .elf, .bin), with firmware.stamp beside it holding
 the cache key: a hash of the sources (the vendored tarball's sha256, or the upstream tags when cloned),
-this recipe, the freeze manifest and the contents of every file it freezes. The image is reused only
-when the stamp matches; an edit to any frozen file rebuilds it.
+this recipe, the board folder's files, the freeze manifest and the contents of every file it freezes. The
+image is reused only when the stamp matches; an edit to any frozen file or to the board folder rebuilds it.
+
+Board: the port's RPI_PICO with edgetwin's flash layout, from boards/rp2_romfs/ (BOARD_DIR; BOARD stays
+RPI_PICO, so sys.implementation._build is the stock one's): a 384 KB ROMFS partition for the draft model
+below a 1024 KB filesystem. --stock builds the port's own boards/RPI_PICO (no ROMFS, a 1408 KB
+filesystem), the official download's layout.
 
 Sources: $EDGETWIN_VENDOR (default ../shared/vendor beside the checkout) holding
 micropython-firmware-src.tar.xz and its .sha256 (see SOURCES.md there). Without it the same trees are
@@ -38,7 +43,7 @@ PICOTOOL_DIR = "picotool-2.2.0"
 BOOTROM = "rp2040js-bootrom/bootrom.ts"
 BOARD = "RPI_PICO"
 # Bump when the steps below change what they produce: it is part of the cache key.
-RECIPE = "rp2-RPI_PICO-v1.28.0-recipe-3"  # 3: frozen armv6m native code word-aligned (patch_sources)
+RECIPE = "rp2-RPI_PICO-v1.28.0-recipe-4"  # 3: frozen armv6m native code word-aligned (patch_sources); 4: BOARD_DIR
 APT_PACKAGES = ("gcc-arm-none-eabi", "libnewlib-arm-none-eabi", "libstdc++-arm-none-eabi-newlib")
 # The clone path (no vendor folder): the upstream repositories at the tags SOURCES.md names.
 GIT_SOURCES = (
@@ -74,6 +79,33 @@ STOCK_MANIFEST = ROOT / "boards" / "manifest_stock.py"  # the port's default man
 
 def manifest_path() -> Path:
     return ROOT / "boards" / "manifest.py"
+
+
+# edgetwin's board folder (mpconfigboard.h: ROMFS 384 KB + filesystem 1024 KB); None: the port's own RPI_PICO
+ROMFS_BOARD_DIR = ROOT / "boards" / "rp2_romfs"
+
+
+def board_dir(variant: str = "") -> Path | None:
+    """The board folder an image variant builds with: the stock download's layout has no ROMFS."""
+    return None if variant == "stock" else ROMFS_BOARD_DIR
+
+
+FLASH_BYTES = 2 * 1024 * 1024  # the Pico's
+
+
+def code_region(header: Path) -> int:
+    """Flash bytes left for the firmware image below the ROMFS partition and the filesystem that a board's
+    mpconfigboard.h defines (`(N * 1024)` forms). The port's linker script allows the whole flash, so an
+    image that outgrew this region would silently overlap the model or the filesystem: install() checks."""
+    import re
+
+    text = header.read_text()
+    taken = 0
+    for name in ("MICROPY_HW_FLASH_STORAGE_BYTES", "MICROPY_HW_ROMFS_BYTES"):
+        m = re.search(r"#define\s+%s\s+\((\d+)\s*\*\s*1024\)" % name, text)
+        if m:
+            taken += int(m.group(1)) * 1024
+    return FLASH_BYTES - taken
 
 
 def jobs() -> int:
@@ -159,9 +191,19 @@ def sources_key(vendor: Path) -> str:
     return "git:" + ",".join("%s@%s" % (url.rsplit("/", 1)[1], tag) for url, tag, _ in GIT_SOURCES)
 
 
-def cache_key(vendor: Path, manifest: Path) -> str:
+def board_digest(folder: Path | None) -> str:
+    """The board folder's files (their names and contents), or "stock" for the port's own board."""
+    if folder is None:
+        return "stock"
     h = hashlib.sha256()
-    for part in (RECIPE, sources_key(vendor), manifest_digest(manifest)):
+    for path in sorted(p for p in folder.iterdir() if p.is_file()):
+        h.update(path.name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def cache_key(vendor: Path, manifest: Path, board: Path | None = ROMFS_BOARD_DIR) -> str:
+    h = hashlib.sha256()
+    for part in (RECIPE, sources_key(vendor), manifest_digest(manifest), board_digest(board)):
         h.update(part.encode() + b"\n")
     return h.hexdigest()
 
@@ -304,9 +346,10 @@ def step_picotool(work: Path) -> None:
     run(["make", "-C", str(work / "picotool-build"), "-j%d" % jobs(), "install"], logfile=logfile)
 
 
-def step_firmware(work: Path, manifest: Path, vendor: Path) -> Path:
-    """The rp2 port's make with the freeze manifest; FROZEN_MANIFEST on the command line, picotool's
-    location in the environment (CMAKE_ARGS on the command line would drop the manifest)."""
+def step_firmware(work: Path, manifest: Path, vendor: Path, board: Path | None = None) -> Path:
+    """The rp2 port's make with the freeze manifest; FROZEN_MANIFEST (and BOARD_DIR: board, when given) on
+    the command line, picotool's location in the environment (CMAKE_ARGS on the command line would drop the
+    manifest)."""
     port = work / MPY_DIR / "ports" / "rp2"
     env = {"PICOTOOL_FETCH_FROM_GIT_PATH": str(picotool_install(work))}
     if sources_key(vendor).startswith("tar:"):
@@ -315,14 +358,18 @@ def step_firmware(work: Path, manifest: Path, vendor: Path) -> Path:
         env["MICROPY_GIT_HASH"] = "vendored"
     # one build folder per manifest: the port's make runs cmake only where the folder has no Makefile yet, so
     # a FROZEN_MANIFEST other than the one it was configured with would be ignored (silently the old image)
-    name = "build-" + BOARD + ("" if manifest == manifest_path().resolve() else "-" + manifest.stem)
+    # (and one per board folder: the ROMFS layout is a cmake-time choice as well)
+    name = ("build-" + BOARD + ("-romfs" if board is not None else "")
+            + ("" if manifest == manifest_path().resolve() else "-" + manifest.stem))
     build = port / name
     for ext in ("uf2", "elf", "bin"):
         (build / ("firmware." + ext)).unlink(missing_ok=True)
     # regenerated each build: make would keep one frozen by an earlier recipe (patch_sources changes no input)
     (build / "frozen_content.c").unlink(missing_ok=True)
-    run(["make", "-C", str(port), "-j%d" % jobs(), "BOARD=" + BOARD, "BUILD=" + name, "FROZEN_MANIFEST=%s" % manifest],
-        env=env, logfile=work / "firmware.log")
+    cmd = ["make", "-C", str(port), "-j%d" % jobs(), "BOARD=" + BOARD, "BUILD=" + name, "FROZEN_MANIFEST=%s" % manifest]
+    if board is not None:
+        cmd.append("BOARD_DIR=%s" % board)
+    run(cmd, env=env, logfile=work / "firmware.log")
     if not (build / "firmware.uf2").is_file():
         raise BuildError("the rp2 build finished without %s (see %s)" % (build / "firmware.uf2",
                                                                         work / "firmware.log"))
@@ -337,7 +384,8 @@ def ensure(vendor: Path | None = None, manifest: Path | None = None, variant: st
     """Build the image unless the cached one is current; returns the .uf2 path (in out_dir(variant))."""
     vendor = vendor or default_vendor()
     manifest = (manifest or manifest_path()).resolve()
-    key = cache_key(vendor, manifest)
+    board = board_dir(variant)
+    key = cache_key(vendor, manifest, board)
     out = out_dir(variant)
     if image_current(key, variant):
         log("up to date: %s (key %s)" % (out / "firmware.uf2", key[:12]))
@@ -349,7 +397,12 @@ def ensure(vendor: Path | None = None, manifest: Path | None = None, variant: st
     patch_sources(work)
     timed("mpy-cross", step_mpy_cross, work)
     timed("picotool", step_picotool, work)
-    build = timed("firmware", step_firmware, work, manifest, vendor)
+    build = timed("firmware", step_firmware, work, manifest, vendor, board)
+    header = (board or work / MPY_DIR / "ports" / "rp2" / "boards" / BOARD) / "mpconfigboard.h"
+    size, room = (build / "firmware.bin").stat().st_size, code_region(header)
+    if size > room:
+        raise BuildError("firmware.bin is %d bytes, over the %d-byte code region %s leaves below ROMFS and the "
+                         "filesystem: shrink the frozen code or the partitions" % (size, room, header))
     timed("install", step_install, build, key, variant)
     size = (out / "firmware.uf2").stat().st_size
     log("built %s (%d bytes) in %.0f s" % (out / "firmware.uf2", size, time.monotonic() - t_all))
@@ -376,7 +429,8 @@ def main(argv: list[str] | None = None) -> int:
             timed("toolchain", step_toolchain)
             return 0
         if args.check_only:
-            return 0 if image_current(cache_key(args.vendor or default_vendor(), manifest.resolve()), variant) else 1
+            key = cache_key(args.vendor or default_vendor(), manifest.resolve(), board_dir(variant))
+            return 0 if image_current(key, variant) else 1
         ensure(args.vendor, manifest, variant)
     except BuildError as exc:
         print("firmware: " + str(exc), file=sys.stderr)

@@ -448,7 +448,8 @@ class VirtualBoard:
                 "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
                 "EDGETWIN_VBOARD_ROOT": str(self.fs_root),
                 "EDGETWIN_VBOARD_MODE": self._mode,
-                "EDGETWIN_VBOARD_FS_BYTES": str(self.profile.get("fs_bytes", 0)),
+                # no ROMFS on the unix port: its filesystem is the stock layout's (fs_bytes + romfs_bytes)
+                "EDGETWIN_VBOARD_FS_BYTES": str(self.profile.get("fs_bytes", 0) + self.profile.get("romfs_bytes", 0)),
                 "EDGETWIN_BOARD": self.board,
                 UART_ENV: self.board_uart_path,
                 "MICROPYPATH": str(TOOLS),
