@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # /opt/wheels; point pip there even where PIP_FIND_LINKS is not set, so it never fetches a CUDA build.
 FIND_LINKS := $(if $(wildcard /opt/wheels/torch-*),--find-links /opt/wheels,)
 
-.PHONY: demo test models venv clean firmware firmware-stock firmware-toolchain firmware-cp circuitpython-unix emulator-setup mqtt-setup ui-setup
+.PHONY: demo test models venv clean firmware firmware-stock firmware-toolchain firmware-cp circuitpython-unix natmod emulator-setup mqtt-setup ui-setup
 
 venv: $(STAMP)
 
@@ -57,6 +57,11 @@ firmware-stock:
 
 firmware-toolchain:
 	$(PYTHON) -m tools.board.firmware_build --toolchain-only
+
+# The decode step's C kernels (firmware/natmod/q4nat.c) as a MicroPython native module for armv6m and x64, into
+# build/natmod/ARCH/q4nat.mpy (cached; `edgetwin build` and the tests build it on first use too).
+natmod: $(STAMP)
+	$(BIN)/python -m tools.board.natmod_build
 
 # CircuitPython 10.3 raspberry_pi_pico firmware with the node frozen (tools/board/firmware_cp_build.py: the
 # modules a node does not use turned off, listed in docs/BOARDS.md), from circuitpython-src.tar.xz in

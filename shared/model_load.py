@@ -431,8 +431,12 @@ class Head:
             if mviews is not None:
                 mat.mins = mviews[i]
             kernels.matvec(tmp, mat, act)
-            for j in range(n):
-                out[r + j] = tmp[j]
+            f = kernels.fused()
+            if f is not None:  # q4nat.copy: the block's logits without a bytecode loop
+                f.copy(out, tmp, r, n)
+            else:
+                for j in range(n):
+                    out[r + j] = tmp[j]
             r += n
 
 

@@ -4,14 +4,15 @@
 // and x64 (the unix port, where the tests compare it with the plain-Python reference): the same .mpy
 // loads on our frozen firmware and on the official download. shared/q4_native.py is its Python face
 // (the backend interface of shared/kernels.py); shared/llama.py calls the fused attention and glue
-// kernels directly. Every function gives the integers of the plain-Python reference (shared/q4.py,
-// shared/fixedmath.py, shared/llama.py), bit for bit: the bounds that keep each intermediate inside 32
-// bits are proved there and in docs/KERNELS.md; where a product may pass 2**31 (mulshift), it is taken
-// in 64 bits, which gives the reference's exact result.
+// kernels (shared/llama_fused.py: attention, glue, whole layers) directly. Every function gives the
+// integers of the plain-Python reference (shared/q4.py, shared/fixedmath.py, shared/llama.py), bit for bit:
+// the bounds that keep each intermediate inside 32 bits are proved there and in docs/KERNELS.md, and the
+// products the reference splits to stay below 2**31 (mulshift, mul) are split the same way here.
 //
-// Arguments are arrays (buffer protocol): int32 vectors and info words, uint8/int8 bytes, int16 tables.
-// Shapes are checked by shared/kernels.py before they get here (a native kernel trusts its caller, as
-// the viper ones do). Nothing here allocates.
+// Arguments are arrays (buffer protocol): int32 vectors and info words, uint8/int8 bytes, int16 tables,
+// weights read-only (in flash where the model is in ROMFS). Shapes are checked by shared/kernels.py and
+// llama.Model before they get here (a native kernel trusts its caller, as the viper ones do). Nothing here
+// allocates. docs/BOARDS.md ("The decode step in C") has the measurements that chose what is here.
 #include "py/dynruntime.h"
 
 #define LIM (0x3FFFFFFF)
@@ -23,7 +24,6 @@
 
 typedef int32_t i32;
 typedef uint32_t u32;
-typedef int64_t i64;
 
 static inline void *wbuf(mp_obj_t o) {
     mp_buffer_info_t b;
@@ -178,23 +178,6 @@ static inline i32 group_nu(const uint8_t *w, const uint8_t *a, i32 *nsum) {
     return (i32)acc;
 }
 
-static inline i32 finish_row(i32 t, i32 sh) {
-    if (sh >= 0) {
-        i32 m = sh <= 30 ? LIM >> sh : 0;
-        if (t > m) {
-            return LIM;
-        }
-        if (t < -m) {
-            return -LIM;
-        }
-        return (i32)((u32)t << sh);
-    }
-    if (sh < -30) {
-        return 0;
-    }
-    return (t + (1 << (-1 - sh))) >> (-sh);
-}
-
 // Rows r and r + 1 of one group at once: a weight byte of each row goes into one of a word's two 16-bit
 // lanes, so each multiply by an activation byte gives both rows' products, and one add both rows' nibble
 // sums. A lane holds 16 products of at most 15 * 255 (61,200 < 2**16): the lanes are split into the two
@@ -315,8 +298,8 @@ static void matvec_core(i32 *out, const uint8_t *w, const uint16_t *sc, const in
             t0 += group_term(acc0, ns0, as[g], ex[g], sa[g], ma, g);
             t1 += group_term(acc1, ns1, as[g], ex[g], sb[g], mb, g);
         }
-        out[r - r0] = finish_row(t0, sh);
-        out[r + 1 - r0] = finish_row(t1, sh);
+        out[r - r0] = shift_sat(t0, sh);
+        out[r + 1 - r0] = shift_sat(t1, sh);
     }
     if (r < r1) {  // an odd row out
         const uint8_t *wr = w + r * half;
@@ -328,7 +311,7 @@ static void matvec_core(i32 *out, const uint8_t *w, const uint16_t *sc, const in
             i32 acc = group_nu(wr + 16 * g, q + 32 * g, &ns);
             t += group_term(acc, ns, as[g], ex[g], sr[g], mr, g);
         }
-        out[r - r0] = finish_row(t, sh);
+        out[r - r0] = shift_sat(t, sh);
     }
 }
 
