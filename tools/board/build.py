@@ -272,7 +272,7 @@ def _build_into(out: Path, prof: dict, arch: str, exe: str | None, node_cfg: dic
     for src in sources(prof["flavour"], drafting=drafting):
         manifest["files"].append(_compile(src, out, arch, exe) if exe else _copy_source(src, out))
     if exe and drafting:
-        _add_native(out, arch, manifest)
+        _add_native(out, prof, arch, manifest)
     # the validated profile, less "io": the pins a description may use are the host's checks, not the board's
     board = {k: v for k, v in prof.items() if k != "io"}
     (out / "board.json").write_text(json.dumps(board, indent=2) + "\n")
@@ -312,14 +312,16 @@ def _compile(src: Path, out: Path, arch: str, exe: str) -> dict:
             "mpy_version": f"{hdr.version}.{hdr.sub_version}", "mpy_arch": hdr.arch}
 
 
-def _add_native(out: Path, arch: str, manifest: dict) -> None:
-    """lib/q4nat.mpy, the decode step's C kernels (tools/board/natmod_build.py), where it is built for arch;
-    a native module is linked at import, so a frozen firmware cannot carry it: it is copied in both cases.
+def _add_native(out: Path, prof: dict, arch: str, manifest: dict) -> None:
+    """lib/q4nat.mpy, the decode step's C kernels (tools/board/natmod_build.py), where it is built for arch and
+    for the board's own architecture; a native module is linked at import, so a frozen firmware cannot carry
+    it: it is copied in both cases.
     Where it cannot be built the node drafts with the viper kernels, and MANIFEST.json says why."""
     from tools.board import natmod_build
 
-    if arch not in natmod_build.ARCHES:
-        manifest["native_kernels"] = "none for %s (no toolchain here): the viper kernels" % arch
+    # by the board's own architecture: a virtual board (x64) of an ESP32-S3 profile runs what that board runs
+    if prof["mpy_arch"] not in natmod_build.ARCHES or arch not in natmod_build.ARCHES:
+        manifest["native_kernels"] = "none for %s (no toolchain here): the viper kernels" % prof["mpy_arch"]
         return
     try:
         mod = natmod_build.ensure(arch)
