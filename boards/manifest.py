@@ -32,4 +32,5 @@ package("firmware", files=(
     "annotator.py",
     "episodes.py",
     "selftest.py",
+    "update.py",
 ), base_path="..")

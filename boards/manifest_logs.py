@@ -27,6 +27,9 @@ package("shared", files=(
     "readings.py",
     "scaling.py",
     "seqlock.py",
+    "sha256.py",
+    "sha256_halves.py",
+    "sha256_viper.py",
     "txwindow.py",
     "wallclock.py",
 ), base_path="..")
@@ -45,7 +48,9 @@ package("firmware", files=(
     "node.py",
     "nodecfg.py",
     "pulses.py",
+    "resetcause.py",
     "sampler.py",
     "spill.py",
     "uart.py",
+    "watchdog.py",
 ), base_path="..")

@@ -131,6 +131,14 @@ def unique_id(path, persist=True):
     except (ImportError, AttributeError, OSError):
         pass
     try:
+        import microcontroller  # CircuitPython: no machine module, the chip's id is here
+
+        u = bytes(microcontroller.cpu.uid)
+        if u:
+            return (u + bytes(8))[:8]
+    except (ImportError, AttributeError, OSError):
+        pass
+    try:
         with open(path, "rb") as f:
             u = f.read(8)
         if len(u) == 8:
@@ -172,3 +180,72 @@ def forget():
             delattr(pkg, "bootonce")
         except (AttributeError, KeyError, TypeError):  # already gone (MicroPython raises KeyError)
             pass
+
+
+# ---- the link's key and its signed-frame counter (docs/PROTOCOL.md "Authentication") ----
+# The counter of the frames this node signs must grow across reboots, or the gateway (which keeps the
+# highest one it accepted) refuses them as replays. It is reserved ahead in blocks of 2**16 frames: at boot
+# the node writes "next free block + CTR_AHEAD" before it signs anything, so a power cut at any point never
+# reuses a value; the loop writes again (Node.keep_counter) when it enters the last reserved block. The
+# record is written to two files in turn, so a cut in the middle of one write leaves the other whole.
+CTR_AHEAD = 2  # blocks reserved past the one in use
+CTR_MAGIC = b"EK"  # record: magic, block u32, ~block u32, the peer's last counter (6 bytes)
+
+
+def read_key(path):
+    """The link key in `path` (16..64 bytes), None where there is none; ValueError for a bad file."""
+    try:
+        with open(path, "rb") as f:
+            k = f.read(65)
+    except OSError:
+        return None
+    if not 16 <= len(k) <= 64:
+        raise ValueError("%s holds %d bytes: a link key is 16..64 (edgetwin deploy --node writes one)"
+                         % (path, len(k)))
+    return k
+
+
+def _ctr_record(path):
+    try:
+        with open(path, "rb") as f:
+            r = f.read(16)
+    except OSError:
+        return -1, None
+    if len(r) != 16 or r[:2] != CTR_MAGIC:
+        return -1, None
+    b = r[2] | r[3] << 8 | r[4] << 16 | r[5] << 24
+    nb = r[6] | r[7] << 8 | r[8] << 16 | r[9] << 24
+    if b ^ nb != 0xFFFFFFFF:
+        return -1, None  # torn: the other copy holds the last whole record
+    return b, r[10:16]
+
+
+def write_counter(path, block, peer):
+    """Write the reservation record (block, the peer's last counter) to both copies."""
+    r = bytearray(16)
+    r[0:2] = CTR_MAGIC
+    nb = block ^ 0xFFFFFFFF
+    for i in range(4):
+        r[2 + i] = (block >> (8 * i)) & 0xFF
+        r[6 + i] = (nb >> (8 * i)) & 0xFF
+    r[10:16] = peer
+    for p in (path + "2", path):
+        with open(p, "wb") as f:
+            f.write(r)
+
+
+def link_key(c):
+    """(key, first counter, the peer's last counter, reserved block end) for the node's link, or None
+    when the node has no key (it runs unsigned). The reservation is written before this returns."""
+    key = read_key(c["key_path"])
+    if key is None:
+        return None
+    block, peer = -1, None
+    for p in (c["counter_path"], c["counter_path"] + "2"):
+        b, pc = _ctr_record(p)
+        if b > block:
+            block, peer = b, pc
+    block = 0 if block < 0 else block
+    peer = peer if peer is not None else bytes(6)
+    write_counter(c["counter_path"], block + CTR_AHEAD, peer)
+    return key, block << 16, peer, block + CTR_AHEAD

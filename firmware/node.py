@@ -45,6 +45,7 @@ import os
 import sys
 import time
 
+from firmware import watchdog
 from firmware.logq import LINE_MAX, LineQueue, put_bytes, put_uint
 from firmware.nodecfg import CONFIG, DEFAULTS, ConfigError, load_config, parse_fault
 from shared import frame, link
@@ -61,7 +62,7 @@ def _mem():
 
 
 class Node:
-    def __init__(self, uart, prof, cfg, drafter=None, vocab=0, now=0, tok=None):
+    def __init__(self, uart, prof, cfg, drafter=None, vocab=0, now=0, tok=None, reset=None):
         c = dict(DEFAULTS)
         c.update(cfg)
         self.cfg = c
@@ -74,7 +75,9 @@ class Node:
                             draft_k=k if drafter is not None else 0, topk=c["top_k"] if drafter is not None else 0,
                             window=c["window"], window_bytes=c["window_bytes"], reorder=8, reorder_bytes=128, now=now)
         self.body = bytearray(frame.LG_TEXT + LINE_MAX)
-        self.rep = bytearray(frame.LG_TEXT + 320)  # the NODE report's LOG body (every counter at 10 digits fits)
+        self.rep = bytearray(frame.LG_TEXT + 340)  # the NODE report's LOG body (every counter at 10 digits fits)
+        self.reset = (reset or _reset_cause()).encode()  # why this boot began: every report of it says so
+        self.wd = watchdog.Watchdog()  # none until main() opens the board's, after the boot work
         # boot-only code after the big buffers, so the room it frees is where the plant's modules go next:
         # the node's unique id (into our HELLO) and the spill ring
         once = __import__("firmware.bootonce", None, None, ("unique_id",))
@@ -83,8 +86,13 @@ class Node:
         for i in range(frame.UID_LEN):
             h[frame.HE_UID + i] = self.uid[i]
         self.spill = once.open_spill(prof, c, "spill_path" in cfg, _HOST)
+        self.ctr_end = 0  # the end of the reserved counter blocks (0: the link is unsigned)
+        k, key_note = self._link_key(once, c)
         once.forget()
         del once
+        if k is not None:  # SHA-256's code comes onto the heap once the boot-only code has left it
+            self.lk.sign_with(k[0], k[1], k[2])
+            self.ctr_end = k[3]
         self.q.spill = self.spill
         self.boot = self.spill.boot if self.spill is not None else 0
         self.eq = None  # the episodes waiting for the annotator (firmware/episodes.py), with a model only
@@ -93,6 +101,13 @@ class Node:
 
             self.eq = EpisodeQueue(c["episodes"], c["summary_s"])
         self.notes = []  # boot-time error lines (a bad model, /node.json or /plant.json): sent once the link is up
+        self.upd = None  # a model update's receiver (firmware/update.py), from the first UPDATE frame on
+        try:
+            self.model_file = model_path(prof, c) or "/" + prof["model"]
+        except ValueError:
+            self.model_file = "/" + prof["model"]
+        if key_note:
+            self.notice(key_note)
         self.clock = WallClock(now)  # the lines' timestamps (a described plant's; the simulator keeps its own)
         self.sampler = self._inputs(prof, c, now)  # after the big buffers: its modules fragment the heap
         self._cmd = getattr(self.sampler, "command", None)  # a described plant's; the simulator takes none
@@ -132,6 +147,36 @@ class Node:
         self.syncs = 0
         self._hellos = 0
         self.notes_sent = 0
+
+    def _link_key(self, once, c):
+        # The provisioned key and its counters (firmware/bootonce.link_key reserves the counter first), and a
+        # line for the gateway: without a key the node runs unsigned and says so.
+        try:
+            k = once.link_key(c)
+        except (OSError, ValueError) as e:  # a bad key file, or no room to reserve the counter in
+            print("NODE link key refused: %s" % e)
+            return None, "NODE link unsigned: %s" % e
+        if k is None:
+            if not _HOST:  # on a board's console: why a gateway refuses it
+                print("NODE link unsigned: no %s (edgetwin deploy --node provisions a key)" % c["key_path"])
+            return None, None
+        print("NODE link signed: key %s, counter block %d" % (c["key_path"], k[1] >> 16))
+        return k, None
+
+    def keep_counter(self):
+        # The signed-frame counter entered the last reserved block: reserve further before it gets there
+        # (a boot reuses no value: bootonce.link_key). Allocates a little, once every 2**16 frames.
+        ctr = self.lk._ctr
+        block = ctr[2] | ctr[3] << 8 | ctr[4] << 16
+        if not self.ctr_end or block + 1 < self.ctr_end:
+            return
+        once = __import__("firmware.bootonce", None, None, ("write_counter",))
+        try:
+            once.write_counter(self.cfg["counter_path"], block + once.CTR_AHEAD, self.lk._peer_ctr)
+            self.ctr_end = block + once.CTR_AHEAD
+        except OSError as e:
+            print("NODE link counter not saved: %s" % e)
+        once.forget()
 
     def _inputs(self, prof, c, now):
         """The line producer: the described plant's sources and engine (firmware/inputs.py) when the board
@@ -179,6 +224,7 @@ class Node:
 
     def _hook(self):
         # the model's step hook (shared/llama.py): poll the inputs between the draft step's kernels
+        self.wd.feed()
         self.sampler.poll(ticks_ms())
 
     # ---- link callbacks (called from lk.poll, allocation-free) ----
@@ -190,6 +236,44 @@ class Node:
             self._cmd(buf, off, n, self.lk.now)
         elif t == frame.TIME:
             self._sync(frame.u16(buf, off + frame.TM_DAY), frame.u32s(buf, off + frame.TM_MS), self.lk.now)
+        elif t == frame.UPDATE:
+            self._update(buf, off, n)
+
+    # ---- a new model over the link (firmware/update.py) ----
+
+    def _update(self, buf, off, n):
+        if self.upd is None:  # the receiver's code comes onto the heap with the first update, not before
+            try:
+                from firmware.update import Receiver
+            except ImportError:  # the logs-only package: no model to replace, no code to do it with
+                b = bytearray(frame.UPSTAT_SIZE)
+                b[0] = buf[off]
+                b[1] = buf[off + 1]
+                b[frame.US_STATE] = frame.US_REFUSED
+                self.send(frame.UPSTAT, b, frame.UPSTAT_SIZE)
+                return
+            self.upd = Receiver(self.model_file)
+        try:
+            line = self.upd.on_frame(buf, off, n)
+        except OSError as e:  # a full or failing file system: said, and the gateway begins again later
+            self.upd._close()
+            self.upd._say(frame.US_NO_ROOM, 0)
+            line = "UPDATE write failed: %s" % e
+        if line:
+            print("NODE " + line)
+            self.notice(line)
+
+    def _update_stat(self):
+        u = self.upd
+        if u.stat_due and self.lk.established and self.lk.free_slots() > 0:
+            if self.send(frame.UPSTAT, u.stat, frame.UPSTAT_SIZE):
+                u.stat_due = False
+        elif u.reset_due and not u.stat_due and not self.lk.queued():  # the gateway has the VERIFIED
+            u.reset_due = False
+            try:
+                __import__("machine").reset()
+            except (ImportError, AttributeError):
+                self.notice("UPDATE no machine.reset here: reboot the board to switch models")
 
     # ---- wall time ----
 
@@ -335,6 +419,8 @@ class Node:
         j = put_uint(r, j, self.logs_acked & MASK30)
         j = put_bytes(r, j, b" boot=")
         j = put_uint(r, j, self.boot)
+        j = put_bytes(r, j, b" reset=")
+        j = put_bytes(r, j, self.reset)
         j = put_bytes(r, j, b" spilled=")
         j = put_uint(r, j, (sp.spilled if sp is not None else 0) & MASK30)
         j = put_bytes(r, j, b" backlog=")
@@ -381,12 +467,14 @@ class Node:
             if self._report(now):
                 self.report_due = False
                 self.next_report = (now + self.report_ms) & MASK30
+                self.keep_counter()
 
     def _between_tokens(self):
         # A prompt's prefill takes seconds on a board (a token a half second on an RP2040): between its tokens
         # the link is polled (acks, heartbeats; a verdict waits for the prompt's end: annotator.prompting) and
         # the lines and the report go out, keeping KEEP slots of the window for the prompt's own frames.
         now = ticks_ms()
+        self.wd.feed()
         self.lk.poll(now)
         self._acked()
         if self.lk.free_slots() > KEEP:
@@ -395,6 +483,7 @@ class Node:
         self._send_logs(now, KEEP)
 
     def step(self, now):
+        self.wd.feed()  # a hang in any step below stops the feeds: the board resets (firmware/watchdog.py)
         if self.sampler is not None:
             self.sampler.poll(now)
         self.lk.poll(now)
@@ -409,6 +498,8 @@ class Node:
                 break
             self.notes_sent += 1
         self._maybe_report(now)  # before the lines: a backlog that lasts never starves the report
+        if self.upd is not None:
+            self._update_stat()
         self._send_logs(now)
         if self.ann is not None and (not self.lk.established or not self.backlog()):
             self.ann.step(now, self.eq)  # drafting yields the link to waiting lines
@@ -457,6 +548,9 @@ def model_path(prof, cfg):
         raise ValueError("model file %s not found (nor %s): copy it to the board or set model: null in %s"
                          % (path, ROM + path, CONFIG))
     return None  # the profile's default model is not on the board: logs only
+
+
+UPDATE_MARK = "/update.json"  # firmware/update.py MARK: a model received over the link waits for its trial
 
 
 def make_drafter(prof, cfg):
@@ -511,12 +605,20 @@ def make_tokenizer(prof, cfg):
     return bpe.BPE(open(path, "rb"), False, offset=off, length=n)
 
 
+def _reset_cause():
+    rc = __import__("firmware.resetcause", None, None, ("reset_cause",))  # boot-only, as bootonce
+    why = rc.reset_cause()
+    rc.forget()
+    return why
+
+
 def main(config=CONFIG):
     """Boot the node. A bad /node.json or a model that cannot be loaded never stops it: the reason is
     printed on the console and sent to the gateway as a level-2 line (see Node.notice), and the node runs
     logs-only (a bad /node.json: with every key at its default; a bad model: with the rest of the config)."""
     from firmware import boardcfg
 
+    reset = _reset_cause()  # first: its code is gone before the model and the node's buffers take the heap
     prof = boardcfg.load()
     notes = []
     try:
@@ -525,6 +627,8 @@ def main(config=CONFIG):
         notes.append("NODE config error: %s; running logs-only with the defaults" % e)
         cfg = {"model": None}
     uart = boardcfg.open_link(prof)
+    if _exists(UPDATE_MARK):
+        notes.append(__import__("firmware.update", None, None, ("trial",)).trial(prof, cfg, make_drafter))
     d, vocab, tok = None, 0, None
     try:
         d, vocab = make_drafter(prof, cfg)
@@ -535,7 +639,7 @@ def main(config=CONFIG):
         notes.append("NODE model error: %s; running logs-only" % (e if str(e) else type(e).__name__))
     gc.collect()
     try:
-        node = Node(uart, prof, cfg, d, vocab, ticks_ms(), tok)
+        node = Node(uart, prof, cfg, d, vocab, ticks_ms(), tok, reset)
     except (MemoryError, ValueError) as e:  # valid values that do not fit together or in this heap
         d = tok = None
         gc.collect()
@@ -543,14 +647,23 @@ def main(config=CONFIG):
                      % ("the node does not fit the heap" if isinstance(e, MemoryError) else "the node cannot start",
                         config, e))
         cfg = {"model": None}
-        node = Node(uart, prof, cfg, None, 0, ticks_ms(), None)
+        node = Node(uart, prof, cfg, None, 0, ticks_ms(), None, reset)
     for text in notes:
         print(text)
         node.notice(text)
-    print("NODE start board=%s model=%s heap=%d" % (prof["name"], "yes" if d is not None else "no", _mem()))
+    # the watchdog opens after the boot work (a model load or a new spill ring take longer than it waits)
+    node.wd = watchdog.Watchdog(prof.get("watchdog_ms", 0), node.notice)
+    node.sampler = watchdog.hang_aid(node.sampler)  # a test aid: /hang_ms hangs the inputs (docs/NODE.md)
+    print("NODE start board=%s model=%s heap=%d reset=%s watchdog_ms=%d"
+          % (prof["name"], "yes" if d is not None else "no", _mem(), node.reset.decode(), node.wd.ms))
     try:
         micropython = __import__("micropython")
         micropython.kbd_intr(3)  # Ctrl-C from the REPL still stops the node (the link is not the console)
     except (ImportError, AttributeError):
         pass
-    node.run(cfg.get("run_s", 0))
+    try:
+        node.run(cfg.get("run_s", 0))
+    except KeyboardInterrupt:  # someone at the console stopped the node: no reset while they use the REPL
+        node.wd.stop()
+        raise
+    node.wd.stop()  # run_s ran out; a crash leaves it running, so a crashed node restarts

@@ -13,7 +13,10 @@ spill_bytes, 0 none), spill_path "/spill.bin", uid_path "/node.uid" (where a boa
 machine.unique_id() keeps its generated id), episodes 4 (episodes waiting for the annotator), summary_s 600
 (seconds between summary episodes, 0: none), faults [] ("MACHINE:FAULT[:SEVERITY[:SIGNAL]][@SECOND]" strings:
 faults the simulator develops, the demo's early events), plant "/plant.json" (the compiled plant description
-`edgetwin deploy --plant` writes: with it the node logs that plant's inputs, without it the simulator).
+`edgetwin deploy --plant` writes: with it the node logs that plant's inputs, without it the simulator),
+key_path "/link.key" (the link key `edgetwin deploy --node` provisions: with it every frame is signed; without
+it the node runs unsigned, which a gateway refuses unless started with --insecure), counter_path "/link.ctr"
+(where the signed-frame counter is reserved ahead, so it grows across reboots).
 
 Every value is checked (RULES; docs/NODE.md): a bad /node.json is a ConfigError naming the file and the key,
 and the node then runs logs-only with the defaults and says why (firmware/node.py main). Boot time only:
@@ -30,6 +33,7 @@ DEFAULTS = {"seed": 1, "machines": 4, "sample_every": 5, "tick_ms": 1000, "queue
             "tokenizer": False, "stop_ids": [], "episodes": 4, "summary_s": 600, "faults": []}
 DEFAULTS.update({"spill_bytes": -1, "spill_path": "/spill.bin", "uid_path": "/node.uid"})  # logging, identity
 DEFAULTS["plant"] = "/plant.json"  # the compiled plant description (docs/PLANT.md); absent: the simulator
+DEFAULTS.update({"key_path": "/link.key", "counter_path": "/link.ctr"})  # the link's key, its frame counter
 
 
 
@@ -49,7 +53,7 @@ RULES = {"seed": ("int", 0, 0xFFFFFFFF), "machines": ("int", 1, 16), "sample_eve
          "spill_path": ("path", 0, 0), "uid_path": ("path", 0, 0), "tokenizer": ("bool", 0, 0),
          "stop_ids": ("ids", 0, 16),
          "episodes": ("int", 1, 64), "summary_s": ("int", 0, 86400), "faults": ("faults", 0, 8),
-         "plant": ("path", 0, 0)}
+         "plant": ("path", 0, 0), "key_path": ("path", 0, 0), "counter_path": ("path", 0, 0)}
 STREAM_MODES = ("resident", "layer", "phase", "matrix")  # shared/memplan.MODES, without importing the planner
 CONFIG_MAX = const(4096)  # bytes: a longer /node.json is refused before it is parsed
 

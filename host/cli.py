@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The product's subcommands: host/cmd_NAME.py, each with HELP (one line), add_arguments(parser) and
 # run(args) -> exit code (raising host.errors.UserError for user mistakes).
-PRODUCT = ("gateway", "ask", "ack", "plan", "doctor", "import", "ui", "fleet", "plant")
+PRODUCT = ("gateway", "ask", "ack", "plan", "doctor", "import", "ui", "fleet", "plant", "store", "update")
 # The development commands (build, vboard, deploy, convert, bench, demo, selftest) live beside what they
 # run, in tools/: each is a host.usage.Command that tools/ registers under this entry-point group
 # (pyproject.toml [project.entry-points."edgetwin.commands"]); host never imports tools.

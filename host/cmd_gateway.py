@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from host import linkkeys
 from host.cliargs import check_out_path
 from host.errors import UserError
 
@@ -15,6 +16,9 @@ HELP = "run the gateway: one session per serial port, logs into SQLite, drafts v
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from host import gateway_config
+
+    gateway_config.attach(p)  # --config FILE: every option below, read from a TOML file
     p.add_argument("--port", action="append", required=True, metavar="PORT",
                    help="a node's serial port (a device, a virtual board's UART pty, or a pyserial URL); "
                         "repeat for more nodes. NAME=PORT names the node in the store (default: its plant "
@@ -25,6 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "built-in simulator's")
     p.add_argument("--db", default="edgetwin.db",
                    help="SQLite log store (created 0640 if missing, in an existing directory; default edgetwin.db)")
+    p.add_argument("--keys", default=None, metavar="FILE", help=linkkeys.HELP)
+    p.add_argument("--insecure", action="store_true",
+                   help="also take nodes whose frames are not signed (nodes without a key, protocol 1.2 and older); "
+                        "anything that can write to their serial line is then believed")
     p.add_argument("--baud", type=int, default=115200, help="baud rate (default 115200)")
     p.add_argument("--model", default=None,
                    help="the target model that verifies drafts: smollm2 (the shipped SmolLM2-135M-Instruct), a GGUF "
@@ -291,11 +299,12 @@ def _run(args: argparse.Namespace, ports: list[str], names: list[str], db: Path,
     ours = [] if db.exists() else [p for p in side_files(db) if not p.exists()]
     if status is not None:
         ours += [p for p in (status, status.with_suffix(".tmp")) if not p.exists()]
+    keys = linkkeys.KeyFile(args.keys if args.keys is not None else linkkeys.default_path())
     try:
         gw = Gateway(ports, db, baud=args.baud, names=names, spec_factory=spec_factory, verify=verify,
                      status_path=args.status, out=None if args.quiet else sys.stdout,
                      status_every=args.status_every, peer_timeout_s=args.peer_timeout, outlets=outlets,
-                     plants=plants)
+                     plants=plants, keys=keys, insecure=args.insecure)
     except (StoreError, ValueError) as e:
         remove_files(ours)
         raise UserError(str(e)) from None
@@ -326,6 +335,12 @@ def _run(args: argparse.Namespace, ports: list[str], names: list[str], db: Path,
             print("edgetwin gateway: %s: plant %s (hash %s)%s" % (s.url, s.plant.name, s.plant.hash,
                                                                   ", the built-in simulator" if s.plant.simulator
                                                                   else ""), flush=True)
+        if args.insecure:  # (in the status file too: "insecure")
+            print("edgetwin gateway: --insecure: nodes without a key are taken unsigned; anything that can write "
+                  "to their serial line is believed (docs/PROTOCOL.md \"Authentication\")", flush=True)
+        else:
+            print("edgetwin gateway: link keys %s (%d node(s)); unsigned nodes are refused (--insecure takes them)"
+                  % (keys.path, len(keys.nodes)), flush=True)
         if mqtt_config is not None:
             print("edgetwin gateway: publishing to %s under %s/ (the store is the outbox)"
                   % (args.mqtt, mqtt_config.prefix), flush=True)
@@ -333,6 +348,9 @@ def _run(args: argparse.Namespace, ports: list[str], names: list[str], db: Path,
             print("edgetwin gateway: Sparkplug B edge node %s/%s on %s%s" % (
                 sparkplug.group, sparkplug.edge, args.mqtt,
                 ", primary host %s" % sparkplug.host_id if sparkplug.host_id else ""), flush=True)
+    from host import sdnotify
+
+    gw.notifier = sdnotify.Notifier.from_env()  # under systemd (Type=notify): READY, WATCHDOG, STOPPING
     try:
         return gw.run(seconds=args.seconds)
     finally:

@@ -25,7 +25,9 @@ With `keep_status` (`edgetwin gateway --ui`), the same snapshot is kept in `snap
 (host/ui), which serves it from its own thread.
 
 With `out` (a text stream: `edgetwin gateway` gives stdout unless --quiet), the operator sees the sessions come
-and go ("node NAME connected (board B, uid U) on PORT", "node NAME lost on PORT: why") and, every
+and go ("node NAME connected (board B, uid U) on PORT", "node NAME lost on PORT: why"), a port that goes
+away and comes back ("port PORT gone: why; ...", "port PORT back after N s (DEVICE)": one line each, however
+many tries the session makes between) and, every
 `status_every` seconds, one status line: nodes up, lines stored, annotations, the draft acceptance rate and
 the verified tokens per second since the last status line.
 """
@@ -44,7 +46,7 @@ from pathlib import Path
 from typing import Callable
 
 from host.session import PortError, Session
-from host.store import LogStore
+from host.store import LogStore, StoreFull
 from shared import episode, frame, frame_host
 
 
@@ -53,7 +55,7 @@ class Gateway:
                  spec_factory: Callable | None = None, verify: Callable[[list], None] | None = None,
                  status_path: str | Path | None = None, status_s: float = 0.5, tick_s: float = 0.002,
                  out=None, status_every: float = 30.0, peer_timeout_s: float = 3.5, outlets: list | None = None,
-                 plants: list | None = None) -> None:
+                 plants: list | None = None, keys=None, insecure: bool = True) -> None:
         if not ports:
             raise ValueError("at least one --port is needed")
         if len(set(ports)) != len(ports):
@@ -69,7 +71,7 @@ class Gateway:
             if names[i] is None and d is not None and not d.simulator and plants.count(d) == 1:
                 names[i] = d.name
         self.sessions = [Session(p, self.store, name=n, baud=baud, spec_factory=spec_factory,
-                                 peer_timeout_s=peer_timeout_s, plant=d)
+                                 peer_timeout_s=peer_timeout_s, plant=d, keys=keys, insecure=insecure)
                          for p, n, d in zip(ports, names, plants)]
         self._plant_said = [""] * len(self.sessions)
         self.node_errors: dict[str, list[str]] = {}  # per node: its "NODE ... error: ..." lines (printed)
@@ -90,6 +92,9 @@ class Gateway:
         self.out = out
         self.status_every = status_every
         self._up = [False] * len(self.sessions)
+        self._full_said = False  # whether the operator was told the store is full
+        self._open: list[bool | None] = [None] * len(self.sessions)  # each port as report() last saw it
+        self.notifier = None  # host/sdnotify.Notifier under systemd (Type=notify): set by `edgetwin gateway`
         self._next_line = time.monotonic() + status_every
         self._last_line = (time.monotonic(), 0)  # (when, verified tokens then)
 
@@ -135,6 +140,7 @@ class Gateway:
                 self._plant_said[i] = s.plant_mismatch
                 if s.plant_mismatch:
                     self._tell("edgetwin gateway: node %s %s" % (s.name, s.plant_mismatch))
+        self._say_full()
         if self.verify is not None:
             streams = [s for s in self.sessions if s.spec is not None]
             if streams:
@@ -142,6 +148,22 @@ class Gateway:
                 for s in self.sessions:  # send the verdicts now, not a tick later
                     s.poll()
         self.rounds += 1
+
+    def _say_full(self) -> None:
+        """One line when the store fills (host/session.py: nothing it cannot keep is acknowledged), one when it
+        has room again; never one per frame."""
+        full = self.store.full
+        if bool(full) == self._full_said:
+            return
+        self._full_said = bool(full)
+        if full:
+            self._tell("edgetwin gateway: log store %s is full (%s): new lines are not acknowledged, the nodes keep "
+                       "them (in their flash spill rings once their queues fill) and send them again; trying again "
+                       "every %g s: free some space (edgetwin store prune)"
+                       % (self.store.path, full, self.sessions[0].full_retry_s))
+        else:
+            self._tell("edgetwin gateway: log store %s has room again: the lines held back are coming in (%d writes "
+                       "refused meanwhile)" % (self.store.path, self.store.full_errors))
 
     def wait(self) -> None:
         fds = [fd for fd in (s.fileno() for s in self.sessions) if fd is not None]
@@ -155,13 +177,20 @@ class Gateway:
         if handle_signals:
             old = {sig: signal.signal(sig, self.stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         end = None if seconds is None else time.monotonic() + seconds
+        sd = self.notifier
         try:
+            if sd is not None:
+                sd.ready("serving %d port(s)" % len(self.sessions))
             while not self._stop and (end is None or time.monotonic() < end):
                 self.round()
                 self.write_status()
                 self.report()
+                if sd is not None:
+                    sd.tick()  # from the loop itself: a loop stuck anywhere stops the watchdog's pings
                 self.wait()
         finally:
+            if sd is not None:
+                sd.stopping()
             for sig, h in old.items():
                 signal.signal(sig, h)
             self.close()
@@ -188,6 +217,7 @@ class Gateway:
         if self.out is None and not self.outlets:
             return
         for i, s in enumerate(self.sessions):
+            self._follow_port(i, s)
             up = bool(s.transport is not None and s.link.established)
             if up == self._up[i]:
                 continue
@@ -201,7 +231,11 @@ class Gateway:
                 who += ["uid " + uid] if uid else []
                 self.say("%s connected (%s) on %s" % (self._who(s), ", ".join(who) or "no board id", s.url))
             else:
-                self.say("%s lost on %s: %s" % (self._who(s), s.url, why or "link down"))
+                self.say("%s lost on %s: %s%s" % (self._who(s), s.url, why or "link down",
+                                                  "; reopening the port when it is back" if s.transport is None else ""))
+        for s in self.sessions:  # refused peers, key rotations: each said once
+            while s.notices:
+                self.say(s.notices.pop(0))
         for o in self.outlets:
             for line in o.notices():
                 self.say(line)
@@ -210,7 +244,22 @@ class Gateway:
         now = time.monotonic()
         if now >= self._next_line:
             self._next_line = now + self.status_every
-            self.say(self.status_line(now))
+            line = self.status_line(now)
+            self.say(line)
+            if self.notifier is not None:
+                self.notifier.status(line)  # `systemctl status` shows it
+
+    def _follow_port(self, i: int, s: Session) -> None:
+        """A line when port i goes away (unless its node's "lost" line says it) and one when it is back."""
+        is_open = s.transport is not None
+        was, self._open[i] = self._open[i], is_open
+        if was is None or was == is_open:
+            return
+        if not is_open and not self._up[i]:
+            self.say("port %s gone: %s; reopening it when it is back" % (s.url, s.last_error))
+        elif is_open:
+            away = time.monotonic() - s.lost_at if s.lost_at is not None else 0.0
+            self.say("port %s back after %.1f s%s" % (s.url, away, " (%s)" % s.device if s.device != s.url else ""))
 
     def status_line(self, now: float | None = None) -> str:
         now = time.monotonic() if now is None else now
@@ -228,7 +277,9 @@ class Gateway:
 
     def status(self) -> dict:
         return {"pid": os.getpid(), "rounds": self.rounds, "uptime_s": round(time.time() - self.started, 3),
+                "insecure": all(s.insecure for s in self.sessions),
                 "logs_stored": self.store.count_logs(), "sessions": [s.status() for s in self.sessions],
+                "store_full": self.store.full, "store_full_errors": self.store.full_errors,
                 "node_errors": self.node_errors,
                 **{o.name: o.status() for o in self.outlets}}
 
@@ -244,8 +295,11 @@ class Gateway:
         if self.status_path is None:
             return
         tmp = self.status_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(snap))
-        os.replace(tmp, self.status_path)
+        try:
+            tmp.write_text(json.dumps(snap))
+            os.replace(tmp, self.status_path)
+        except OSError:  # a full disk: the next snapshot tries again (the store said it is full)
+            pass
 
     def close(self) -> None:
         for s in self.sessions:
@@ -495,9 +549,12 @@ class NodeStream:
         text = self.decode(self.ann)
         if self.hook is not None:
             self.hook("note", self, text)
-        self.session.store.add_annotation(self.session.name, self.ann_t0, max(self.ann_t0, self.session.wall()),
-                                          text, self.ann_verified, len(self.ann), commit=False,
-                                          spans=self._spans(text))
+        try:
+            self.session.store.add_annotation(self.session.name, self.ann_t0, max(self.ann_t0, self.session.wall()),
+                                              text, self.ann_verified, len(self.ann), commit=False,
+                                              spans=self._spans(text))
+        except StoreFull:  # no room: the note stays and goes with the next one (the gateway says the store is full)
+            return
         self.counts["annotations"] += 1
         self.ann = []
         self.ann_runs = []

@@ -6,7 +6,9 @@ A session owns:
   DTR and RTS False before ``open()`` so an ESP32 board is not reset, ``exclusive=True``), read and
   written without blocking, with the link's ``readinto(buf)`` / ``write(buf, n)`` interface. Before any
   byte is written, the log store commits: every frame the gateway sends carries the cumulative ack,
-  so nothing acknowledged to the node can be lost by a gateway crash.
+  so nothing acknowledged to the node can be lost by a gateway crash. A store that cannot keep what
+  arrived (a full disk: host/store.py StoreFull) gets nothing written; the link goes back to the last
+  frame committed and the node sends the rest again, once a second while the store stays full (`_hold`).
 - a `shared.link.Link` with the gateway role (selective acks: reorder=8). After a restart the link is
   restored from the receive state persisted with the lines (``Link.restore``): its first HELLO acks
   what was stored, the node resends only the rest.
@@ -24,8 +26,11 @@ A session owns:
   CMD frames once its description is confirmed, marked done when the node's link acknowledged the frame;
   a command not yet delivered (the node away, rebooted, or this gateway restarted) is sent again.
 
-On SerialException/OSError (unplugged board, closed pty) the port is closed and reopened every
-`reopen_s`; the link keeps its state, so the node and gateway carry on where they were.
+On SerialException/OSError (unplugged board, closed pty), or a tty that hung up (a USB adapter unplugged:
+reads return nothing and poll() says POLLHUP), the port is closed and reopened after `reopen_s`, the wait
+doubling after each failed try up to `reopen_max_s`; the link keeps its state, so the node and gateway carry
+on where they were. A port given as a link (/dev/serial/by-id/..., a udev rule's name) is reopened by that
+path only, wherever it points when it is back: the link names the adapter, the tty behind it changes.
 """
 
 from __future__ import annotations
@@ -33,19 +38,23 @@ from __future__ import annotations
 import collections
 import errno
 import os
+import select
 import time
 from typing import Callable
 
 import serial
 
-from host import plantdesc
-from host.store import LogStore
-from shared import frame, frame_host, link, plant_alarms
+from host import linkkeys, plantdesc
+from host.store import LogStore, StoreFull
+from shared import frame, frame_codec, frame_host, link, plant_alarms
 from shared.compat import MASK30, ticks_add, ticks_diff, ticks_ms
 
 
 
 _VERBS = {"ACK": plant_alarms.ACK, "SHELVE": plant_alarms.SHELVE, "UNSHELVE": plant_alarms.UNSHELVE}
+UPDATE_ACTIVE = ("queued", "sending", "verified")  # a job the gateway still sends or waits on
+UPDATE_CHUNK = 512  # model bytes per UPDATE frame (less where the node's frames are smaller)
+CTR_BLOCK = 1 << 20  # signed-frame counter values reserved in the store at a time
 UNIX_MS_2000 = 946684800000  # 2000-01-01T00:00:00Z: the wire's wall times count days from here
 
 
@@ -120,6 +129,10 @@ class SerialTransport:
         self.port = port
         self.before_write = before_write
         self._fd = getattr(port, "fd", None)  # posix ports: direct non-blocking os.read/os.write
+        self._hup = None
+        if self._fd is not None and hasattr(select, "poll"):
+            self._hup = select.poll()
+            self._hup.register(self._fd, select.POLLIN)
 
     def fileno(self) -> int | None:
         return self._fd
@@ -131,6 +144,11 @@ class SerialTransport:
             except BlockingIOError:
                 return 0
             if not data:
+                # a raw tty (VMIN=0) reads nothing when nothing waits, and also once hung up (its USB adapter
+                # unplugged: only a write would fail, and select() says readable at once, for ever)
+                for _, ev in self._hup.poll(0) if self._hup is not None else ():
+                    if ev & (select.POLLHUP | select.POLLERR):
+                        raise OSError(errno.EIO, "the port hung up (its adapter unplugged?)")
                 return 0
         else:
             data = self.port.read(len(buf))
@@ -141,8 +159,8 @@ class SerialTransport:
     def write(self, buf: bytearray, n: int | None = None) -> int:
         if n is None:
             n = len(buf)
-        if self.before_write is not None:
-            self.before_write()
+        if self.before_write is not None and self.before_write() is False:
+            return n  # not written: its header acks what the store could not keep (data frames go again)
         view = memoryview(buf)[:n]
         if self._fd is not None:
             try:
@@ -165,7 +183,8 @@ class Session:
                  spec_factory: Callable[["Session", bytes], object] | None = None, reopen_s: float = 0.5,
                  clock: Callable[[], int] = ticks_ms, wall: Callable[[], int] | None = None,
                  time_s: float = 30.0, peer_timeout_s: float = 3.5,
-                 plant: plantdesc.PlantDesc | None = None) -> None:
+                 plant: plantdesc.PlantDesc | None = None, reopen_max_s: float = 5.0,
+                 keys: linkkeys.KeyFile | None = None, insecure: bool = True) -> None:
         self.url = url
         # the node's name in the store: given (--name, the description's), else "node-<unique id>" once its
         # HELLO says it (a port path names a cable, not a node: an adapter moves, a pty changes every run)
@@ -179,6 +198,12 @@ class Session:
         self.store = store
         self.baud = baud
         self.reopen_s = reopen_s
+        self.reopen_max_s = max(reopen_s, reopen_max_s)
+        self._retry_s = reopen_s  # the wait before the next try to reopen the port: doubles, up to reopen_max_s
+        self.reopen_tries = 0  # failed tries since the port was lost
+        self.lost_at: float | None = None  # time.monotonic() when the port was last lost (None: never)
+        self.device = ""  # the tty the port's path named when it was opened (a by-id link's target)
+        self.stable = False  # the port was given as a link: reopened by that path only
         self.clock = clock
         self.wall = wall or (lambda: int(time.time() * 1000))
         self.spec_factory = spec_factory
@@ -193,12 +218,33 @@ class Session:
         self.disconnects = 0
         self.last_error = ""
         self.counts = {"logs": 0, "log_dups": 0, "bad_frames": 0, "prompts": 0, "drafts": 0, "verdicts": 0,
-                       "reboots": 0, "lost": 0, "other": 0, "spilled": 0, "unverified_plant": 0, "commands": 0}
+                       "reboots": 0, "lost": 0, "other": 0, "spilled": 0, "unverified_plant": 0, "commands": 0,
+                       "auth_unsigned": 0, "auth_bad_key": 0, "auth_replayed": 0, "held": 0}
         self.outbox: collections.deque = collections.deque()
         self._seq_base: dict[int, int] = {}  # peer epoch -> last full (64-bit) seq delivered
+        # (peer epoch, seq) before the first frame not yet committed, and the line counts then
+        self._mark: tuple[bytes, int, int, int] | None = None
+        self.full_retry_s = 1.0  # while the store is full, how often a frame is tried again
+        self._retry_at = 0.0
+        # the link's keys (docs/PROTOCOL.md "Authentication"): a node's key is found by the unique id in its
+        # HELLO; without --insecure an unsigned node is refused, each refused frame counted and said once
+        self.keys = keys
+        self.insecure = insecure or keys is None
+        self.notices: list[str] = []  # lines for the operator (the gateway prints them once)
+        self._upd: dict | None = None  # the model update being sent (the store's job: edgetwin update)
+        self._upd_file = None
+        self._upd_next: int | None = None  # the next byte to send; None until the node said where it stands
+        self._upd_begun = False
+        self._upd_check = 0.0
+        self._auth_said: set[str] = set()
+        self._auth_uid = ""  # the unique id of the last HELLO whose key was looked for
+        self._hello_refused = False  # that HELLO verified with no key of its unique id
+        self._key_id = b""  # the fingerprint of the key the node signs with (stored beside its counter)
+        self._ctr_end = 0  # the end of the counter range reserved in the store for frames we sign
         self.link = link.Link(self, on_frame=self.on_frame, on_event=self.on_event, role=frame.ROLE_GATEWAY,
                               rxbuf=4096, reorder=8, board_id=b"gateway", now=clock(),
-                              dead_ms=int(peer_timeout_s * 1000))
+                              dead_ms=int(peer_timeout_s * 1000),
+                              auth=self._find_key if keys is not None else None, unsigned=self.insecure)
         self.store.add_plant(self.plant)
         if self.name is not None:
             state = store.rx_state(self.name)
@@ -236,9 +282,213 @@ class Session:
             self._lost_port(e)
             return len(buf) if n is None else n
 
-    def _commit(self) -> None:
-        if self.store.pending:
-            self.store.commit()
+    # ---- a new model for the node over the link (docs/PROTOCOL.md 3.12; edgetwin update queues it) ----
+
+    def _update_poll(self) -> None:
+        lk = self.link
+        if not self.name or not lk.established or lk.peer_minor < frame.MINOR_UPDATE:
+            return
+        if self._upd is None:
+            now = time.monotonic()
+            if now < self._upd_check:
+                return
+            self._upd_check = now + 1.0
+            job = self.store.update_job(self.name)
+            if job is None or job.get("state") not in UPDATE_ACTIVE:
+                return
+            try:
+                self._upd_file = open(job["file"], "rb")
+            except OSError as e:
+                self._upd = job
+                self._update_end(job, "failed", "the model file %s cannot be read: %s" % (job["file"], e.strerror))
+                return
+            self._upd, self._upd_begun, self._upd_next = job, False, None
+            self.notices.append("node %s: sending model update %d (%d bytes, sha256 %s...)"
+                                % (self.name, job["id"], job["size"], job["sha"][:16]))
+        job = self._upd
+        if not self._upd_begun:
+            if lk.free_slots() > 2:
+                body = frame_host.pack_body(frame.UPDATE, id=job["id"], op=frame.UP_BEGIN, offset=job["size"],
+                                            flags=frame.UP_REBOOT if job.get("reboot") else 0,
+                                            data=bytes.fromhex(job["sha"]))
+                self._upd_begun = lk.send(frame.UPDATE, body)
+            return
+        if self._upd_next is None or job["state"] not in ("queued", "sending"):
+            return
+        n = min(lk.max_body() - frame.UP_DATA, UPDATE_CHUNK)
+        f = self._upd_file
+        while self._upd_next < job["size"] and lk.free_slots() > 2:  # two slots stay for verdicts and time
+            f.seek(self._upd_next)
+            data = f.read(n)
+            if not data:
+                self._update_end(job, "failed", "the model file %s is shorter than queued" % job["file"])
+                return
+            body = frame_host.pack_body(frame.UPDATE, id=job["id"], op=frame.UP_CHUNK, flags=0,
+                                        offset=self._upd_next, data=data)
+            if not lk.send(frame.UPDATE, body):
+                break
+            self._upd_next += len(data)
+
+    def _upstat(self, body: bytes) -> None:
+        f = frame_host.parse_body(frame.UPSTAT, body)
+        job = self._upd
+        if job is None or f["id"] != job["id"]:
+            return
+        st, off = f["state"], f["offset"]
+        if st == frame.US_RECEIVING:
+            if self._upd_next is None:
+                self._upd_next = off  # where the node's copy ends: 0, or the resume point
+            job.update(state="sending", offset=off)
+            self.store.set_update_job(self.name, job)
+        elif st == frame.US_VERIFIED:
+            job.update(state="verified", offset=job["size"])
+            self.store.set_update_job(self.name, job)
+            self.notices.append("node %s: model update %d verified on the node; it switches at its next boot"
+                                % (self.name, job["id"]))
+        elif st == frame.US_BAD_HASH:
+            job["tries"] = job.get("tries", 0) + 1
+            if job["tries"] >= 3:
+                self._update_end(job, "failed", "the node's copy had the wrong hash 3 times")
+            else:
+                job.update(state="sending", offset=0)
+                self.store.set_update_job(self.name, job)
+                self._upd_begun, self._upd_next = False, None
+        elif st == frame.US_NO_ROOM:
+            self._update_end(job, "no_room", "the node has %d bytes free, the model needs %d and a margin"
+                             % (off, job["size"]))
+        elif st == frame.US_RUNNING:
+            self._update_end(job, "running", "the node runs the new model")
+        elif st == frame.US_ROLLED_BACK:
+            self._update_end(job, "rolled_back", "the new model failed its trial on the node; the previous one runs")
+        elif st == frame.US_REFUSED:
+            self._update_end(job, "failed", "the node runs the logs-only package (no model, no update code): "
+                             "deploy it with --node and a model first")
+        elif st == frame.US_ABORTED and job["state"] in UPDATE_ACTIVE:
+            self._upd_begun, self._upd_next = False, None  # the node lost the transfer (a reboot): begin again
+
+    def _update_end(self, job: dict, state: str, why: str) -> None:
+        job.update(state=state, why=why)
+        self.store.set_update_job(self.name, job)
+        if self._upd_file is not None:
+            self._upd_file.close()
+        self._upd, self._upd_file, self._upd_next, self._upd_begun = None, None, None, False
+        self.notices.append("node %s: model update %d %s: %s" % (self.name, job["id"], state.replace("_", " "), why))
+
+    def _commit(self) -> bool:
+        """Commit what arrived (before any byte is written); False when the store had no room (_hold)."""
+        try:
+            if self._ctr_end and self.link.counter() > self._ctr_end - CTR_BLOCK // 2:
+                self._reserve_counter()
+            if self.store.pending:
+                self.store.commit()
+        except StoreFull:
+            self._hold()
+            return False
+        self._mark = None
+        return True
+
+    # ---- a full store (host/store.py StoreFull): nothing it could not keep is acknowledged ----
+
+    def _hold(self) -> None:
+        """The store rolled back what arrived since the mark (the disk is full): the link goes back to the
+        mark, so none of it is acknowledged and the node keeps it in its window (its flash spill ring once
+        the window and queue are full) and sends it again; until `full_retry_s` has passed, what arrives is
+        sent back the same way without trying the store (the gateway says it once: Gateway.round)."""
+        if self._mark is not None and any(self._mark[0]):
+            self.link.restore(self._mark[0], self._mark[1])
+            self.counts["logs"], self.counts["spilled"] = self._mark[2:]  # those lines come again
+        self._mark = None
+        self._seq_base.clear()  # the 64-bit seqs are taken from the store again
+        self.counts["held"] += 1
+        self._retry_at = time.monotonic() + self.full_retry_s
+
+    def _held(self, epoch: bytes, seq16: int) -> bool:
+        """A frame that arrives while the store is full, before the next try: not taken (the link goes back
+        one frame: the node sends it again)."""
+        if not self.store.full or time.monotonic() >= self._retry_at:
+            return False
+        self.link.restore(epoch, (seq16 - 1) & 0xFFFF)
+        self.counts["held"] += 1
+        return True
+
+    # ---- authentication (docs/PROTOCOL.md "Authentication") ----
+
+    def _find_key(self, buf: bytearray, blen: int):
+        """The link's auth: (key, our first counter, the node's last counter) for the signed HELLO in buf
+        when the keys file holds a key of the unique id it names that verifies it; None otherwise."""
+        uid = bytes(buf[frame.HDR + frame.HE_UID:frame.HDR + frame.HE_UID + frame.UID_LEN]).hex()
+        self._auth_uid = uid
+        try:
+            cands = self.keys.keys_for(uid)  # type: ignore[union-attr]
+        except linkkeys.KeyFileError as e:
+            self._say_once("keys", str(e))
+            return None
+        for i, k in enumerate(cands):
+            if not frame_codec.Signer(k).verify(buf, 0, blen):
+                continue
+            name = self.name or "node-" + uid
+            kid = linkkeys.fingerprint(k)
+            kept = self.store.peer_counter(name)
+            # the node's counter is checked from where it was when this gateway last stored one of its lines
+            # signed with the same key (a new key starts over: nothing recorded under the old one passes)
+            peer = bytes(kept[:frame.SIG_COUNTER]) if kept and bytes(kept[frame.SIG_COUNTER:]) == kid else bytes(6)
+            try:
+                start = self._reserve_counter(name)
+            except StoreFull:  # no room to reserve counters in: the node's next HELLO tries again
+                return None
+            self._key_id = kid
+            if i == 0:
+                if len(cands) > 1:
+                    self.keys.settle(uid)  # type: ignore[union-attr]
+                    self.notices.append("node %s (uid %s): key rotation done, its previous key is no longer taken"
+                                        % (name, uid))
+            else:
+                self._say_once("old-key", "node %s (uid %s) signs with a previous key: it was provisioned again but "
+                               "not yet redeployed; the old key is taken until it is" % (name, uid))
+            return k, start, peer
+        self._hello_refused = True
+        return None
+
+    def _reserve_counter(self, name: str | None = None) -> int:
+        # The counter of the frames we sign must grow across gateway restarts (the node refuses a replay):
+        # ranges are reserved in the store before use, never below the wall clock's ms x 16 (so a new store,
+        # or a restored backup, still starts above what the node has seen).
+        floor = int(self.wall()) * 16
+        start = self.store.reserve_tx_counter(name or self.name or "node-" + self._auth_uid, CTR_BLOCK, floor)
+        self._ctr_end = start + CTR_BLOCK
+        return start
+
+    def _say_once(self, kind: str, line: str) -> None:
+        if kind not in self._auth_said:
+            self._auth_said.add(kind)
+            self.notices.append(line)
+
+    def _auth_refused(self, value: int) -> None:
+        keys = self.keys.path if self.keys is not None else "--keys FILE"
+        uid = self._auth_uid
+        who = "node %s (uid %s)" % (self.name, uid) if self.name else ("node uid %s" % uid if uid else "a node")
+        if value == link.AUTH_UNSIGNED:
+            self.counts["auth_unsigned"] += 1
+            self._say_once("unsigned", "refused a node on %s: its frames are not signed (a node deployed without a "
+                           "key: --insecure, or by an edgetwin older than link keys): provision it with `edgetwin deploy --node` (its key goes "
+                           "to %s), or start the gateway with --insecure to take unsigned nodes" % (self.url, keys))
+        elif value == link.AUTH_REPLAY:
+            self.counts["auth_replayed"] += 1
+            self._say_once("replayed", "refused frames of %s on %s as replays (a signed counter not above the last "
+                           "one taken): frames recorded earlier are being sent again, or the node lost its "
+                           "/link.ctr (flash erased): provision it again with `edgetwin deploy --node`"
+                           % (who, self.url))
+        else:
+            # counted always; said when a HELLO found no key: other frames fail this way for a moment around
+            # every reboot into a new key, before the node's HELLO shows it
+            self.counts["auth_bad_key"] += 1
+            if not self._hello_refused:
+                return
+            self._hello_refused = False
+            held = self.keys is not None and uid and self.keys.keys_for(uid)
+            self._say_once("bad_key", "refused %s on %s: signed with a key %s %s: provision it again with "
+                           "`edgetwin deploy --node`, or copy its entry into %s"
+                           % (who, self.url, keys, "does not hold for it" if held else "has no entry for", keys))
 
     def _lost_port(self, e: BaseException) -> None:
         self.last_error = str(e)
@@ -246,7 +496,10 @@ class Session:
         if self.transport is not None:
             self.transport.close()
         self.transport = None
-        self._next_open = time.monotonic() + self.reopen_s
+        self.lost_at = time.monotonic()
+        self.reopen_tries = 0
+        self._retry_s = self.reopen_s
+        self._next_open = self.lost_at + self._retry_s
 
     # ---- port ----
 
@@ -258,15 +511,19 @@ class Session:
         try:
             port = open_serial(self.url, self.baud)
         except PortError:
-            alt = find_same_device(self.usb_id) if self.usb_id else None
+            # a link comes back with its adapter (udev makes it): the tty alone may be there first
+            alt = find_same_device(self.usb_id) if self.usb_id and not self.stable else None
             if alt is None:
                 raise
             port = open_serial(alt, self.baud)
             self.url = alt
         if self.usb_id is None:
             self.usb_id = usb_identity(self.url)
+        self.stable = self.stable or os.path.islink(self.url)
+        self.device = os.path.realpath(self.url) if "://" not in self.url else self.url
         self.transport = SerialTransport(port, before_write=self._commit)
         self.opens += 1
+        self._retry_s = self.reopen_s
 
     def fileno(self) -> int | None:
         return self.transport.fileno() if self.transport is not None else None
@@ -277,7 +534,9 @@ class Session:
                 self.open()
             except PortError as e:
                 self.last_error = str(e)
-                self._next_open = time.monotonic() + self.reopen_s
+                self.reopen_tries += 1
+                self._retry_s = min(self._retry_s * 2, self.reopen_max_s)
+                self._next_open = time.monotonic() + self._retry_s
         self._flush_outbox()
         now = self.clock()
         day, ms = wall_split(self.wall())
@@ -290,7 +549,11 @@ class Session:
                 self._next_time = ticks_add(now, self.time_ms)
                 if not self.outbox:  # a TIME waiting behind verdicts would be late: skip it, next one soon
                     self.send(frame.TIME, frame_host.pack_body(frame.TIME, day=day, ms=ms))
-        self._commands(now)
+        try:
+            self._commands(now)
+            self._update_poll()
+        except StoreFull:  # a command's or an update's state waits for room: it is sent (or marked done) again
+            self._hold()
         self.link.poll(now)
         self._commit()
 
@@ -336,10 +599,17 @@ class Session:
 
     def on_frame(self, ftype: int, buf: bytearray, off: int, n: int) -> None:
         """Called by the link for each data frame, in order and exactly once. Never raises."""
+        errors = self.store.full_errors
         try:
             epoch, seq16, _ = self.link.rx_state()
+            if self._held(epoch, seq16):
+                return
+            if self._mark is None:  # the first frame since the last commit: where a full store sends the link back
+                self._mark = (epoch, (seq16 - 1) & 0xFFFF, self.counts["logs"], self.counts["spilled"])
             if ftype == frame.LOG:
                 self._log(epoch, seq16, buf, off, n)
+            elif ftype == frame.UPSTAT:
+                self._upstat(bytes(buf[off:off + n]))
             elif ftype in (frame.PROMPT, frame.DRAFT) and self.plant_mismatch:
                 self.counts["unverified_plant"] += 1  # not verified against a description the node does not run
             elif ftype in (frame.PROMPT, frame.DRAFT) and self.spec is not None:
@@ -354,8 +624,13 @@ class Session:
                 self.counts["other"] += 1
             # the receive state goes into the same transaction as the lines it covers
             self.store.set_rx_state(self.name, epoch, seq16, commit=False)
+            if self._key_id:  # and the node's signed counter with them: a restart still refuses replays
+                self.store.set_peer_counter(self.name, bytes(self.link.rx_state()[2]) + self._key_id, commit=False)
+        except StoreFull:
+            self._hold()
         except ValueError:  # a malformed body (spec's errors are ValueError subclasses): count, drop
             self.counts["bad_frames"] += 1
+        self._rolled_back(errors)
 
     def _log(self, epoch: bytes, seq16: int, buf: bytearray, off: int, n: int) -> None:
         ts = frame.u32s(buf, off + frame.LG_TS)
@@ -413,7 +688,25 @@ class Session:
                                   self.plant.name) + ("" if known else " (this store has no description %s)" % h))
 
     def on_event(self, code: int, value: int) -> None:
-        if code == link.EV_ESTABLISHED:
+        """Called by the link for its events (inside its poll): never raises."""
+        errors = self.store.full_errors
+        try:
+            self._on_event(code, value)
+        except StoreFull:  # a node row the store had no room for: what arrived since the mark goes again
+            self._hold()
+        self._rolled_back(errors)
+
+    def _rolled_back(self, errors: int) -> None:
+        # a write that found no room and was handled where it failed (a note: host/gateway.py) still rolled
+        # back what this session had pending
+        if self.store.full_errors != errors and self._mark is not None:
+            self._hold()
+
+    def _on_event(self, code: int, value: int) -> None:
+        if code == link.EV_AUTH:
+            self._auth_refused(value)
+        elif code == link.EV_ESTABLISHED:
+            self._auth_said.clear()  # a node that got in: the next refusal is news again
             ph = frame_host.parse_body(frame.HELLO, bytes(self.link.peer_hello))
             bid = ph["board_id"].decode("ascii", "replace")
             self.uid = ph["uid"].hex() if any(ph["uid"]) else ""
@@ -428,6 +721,7 @@ class Session:
                 self.spec = self.spec_factory(self, bytes(self.link.peer_hello))
         elif code == link.EV_PEER_REBOOT:
             self.counts["reboots"] += 1
+            self._upd_begun, self._upd_next = False, None  # an update goes on from what the node kept
             self._cmd_inflight.clear()  # frames the rebooted node never acknowledged: sent again
             if self.spec is not None and hasattr(self.spec, "on_reboot"):
                 self.spec.on_reboot()  # type: ignore[attr-defined]
@@ -445,7 +739,8 @@ class Session:
             self.outbox.popleft()
 
     def status(self) -> dict:
-        st = {"name": self.name or "", "uid": self.uid, "url": self.url, "open": self.transport is not None,
+        st = {"name": self.name or "", "uid": self.uid, "url": self.url, "device": self.device,
+              "open": self.transport is not None, "reopen_tries": self.reopen_tries,
               "established": self.link.established, "opens": self.opens, "disconnects": self.disconnects,
               "last_error": self.last_error,
               "plant": {"name": self.plant.name, "hash": self.plant.hash, "node_hash": self.node_plant,

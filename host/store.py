@@ -1,6 +1,8 @@
 """The gateway's log store: SQLite in WAL mode with an FTS5 index over the log lines.
 
-What it holds (schema version 3; a version-1 or -2 store is upgraded in place when the gateway opens it):
+What it holds (schema version 4, every table made with the store; a store of any earlier shape is upgraded
+in place, in one transaction, when a writer opens it, and read as it is by a reader; one of a newer version
+is refused):
 
 - ``nodes``: one row per node (its name, usually the serial port or a name given on the command line;
   the board id and (protocol 1.1) the node's unique id ``uid`` (hex) from its HELLO; first/last seen; the link receive state ``peer_epoch`` + ``last_seq``
@@ -16,14 +18,12 @@ What it holds (schema version 3; a version-1 or -2 store is upgraded in place wh
   line seqs missing in the store (per boot; a node without a spill ring restarts its seqs at each
   link epoch), ``reported_dropped(node)`` the losses the node itself reported (``dropped=`` of its
   NODE reports), ``line_loss(node)`` both;
-- ``logs_fts``: an FTS5 index (external content) over ``logs.text``, filled by a trigger;
+- ``logs_fts``: an FTS5 index (external content) over ``logs.text``, kept by triggers (insert, delete);
 - ``annotations``: committed annotation text per node: wall span t0..t1 (ms), text, verified flag
   (0: the node drafted it alone while the gateway was away), token count, and ``spans``: the text cut by
   who wrote it, as JSON ``[[kind, text], ...]`` with kind ``draft`` (draft tokens the target accepted),
   ``fix`` (the target's correction after a rejection) or ``unverified`` (drafted while the gateway was
-  away); the pieces join to ``text``. The column is added (NULL for older rows) when a gateway opens a
-  store made before it, without changing the schema version: older gateways and readers ignore it, and a
-  reader of an older store sees NULL;
+  away); the pieces join to ``text`` (NULL for rows stored before the column, which came under schema 2);
 - ``plants``: every plant description (docs/PLANT.md) a line was stored with, by its hash (name, the
   description as JSON, when it was added): kept for good, since the lines of an older version still need it.
   ``logs.plant`` is the hash of the description the node named (its PLANT line) for that line and
@@ -44,13 +44,24 @@ Readers (operator Q&A) open with ``LogStore(path, readonly=True)``; WAL lets the
 gateway writes, and a store no gateway has open is read as immutable (no -wal/-shm left beside it).
 
 Outbox (``Outbox``, for ``edgetwin gateway --mqtt``, host/mqtt.py): the store is also the outbox of what the
-gateway publishes. Two tables, created by the first ``--mqtt`` run (the schema version does not change:
-older gateways and readers ignore them): ``outbox_marks`` holds, per destination (broker and topic
-prefix) and source table, the row id up to which the broker acknowledged every published row
-(``acked_through``), ``outbox_acked`` the rows above it that were acknowledged out of order. A restart
+gateway publishes. Two tables (before schema 4, made by the first ``--mqtt`` run): ``outbox_marks`` holds,
+per destination (broker and topic prefix) and source table, the row id up to which the broker acknowledged
+every published row (``acked_through``), ``outbox_acked`` the rows above it that were acknowledged out of order. A restart
 republishes the rows after the mark that are not in ``outbox_acked``: only those the broker never
 acknowledged. The outbox reads through its own connection, so it sees committed rows only, never the
 gateway's open transaction.
+
+A signed link's state per node (``link_auth``): the highest counter accepted from it (``peer_counter``,
+``set_peer_counter``, with the lines it covers) and the next counter the gateway may sign with
+(``reserve_tx_counter``: ranges committed before use, so a restarted gateway never reuses one).
+
+Upkeep (``edgetwin store``, host/cmd_store.py): ``backup(src, dest)`` copies a store with SQLite's online backup
+while a gateway writes (the store as it was when the backup began); ``LogStore.prune(keep_days)`` deletes old
+lines but never one a destination has not acknowledged nor one an annotation is about, keeping count of what
+it deleted (meta ``logs_pruned``, table ``logs_pruned``) so ``count_logs`` and ``line_gaps`` stay true.
+
+A full disk: a write SQLite refuses for lack of space rolls back what is pending and raises ``StoreFull``;
+``full`` says why until a commit succeeds again. The gateway acknowledges nothing of it (host/session.py).
 
 Files: a new store is created 0640 (SQLite gives its -wal and -shm the same mode), only in a directory
 that exists; an open that fails removes what it created and leaves a file it found as it was.
@@ -58,6 +69,7 @@ that exists; an open that fails removes what it created and leaves a file it fou
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -70,34 +82,19 @@ from pathlib import Path
 
 from host.plantlines import ID_RE as _MACHINE  # a machine id (docs/PLANT.md, Log grammar)
 from shared import plant_alarms
+from shared.frame import SIG_COUNTER
 
 _ALARM_LEVELS = tuple(x.decode() for x in plant_alarms.LEVELS)  # the line's level words (docs/PLANT.md): HI, HIHI, ...
 
 SCHEMA_NAME = "edgetwin-store"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+PEER_COUNTER_BYTES = SIG_COUNTER  # a signed frame's counter (docs/PROTOCOL.md)
 SPAN_KINDS = ("draft", "fix", "unverified")  # who wrote a piece of an annotation (annotations.spans)
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "LEVEL5", "LEVEL6", "LEVEL7")
 
-# schema 3: the plant descriptions, by hash (docs/PLANT.md), and the operators' commands queued for nodes
-_PLANTS_SCHEMA = """
-CREATE TABLE plants (hash TEXT PRIMARY KEY, name TEXT NOT NULL, text TEXT NOT NULL, added_ms INTEGER NOT NULL);
-CREATE TABLE commands (
-    id INTEGER PRIMARY KEY,
-    node TEXT NOT NULL,
-    verb TEXT NOT NULL,
-    machine TEXT NOT NULL,
-    tag TEXT NOT NULL,
-    level TEXT,
-    by TEXT NOT NULL,
-    created_ms INTEGER NOT NULL,
-    sent_ms INTEGER,
-    done_ms INTEGER,
-    result TEXT
-);
-CREATE INDEX commands_pending ON commands (node, id) WHERE done_ms IS NULL;
-"""
-
-_SCHEMA = """
+# The tables and indexes every store has had since schema 1 (in their schema-4 shape; older stores get the
+# columns added since by _upgrade)
+_BASE_SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE nodes (
     id INTEGER PRIMARY KEY,
@@ -126,7 +123,6 @@ CREATE TABLE logs (
     UNIQUE (node, epoch, seq)
 );
 CREATE INDEX logs_node_time ON logs (node, wall_ms, id);
-CREATE UNIQUE INDEX logs_line ON logs (node, boot, lseq) WHERE flags & 1;
 CREATE VIRTUAL TABLE logs_fts USING fts5(text, content='logs', content_rowid='id');
 CREATE TRIGGER logs_ai AFTER INSERT ON logs BEGIN
     INSERT INTO logs_fts(rowid, text) VALUES (new.id, new.text);
@@ -143,25 +139,68 @@ CREATE TABLE annotations (
     spans TEXT
 );
 CREATE INDEX annotations_node_time ON annotations (node, t0_ms);
-""" + _PLANTS_SCHEMA
+"""
 
-# schema 1 -> 2: the line seq columns (docs/PROTOCOL.md 3.5, protocol 1.1)
-_UPGRADE_1_2 = """
-ALTER TABLE nodes ADD COLUMN uid TEXT NOT NULL DEFAULT '';
-ALTER TABLE logs ADD COLUMN boot INTEGER;
-ALTER TABLE logs ADD COLUMN lseq INTEGER;
-ALTER TABLE logs ADD COLUMN flags INTEGER NOT NULL DEFAULT 0;
-CREATE UNIQUE INDEX logs_line ON logs (node, boot, lseq) WHERE flags & 1;
-UPDATE meta SET value='2' WHERE key='version';
-"""
-# schema 2 -> 3: which description each line and node named (NULL: the built-in simulator's), the descriptions,
-# the commands
-_UPGRADE_2_3 = """
-ALTER TABLE nodes ADD COLUMN plant TEXT;
-ALTER TABLE logs ADD COLUMN plant TEXT;
-""" + _PLANTS_SCHEMA + """
-UPDATE meta SET value='3' WHERE key='version';
-"""
+# Columns added since schema 1, by table, in the order they came: (column, declaration). An older store
+# lacks some of them (a schema-2 store of the first hour of protocol 1.1 has no nodes.uid, a store made
+# before the spans column none): _upgrade adds exactly those it lacks.
+_ADDED_COLUMNS = (
+    ("logs", "boot", "INTEGER"),  # schema 2: the line seq columns (docs/PROTOCOL.md 3.5, protocol 1.1)
+    ("logs", "lseq", "INTEGER"),
+    ("logs", "flags", "INTEGER NOT NULL DEFAULT 0"),
+    ("nodes", "uid", "TEXT NOT NULL DEFAULT ''"),  # schema 2 (a later commit of it): the node's unique id
+    ("annotations", "spans", "TEXT"),  # schema 2 (later): who wrote each piece of an annotation
+    ("nodes", "plant", "TEXT"),  # schema 3: the description each node and line named (NULL: the simulator's)
+    ("logs", "plant", "TEXT"),
+)
+
+# Every table, index and trigger added since schema 1, each statement safe to run again: a new store runs
+# them after _BASE_SCHEMA, an upgrade after the columns. Each came in a release that created it on first
+# use (the outbox with the first --mqtt run) or at a schema version; schema 4 makes them all part of
+# the store.
+_ADDED = (
+    # schema 2: a spilled line the node sends again after a reboot is stored once
+    "CREATE UNIQUE INDEX IF NOT EXISTS logs_line ON logs (node, boot, lseq) WHERE flags & 1",
+    # schema 3: the plant descriptions, by hash (docs/PLANT.md), and the operators' commands queued for nodes
+    "CREATE TABLE IF NOT EXISTS plants (hash TEXT PRIMARY KEY, name TEXT NOT NULL, text TEXT NOT NULL, "
+    "added_ms INTEGER NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS commands (
+    id INTEGER PRIMARY KEY,
+    node TEXT NOT NULL,
+    verb TEXT NOT NULL,
+    machine TEXT NOT NULL,
+    tag TEXT NOT NULL,
+    level TEXT,
+    by TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    sent_ms INTEGER,
+    done_ms INTEGER,
+    result TEXT
+)""",
+    "DROP INDEX IF EXISTS commands_unsent",  # the first schema-3 gateway's: a sent command was never resent
+    "CREATE INDEX IF NOT EXISTS commands_pending ON commands (node, id) WHERE done_ms IS NULL",
+    # the MQTT / Sparkplug outbox (class Outbox), made by the first --mqtt run before schema 4
+    "CREATE TABLE IF NOT EXISTS outbox_marks (dest TEXT NOT NULL, source TEXT NOT NULL, "
+    "acked_through INTEGER NOT NULL, PRIMARY KEY (dest, source))",
+    "CREATE TABLE IF NOT EXISTS outbox_acked (dest TEXT NOT NULL, source TEXT NOT NULL, row_id INTEGER NOT NULL, "
+    "PRIMARY KEY (dest, source, row_id)) WITHOUT ROWID",
+    # schema 4: a signed link's state per node (the highest counter accepted from it, the next counter the
+    # gateway may sign with), lines given up by prune (so the line seq check does not count them missing),
+    # and the FTS5 index follows deleted lines
+    "CREATE TABLE IF NOT EXISTS link_auth (node INTEGER PRIMARY KEY REFERENCES nodes(id), peer_counter BLOB, "
+    "tx_next INTEGER NOT NULL DEFAULT 1)",
+    "CREATE TABLE IF NOT EXISTS logs_pruned (node INTEGER NOT NULL, grp_boot INTEGER NOT NULL, "
+    "grp_epoch INTEGER NOT NULL, lseqs INTEGER NOT NULL, lseq_hi INTEGER NOT NULL, "
+    "PRIMARY KEY (node, grp_boot, grp_epoch))",
+    """CREATE TRIGGER IF NOT EXISTS logs_ad AFTER DELETE ON logs BEGIN
+    INSERT INTO logs_fts(logs_fts, rowid, text) VALUES ('delete', old.id, old.text);
+END""",
+)
+_ADDED_TABLES = {"plants", "commands", "outbox_marks", "outbox_acked", "link_auth", "logs_pruned"}
+_SCHEMA = _BASE_SCHEMA + "".join(s + ";\n" for s in _ADDED)
+# what Outbox makes sure of (it may open a store no writer has upgraded yet)
+_OUTBOX_SCHEMA = "".join(s + ";\n" for s in _ADDED if "outbox_" in s)
+MS_PER_DAY = 86400000
 _DROPPED = re.compile(r"\bdropped=(\d+)")
 _HASH = re.compile(r"[0-9A-Fa-f]{16}")  # a description's hash (docs/PLANT.md)
 _BY = re.compile(r"[A-Za-z0-9_.-]{1,32}")  # who commands (the node logs it as by=NAME)
@@ -177,12 +216,6 @@ MINUTE_BOOST = 3.0  # a hit at a minute the question names outranks the same wor
 MACHINE_BOOST = 3.0  # and one on a machine it names, the same words on another machine
 
 
-_OUTBOX_SCHEMA = """
-CREATE TABLE IF NOT EXISTS outbox_marks (dest TEXT NOT NULL, source TEXT NOT NULL,
-    acked_through INTEGER NOT NULL, PRIMARY KEY (dest, source));
-CREATE TABLE IF NOT EXISTS outbox_acked (dest TEXT NOT NULL, source TEXT NOT NULL, row_id INTEGER NOT NULL,
-    PRIMARY KEY (dest, source, row_id)) WITHOUT ROWID;
-"""
 # What the outbox reads per source: committed rows after an id, oldest first. logs: every line but the
 # plant's level-1 samples (alarms and ACK/CLEAR are level 2, a trip's STATE line 3, the node's NODE reports 0).
 _OUTBOX_ROWS = {
@@ -205,6 +238,39 @@ SPARKPLUG_ROWS = {
 
 class StoreError(ValueError):
     """The store file is missing, corrupt, not an edgetwin store, or was given bad values."""
+
+
+class StoreFull(StoreError):
+    """A write the store could not keep for lack of space: SQLite's "database or disk is full" (the disk, or
+    the page limit of LogStore.limit_pages) or a disk I/O error. The open transaction was rolled back, so
+    nothing written since the last commit() is in the store: the gateway acknowledges none of it (host/
+    session.py) and the nodes send it again once there is room."""
+
+
+_SQLITE_IOERR, _SQLITE_FULL = 10, 13  # SQLite's primary result codes (an extended code's low byte)
+
+
+def _no_space(e: sqlite3.Error) -> bool:
+    code = getattr(e, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (_SQLITE_FULL, _SQLITE_IOERR)
+
+
+def _writes(method):
+    """A LogStore method that writes: a write refused for lack of space rolls back the open transaction
+    and raises StoreFull (other errors pass as they are)."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.DatabaseError as e:
+            if not _no_space(e):
+                raise
+            self._no_room(e)
+            raise StoreFull("log store %s: %s: nothing since the last commit is kept (free some space)"
+                            % (self.path, e)) from None
+
+    return wrapper
 
 
 @dataclass
@@ -268,6 +334,85 @@ def open_reader(path: Path) -> tuple[sqlite3.Connection, bool]:
     conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
     conn.execute("PRAGMA busy_timeout=5000")
     return conn, immutable
+
+
+def backup(src: str | Path, dest: str | Path, force: bool = False, progress=None, step: int = 1024) -> dict:
+    """Copy the store `src` to the new file `dest` with SQLite's online backup API, safe while a gateway
+    writes to it: the copy is the store as it was when the backup began (one read transaction holds that
+    snapshot through every step, so the gateway's commits meanwhile neither stop it nor restart it; WAL
+    lets the gateway write on). The copy is a single file (rollback journal, no -wal), checked with
+    PRAGMA quick_check, made 0640, fsynced and only then renamed to `dest`: a crash leaves no half copy
+    under that name. `dest` must not exist unless `force`. progress(copied_pages, total_pages) is called
+    after each `step` pages. Returns {"pages", "bytes", "logs", "seconds"}. StoreError for a bad path, a
+    file that is not a store, or a copy that fails."""
+    src, dest = Path(src), Path(dest)
+    if not src.is_file():
+        raise StoreError("log store %s %s" % (src, "is not a file" if src.exists() else "does not exist"))
+    if dest.is_dir():
+        raise StoreError("backup file %s is a directory: give a file name" % dest)
+    if not dest.parent.is_dir():
+        raise StoreError("backup file %s: directory %s does not exist (create it first)" % (dest, dest.parent))
+    if dest.exists() and dest.resolve() == src.resolve():
+        raise StoreError("backup file %s is the store itself: give another file" % dest)
+    if dest.exists() and not force:
+        raise StoreError("backup file %s exists: give --force to replace it" % dest)
+    t0 = time.monotonic()
+    uri = "file:%s?mode=ro" % urllib.parse.quote(str(src.resolve()))
+    tmp = dest.with_name(".%s.%d.partial" % (dest.name, os.getpid()))
+    made = False
+    try:
+        db = sqlite3.connect(uri, uri=True, isolation_level=None)
+    except sqlite3.Error as e:
+        raise StoreError("cannot read log store %s: %s" % (src, e)) from None
+    try:
+        db.execute("PRAGMA busy_timeout=5000")
+        db.execute("BEGIN")  # the snapshot every step copies
+        if dict(db.execute("SELECT key, value FROM meta").fetchall()).get("schema") != SCHEMA_NAME:
+            raise StoreError("%s is not an edgetwin log store" % src)
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640))
+        made = True
+        out = sqlite3.connect(str(tmp), isolation_level=None)
+        try:
+            db.backup(out, pages=step, progress=None if progress is None else
+                      lambda _st, left, total: progress(total - left, total))
+            db.execute("COMMIT")
+            out.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
+            ok = out.execute("PRAGMA quick_check").fetchone()[0]
+            if ok != "ok":
+                raise StoreError("the copy of %s does not check (%s): nothing was written to %s" % (src, ok, dest))
+            pages = int(out.execute("PRAGMA page_count").fetchone()[0])
+            top = int(out.execute("SELECT coalesce(max(id), 0) FROM logs").fetchone()[0])
+            gone = out.execute("SELECT value FROM meta WHERE key='logs_pruned'").fetchone()
+        finally:
+            out.close()
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if force:
+            os.replace(tmp, dest)
+        else:
+            os.link(tmp, dest)  # never replaces a file that appeared meanwhile
+            os.unlink(tmp)
+        made = False
+        fd = os.open(dest.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # the new name survives a power cut too
+        finally:
+            os.close(fd)
+    except sqlite3.Error as e:
+        raise StoreError("cannot back up %s to %s: %s" % (src, dest, e)) from None
+    except FileExistsError:
+        raise StoreError("backup file %s exists: give --force to replace it" % dest) from None
+    except OSError as e:
+        raise StoreError("cannot write backup file %s: %s" % (e.filename or dest, e.strerror or e)) from None
+    finally:
+        db.close()
+        if made:
+            remove_files(side_files(tmp))
+    return {"pages": pages, "bytes": dest.stat().st_size, "logs": top - (int(gone[0]) if gone else 0),
+            "seconds": round(time.monotonic() - t0, 3)}
 
 
 def _check_int(name: str, v: object, lo: int, hi: int) -> int:
@@ -380,6 +525,8 @@ class LogStore:
             remove_files(created)
             raise
         self._in_tx = False
+        self.full = ""  # why the last write failed for lack of space ("" once a commit succeeds again)
+        self.full_errors = 0  # writes refused for lack of space since the store was opened
 
     # ---- set-up ----
 
@@ -398,26 +545,57 @@ class LogStore:
         if rows.get("schema") != SCHEMA_NAME:
             raise StoreError("%s is not an edgetwin log store (schema %r)" % (self.path, rows.get("schema")))
         version = rows.get("version")
-        if version not in ("1", "2", str(SCHEMA_VERSION)):
-            raise StoreError("%s is an edgetwin log store of version %s; this gateway reads version %d"
-                             % (self.path, version, SCHEMA_VERSION))
-        if version != str(SCHEMA_VERSION) and not self.readonly:  # upgraded in place, each step one transaction
-            if version == "1":
-                self._db.executescript("BEGIN IMMEDIATE;" + _UPGRADE_1_2 + "COMMIT;")
-            self._db.executescript("BEGIN IMMEDIATE;" + _UPGRADE_2_3 + "COMMIT;")
-            version = str(SCHEMA_VERSION)
-        # an older store read as it is (the gateway upgrades it when it opens it): what it lacks reads as NULL
-        self._lines = version != "1"  # the line seq columns
-        self._plants = version == str(SCHEMA_VERSION)  # the plant columns, descriptions and commands
+        if version not in [str(v) for v in range(1, SCHEMA_VERSION + 1)]:
+            newer = str(version).isdigit() and int(str(version)) > SCHEMA_VERSION
+            raise StoreError("%s is an edgetwin log store of version %s; this edgetwin reads versions 1 to %d%s"
+                             % (self.path, version, SCHEMA_VERSION,
+                                ": a newer edgetwin wrote it, use that one" if newer else ""))
+        cols = self._columns()
+        lacks = any(c not in cols.get(t, ()) for t, c, _ in _ADDED_COLUMNS) or not _ADDED_TABLES <= cols.keys()
+        if (version != str(SCHEMA_VERSION) or lacks) and not self.readonly:
+            self._upgrade()
+            cols = self._columns()
+        # an older store read as it is (a reader never changes it): what it lacks reads as NULL
+        self._lines = "lseq" in cols["logs"]  # the line seq columns
+        self._uid = "uid" in cols["nodes"]
+        self._plants = "plant" in cols["logs"] and "plants" in cols and "commands" in cols
+        self._spans = "spans" in cols["annotations"]
+        self._auth = "link_auth" in cols
+        self._pruned = "logs_pruned" in cols
         self._descs: dict[str, object] = {}  # hash -> PlantDesc, read once (a description never changes)
-        cols = {r[1] for r in self._db.execute("PRAGMA table_info(annotations)").fetchall()}
-        self._spans = "spans" in cols
-        if not self._spans and not self.readonly:  # a store made before the spans column: add it (NULL = unknown)
-            self._db.execute("ALTER TABLE annotations ADD COLUMN spans TEXT")
-            self._spans = True
         ok = self._db.execute("PRAGMA quick_check").fetchone()[0]
         if ok != "ok":
-            raise StoreError("log store %s is corrupt (%s): move it away and restore a backup" % (self.path, ok))
+            raise StoreError("log store %s is corrupt (%s): move it away and restore a backup (made with "
+                             "`edgetwin store backup`)" % (self.path, ok))
+
+    def _columns(self) -> dict[str, set[str]]:
+        """table -> its column names, for every table of the store."""
+        tables = [r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {t: {r[1] for r in self._db.execute("PRAGMA table_info(%s)" % t)} for t in tables}
+
+    def _upgrade(self) -> None:
+        """Bring a store of any earlier shape (schema 1, 2 with or without uid, spans or the outbox, 3 with
+        or without the outbox) to schema 4 in ONE transaction: a crash or an error leaves it as it was. What
+        to add is read inside the transaction, so two gateways opening the same old store cannot both add
+        it; every step is safe to run again (a schema-4 store that lacks a table or column gets it)."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            cols = self._columns()
+            for table, col, decl in _ADDED_COLUMNS:
+                if col not in cols[table]:
+                    db.execute("ALTER TABLE %s ADD COLUMN %s %s" % (table, col, decl))
+            for stmt in _ADDED:
+                db.execute(stmt)
+            db.execute("UPDATE meta SET value=? WHERE key='version'", (str(SCHEMA_VERSION),))
+            db.execute("COMMIT")
+        except BaseException as e:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            if isinstance(e, sqlite3.OperationalError) and _no_space(e):
+                raise StoreError("log store %s: cannot upgrade it to schema %d: %s (free some space)"
+                                 % (self.path, SCHEMA_VERSION, e)) from None
+            raise
 
     def _close_quietly(self) -> None:
         try:
@@ -425,12 +603,36 @@ class LogStore:
         except Exception:  # noqa: BLE001
             pass
 
+    def _no_room(self, e: sqlite3.Error) -> None:
+        """A write failed for lack of space: roll back what is pending (SQLite may have kept the transaction
+        open), so the store is at its last commit, and remember why until a commit succeeds again."""
+        with self._lock:
+            try:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            self._in_tx = False
+            self._node_ids.clear()  # a node row made in the rolled-back transaction is gone with it
+            self.full = str(e)
+            self.full_errors += 1
+
+    def limit_pages(self, pages: int | None) -> int:
+        """Test hook (the gateway never calls it): cap the store at `pages` database pages (SQLite's
+        max_page_count; never below its current size), so that writes fail as on a full disk; None lifts
+        the cap. Returns the cap now in force. tests/host/test_store_full.py fills a store this way."""
+        self._writable()
+        with self._lock:
+            n = 2 ** 32 - 2 if pages is None else _check_int("pages", pages, 1, 2 ** 32 - 2)
+            return int(self._db.execute("PRAGMA max_page_count=%d" % n).fetchone()[0])
+
     def _writable(self) -> None:
         if self.readonly:
             raise StoreError("log store %s is open read-only" % self.path)
 
     # ---- nodes ----
 
+    @_writes
     def node_id(self, name: str, board_id: str = "", uid: str = "") -> int:
         """The id of node `name`, created on first use; `board_id` and `uid` (the node's unique id from
         its HELLO, hex) update the stored ones if given."""
@@ -452,7 +654,7 @@ class LogStore:
             if board_id:
                 self._writable()
                 self._db.execute("UPDATE nodes SET board_id=? WHERE id=? AND board_id!=?", (board_id, nid, board_id))
-            if uid and self._lines:
+            if uid and self._uid:
                 self._writable()
                 self._db.execute("UPDATE nodes SET uid=? WHERE id=? AND uid!=?", (uid, nid, uid))
             return nid
@@ -462,11 +664,12 @@ class LogStore:
             cur = self._db.execute("SELECT name, board_id, %s, first_seen_ms, last_seen_ms, peer_epoch, last_seq, "
                                    "(SELECT count(*) FROM logs WHERE logs.node=nodes.id), "
                                    "(SELECT count(*) FROM annotations WHERE annotations.node=nodes.id) "
-                                   "FROM nodes ORDER BY id" % ("uid" if self._lines else "''"))
+                                   "FROM nodes ORDER BY id" % ("uid" if self._uid else "''"))
             keys = ("name", "board_id", "uid", "first_seen_ms", "last_seen_ms", "peer_epoch", "last_seq", "logs",
                     "annotations")
             return [dict(zip(keys, r)) for r in cur.fetchall()]
 
+    @_writes
     def set_rx_state(self, node: str, peer_epoch: bytes | int, last_seq: int, commit: bool = True) -> None:
         """Persist the link receive state (peer epoch, last seq delivered in order) for Link.restore."""
         self._writable()
@@ -488,6 +691,79 @@ class LogStore:
             return None
         return int(row[0]).to_bytes(4, "little"), int(row[1])
 
+    # ---- a signed link's state per node (link_auth) ----
+
+    def peer_counter(self, node: str) -> bytes | None:
+        """The highest signed-frame counter accepted from `node` (6 bytes, as the link keeps it), or None."""
+        if not self._auth:
+            return None
+        with self._lock:
+            row = self._db.execute("SELECT la.peer_counter FROM link_auth la JOIN nodes ON nodes.id=la.node "
+                                   "WHERE nodes.name=?", (node,)).fetchone()
+        return None if row is None or row[0] is None else bytes(row[0])
+
+    @_writes
+    def set_peer_counter(self, node: str, counter: bytes, commit: bool = True) -> None:
+        """Persist the highest signed-frame counter accepted from `node` (6 bytes); with commit=False it goes
+        into the open transaction, with the lines it covers."""
+        self._writable()
+        # the counter (6 bytes), optionally followed by the 8-byte fingerprint of the key it was signed with
+        if not isinstance(counter, (bytes, bytearray)) or len(counter) not in (PEER_COUNTER_BYTES, PEER_COUNTER_BYTES + 8):
+            raise StoreError("counter must be %d bytes (+ an 8-byte key id), got %r" % (PEER_COUNTER_BYTES, counter))
+        with self._lock:
+            nid = self.node_id(node)
+            self._begin()
+            self._db.execute("INSERT INTO link_auth (node, peer_counter) VALUES (?, ?) ON CONFLICT (node) DO "
+                             "UPDATE SET peer_counter=excluded.peer_counter", (nid, bytes(counter)))
+            if commit:
+                self.commit()
+
+    @_writes
+    def reserve_tx_counter(self, node: str, block: int, floor: int = 0) -> int:
+        """The start of a fresh range of `block` counter values for frames the gateway signs to `node` (the
+        first call for a node returns 1; never below `floor`). start + block is committed before it returns
+        (with whatever else is pending), so a restarted gateway never signs with a value it may have used."""
+        self._writable()
+        _check_int("block", block, 1, 1 << 32)
+        with self._lock:
+            nid = self.node_id(node)
+            self._begin()
+            self._db.execute("INSERT OR IGNORE INTO link_auth (node) VALUES (?)", (nid,))
+            start = max(int(floor), int(self._db.execute("SELECT tx_next FROM link_auth WHERE node=?", (nid,)).fetchone()[0]))
+            if start + block > 1 << (8 * PEER_COUNTER_BYTES):
+                self.rollback()
+                raise StoreError("node %s: the link's %d-bit counter is spent: give the node a new key"
+                                 % (node, 8 * PEER_COUNTER_BYTES))
+            self._db.execute("UPDATE link_auth SET tx_next=? WHERE node=?", (start + block, nid))
+            self.commit()
+            return start
+
+    # ---- model updates over the link (edgetwin update; host/session.py sends them) ----
+
+    def update_job(self, node: str) -> dict | None:
+        """The model update queued or under way for `node` (a dict, JSON in meta 'update:NODE'), or None."""
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key=?", ("update:" + node,)).fetchone()
+        if row is None:
+            return None
+        try:
+            job = json.loads(row[0])
+        except ValueError:
+            return None
+        return job if isinstance(job, dict) else None
+
+    @_writes
+    def set_update_job(self, node: str, job: dict | None) -> None:
+        """Queue, progress or end (None: forget) `node`'s update; committed at once (another process waits)."""
+        self._writable()
+        with self._lock:
+            self._begin()
+            if job is None:
+                self._db.execute("DELETE FROM meta WHERE key=?", ("update:" + node,))
+            else:
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", ("update:" + node, json.dumps(job)))
+            self.commit()
+
     # ---- writes ----
 
     def _begin(self) -> None:
@@ -495,6 +771,7 @@ class LogStore:
             self._db.execute("BEGIN IMMEDIATE")
             self._in_tx = True
 
+    @_writes
     def begin(self) -> None:
         """Open the write transaction now, so that what follows (a new node row too) is kept or rolled
         back as one (edgetwin import)."""
@@ -502,12 +779,14 @@ class LogStore:
         with self._lock:
             self._begin()
 
+    @_writes
     def commit(self) -> None:
         """Make every write so far durable (fsync of the WAL)."""
         with self._lock:
             if self._in_tx:
                 self._db.execute("COMMIT")
                 self._in_tx = False
+                self.full = ""
 
     def rollback(self) -> None:
         with self._lock:
@@ -520,6 +799,7 @@ class LogStore:
         """True while writes wait for commit()."""
         return self._in_tx
 
+    @_writes
     def add_log(self, node: str, epoch: bytes | int, seq: int, ticks: int, wall_ms: int, level: int, text: str,
                 commit: bool = True, boot: int = 0, lseq: int = 0, flags: int = 0, plant: str | None = None) -> bool:
         """Store one log line; False if (node, epoch, seq) or (node, boot, lseq) is already stored (a
@@ -561,6 +841,7 @@ class LogStore:
                                    "WHERE nodes.name=? AND epoch=?", (node, ep)).fetchone()
         return None if row is None or row[0] is None else int(row[0])
 
+    @_writes
     def add_annotation(self, node: str, t0_ms: int, t1_ms: int, text: str, verified: bool, tokens: int,
                        commit: bool = True, spans: list | None = None) -> int:
         """Store one committed annotation; returns its id. spans: [(kind, text), ...] (see the module
@@ -590,6 +871,7 @@ class LogStore:
 
     # ---- plant descriptions ----
 
+    @_writes
     def add_plant(self, desc, commit: bool = True) -> bool:
         """Keep a description (host/plantdesc.PlantDesc) by its hash; False when that hash is already kept
         (every version a node ever named stays: the lines it described still need it)."""
@@ -628,6 +910,7 @@ class LogStore:
             row = self._db.execute("SELECT plant FROM nodes WHERE name=?", (node,)).fetchone()
         return None if row is None else row[0]
 
+    @_writes
     def set_node_plant(self, node: str, h: str | None, commit: bool = True) -> None:
         """Record that `node` named description `h` (its PLANT line); the node row is made on first use."""
         self._writable()
@@ -654,6 +937,7 @@ class LogStore:
 
     # ---- operators' commands (edgetwin ack: queued here, sent by the gateway once the node is there) ----
 
+    @_writes
     def queue_command(self, node: str, verb: str, machine: str, tag: str, level: str | None, by: str) -> int:
         """Queue `verb` (ACK, SHELVE, UNSHELVE) of `machine`'s alarm point `tag` (of `level`, None: every
         level of the tag) for `node`, by operator `by`; returns its id. Committed at once: no gateway needs to
@@ -699,6 +983,7 @@ class LogStore:
             row = self._db.execute("SELECT %s FROM commands WHERE id=?" % _COMMAND_COLS, (cid,)).fetchone()
         return None if row is None else Command(*row)
 
+    @_writes
     def _command_update(self, cid: int, sql: str, args: tuple) -> bool:
         self._writable()
         _check_int("id", cid, 1, (1 << 63) - 1)
@@ -745,13 +1030,25 @@ class LogStore:
     def _line_groups(self, node: str) -> list[tuple]:
         # (boot, epoch-or-0, max lseq, distinct lseqs, lines) per run of line seqs: a boot of a node with a
         # spill ring (boot > 0, spilled lines may arrive under a later link epoch), else one link epoch
+        # spill ring (boot > 0, spilled lines may arrive under a later link epoch), else one link epoch. The
+        # line seqs of lines prune() gave up count as there (they were stored: no loss).
         if not self._lines:
             return []
         with self._lock:
-            return self._db.execute(
+            rows = self._db.execute(
                 "SELECT boot, CASE WHEN boot IS NULL THEN epoch ELSE 0 END AS ep, max(lseq), count(DISTINCT lseq), "
                 "count(*) FROM logs JOIN nodes ON nodes.id=logs.node WHERE nodes.name=? AND lseq IS NOT NULL "
                 "GROUP BY boot, ep ORDER BY min(logs.id)", (node,)).fetchall()
+            gone = self._pruned_runs(node)
+        return [(b, e, mx, n + gone.get((b or 0, e), (0, 0))[0], c) for b, e, mx, n, c in rows]
+
+    def _pruned_runs(self, node: str) -> dict[tuple[int, int], tuple[int, int]]:
+        """(boot or 0, epoch-or-0) -> (line seqs pruned, the highest of them) for `node`. Lock held."""
+        if not self._pruned:
+            return {}
+        return {(b, e): (n, hi) for b, e, n, hi in self._db.execute(
+            "SELECT grp_boot, grp_epoch, lseqs, lseq_hi FROM logs_pruned JOIN nodes ON nodes.id=logs_pruned.node "
+            "WHERE nodes.name=?", (node,)).fetchall()}
 
     def line_gaps(self, node: str) -> int:
         """Line seqs missing in the store for `node`: per run, the seqs 1..max not stored. Lines still
@@ -759,9 +1056,14 @@ class LogStore:
         return sum(int(mx) - int(n) for _b, _e, mx, n, _c in self._line_groups(node))
 
     def missing_lines(self, node: str, limit: int = 100000) -> list[tuple[int, int]]:
-        """(boot, lseq) of the missing lines of `node` (boot 0: a node without a spill ring), oldest first."""
+        """(boot, lseq) of the missing lines of `node` (boot 0: a node without a spill ring), oldest first.
+        Up to the highest line seq prune() gave up in a run, a seq not stored was pruned or missing before:
+        line_gaps counts the missing ones, this list has only those after it."""
         out: list[tuple[int, int]] = []
+        with self._lock:
+            gone = self._pruned_runs(node)
         for boot, ep, mx, _n, _c in self._line_groups(node):
+            low = gone.get((boot or 0, ep), (0, 0))[1]
             with self._lock:
                 if boot is None:
                     have = self._db.execute("SELECT lseq FROM logs JOIN nodes ON nodes.id=logs.node WHERE nodes.name=? "
@@ -770,7 +1072,7 @@ class LogStore:
                     have = self._db.execute("SELECT lseq FROM logs JOIN nodes ON nodes.id=logs.node WHERE nodes.name=? "
                                             "AND boot=? AND lseq IS NOT NULL", (node, boot)).fetchall()
             got = set(r[0] for r in have)
-            out += [(boot or 0, i) for i in range(1, int(mx) + 1) if i not in got][:limit - len(out)]
+            out += [(boot or 0, i) for i in range(low + 1, int(mx) + 1) if i not in got][:limit - len(out)]
         return out
 
     def reported_dropped(self, node: str) -> int:
@@ -816,11 +1118,14 @@ class LogStore:
         return rows
 
     def count_logs(self) -> int:
-        """The number of lines stored. Lines are never deleted and take rowid max + 1 (no AUTOINCREMENT; an
-        ignored duplicate or a rolled-back insert takes none), so it is the largest id: one index seek, where
-        count(*) reads every line (the gateway's status asks twice a second; a month of lines is millions)."""
+        """The number of lines stored. A line takes rowid max + 1 (no AUTOINCREMENT; an ignored duplicate or a
+        rolled-back insert takes none) and only prune() deletes lines, never the newest id, counting them in
+        meta ``logs_pruned``: so it is the largest id less that count, two index seeks, where count(*) reads
+        every line (the gateway's status asks twice a second; a month of lines is millions)."""
         with self._lock:
-            return int(self._db.execute("SELECT coalesce(max(id), 0) FROM logs").fetchone()[0])
+            top = int(self._db.execute("SELECT coalesce(max(id), 0) FROM logs").fetchone()[0])
+            row = self._db.execute("SELECT value FROM meta WHERE key='logs_pruned'").fetchone()
+        return top - (int(row[0]) if row else 0)
 
     def windows(self, query: str, limit: int = 20, lines: int = 8, minutes: tuple | list = (),
                 machines: tuple | list = ()) -> list[Window]:
@@ -1035,6 +1340,105 @@ class LogStore:
                 return None
             return self._record_window(nid, hit, lines)
 
+    # ---- retention ----
+
+    def prune(self, keep_days: int, dry_run: bool = False, batch: int = 5000) -> dict:
+        """Delete the lines more than `keep_days` days older than the newest line (its wall time: a store
+        read back from an archive is not emptied by today's date), except the lines that must stay:
+
+        - ``unpublished``: lines an MQTT / Sparkplug destination has not acknowledged yet (above the lowest
+          ``outbox_marks`` mark of the logs: a destination that never comes back holds them until its
+          marks are deleted), and the newest line by id (row ids are never reused: the outbox's marks and
+          count_logs rely on it);
+        - ``cited``: lines an annotation is about (of its node, wall time within its t0_ms..t1_ms: the
+          window ``windows`` shows with it). Annotations themselves are kept.
+
+        Deletes in transactions of `batch` lines, so a gateway writing meanwhile waits for one batch at
+        most; the FTS5 index follows (trigger logs_ad) and the line seqs given up are kept per run
+        (logs_pruned) so line_gaps does not count them missing. dry_run: count only, change nothing.
+        Returns {"cutoff_ms", "old" (lines older than the cutoff), "deleted" (or would be), "cited",
+        "unpublished", "kept" (lines left)}."""
+        self._writable()
+        _check_int("keep_days", keep_days, 0, 1000000)
+        _check_int("batch", batch, 1, 10 ** 7)
+        if not self._pruned:  # an old store read by a writer is upgraded at open: this is a reader's
+            raise StoreError("log store %s: prune needs schema %d" % (self.path, SCHEMA_VERSION))
+        with self._lock:
+            self.commit()
+            newest, top = self._db.execute("SELECT max(wall_ms), coalesce(max(id), 0) FROM logs").fetchone()
+            if newest is None:
+                return {"cutoff_ms": None, "old": 0, "deleted": 0, "cited": 0, "unpublished": 0, "kept": 0}
+            cut = int(newest) - keep_days * MS_PER_DAY
+            mark = self._db.execute("SELECT min(acked_through) FROM outbox_marks WHERE source='logs'").fetchone()[0]
+            bound = min(top - 1, top if mark is None else int(mark))  # ids above stay
+            old = self._count("wall_ms < ?", (cut,))
+            unpublished = self._count("wall_ms < ? AND id > ?", (cut, bound))
+            nodes = [n for (n,) in self._db.execute("SELECT DISTINCT node FROM logs WHERE wall_ms < ?", (cut,))]
+        deleted = 0
+        for nid in nodes:
+            for lo, hi in self._uncited(nid, cut):
+                deleted += self._prune_range(nid, lo, hi, bound, batch, dry_run)
+        return {"cutoff_ms": cut, "old": old, "deleted": deleted, "cited": old - unpublished - deleted,
+                "unpublished": unpublished, "kept": self.count_logs() - (deleted if dry_run else 0)}
+
+    def _count(self, where: str, args: tuple) -> int:
+        return int(self._db.execute("SELECT count(*) FROM logs WHERE " + where, args).fetchone()[0])
+
+    def _uncited(self, nid: int, cut: int) -> list[tuple[int, int]]:
+        """The wall-time ranges [lo, hi) before `cut` that none of node `nid`'s annotations covers."""
+        with self._lock:
+            spans = self._db.execute("SELECT t0_ms, t1_ms FROM annotations WHERE node=? AND t0_ms < ? "
+                                     "ORDER BY t0_ms", (nid, cut)).fetchall()
+        out, lo = [], -(1 << 63)
+        for t0, t1 in spans:
+            if t0 > lo:
+                out.append((lo, min(t0, cut)))
+            lo = max(lo, t1 + 1)
+        if lo < cut:
+            out.append((lo, cut))
+        return [(a, b) for a, b in out if a < b]
+
+    def _prune_range(self, nid: int, lo: int, hi: int, bound: int, batch: int, dry_run: bool) -> int:
+        """Delete node `nid`'s lines with lo <= wall_ms < hi and id <= bound, `batch` lines a transaction
+        (the run's line seqs counted in logs_pruned, the total in meta logs_pruned); how many."""
+        where = "node=? AND wall_ms >= ? AND wall_ms < ? AND id <= ?"
+        args = (nid, lo, hi, bound)
+        if dry_run:
+            with self._lock:
+                return self._count(where, args)
+        done = 0
+        while True:
+            with self._lock:
+                self._begin()
+                try:
+                    ids = "SELECT id FROM logs WHERE %s ORDER BY id LIMIT %d" % (where, batch)
+                    runs = self._db.execute(
+                        "SELECT coalesce(boot, 0), CASE WHEN boot IS NULL THEN epoch ELSE 0 END, count(DISTINCT lseq), "
+                        "max(lseq) FROM logs WHERE id IN (%s) AND lseq IS NOT NULL GROUP BY 1, 2" % ids,
+                        args).fetchall()
+                    for b, e, n, hi_lseq in runs:
+                        self._db.execute("INSERT INTO logs_pruned VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
+                                         "lseqs=lseqs+excluded.lseqs, lseq_hi=max(lseq_hi, excluded.lseq_hi)",
+                                         (nid, b, e, n, hi_lseq))
+                    n = self._db.execute("DELETE FROM logs WHERE id IN (%s)" % ids, args).rowcount
+                    self._db.execute("INSERT INTO meta VALUES ('logs_pruned', ?) ON CONFLICT (key) DO UPDATE SET "
+                                     "value=CAST(value AS INTEGER)+excluded.value", (str(n),))
+                    self.commit()
+                except BaseException:
+                    self.rollback()
+                    raise
+            done += n
+            if n < batch:
+                return done
+
+    def vacuum(self) -> None:
+        """Give the space of deleted lines back to the file system (VACUUM: rewrites the whole file; it
+        needs as much free space again, and waits for a gateway's open transaction)."""
+        self._writable()
+        with self._lock:
+            self.commit()
+            self._db.execute("VACUUM")
+
     def outbox(self, dest: str) -> "Outbox":
         """The store as the outbox of destination `dest` (see Outbox): a second connection, for one thread."""
         self._writable()
@@ -1044,10 +1448,14 @@ class LogStore:
         with self._lock:
             if getattr(self, "_db", None) is None:
                 return
-            if not self.readonly:
-                self.commit()
-            self._db.close()
-            self._db = None  # type: ignore[assignment]
+            try:
+                if not self.readonly:
+                    self.commit()
+            except StoreFull:  # rolled back: what was pending was never acknowledged to a node
+                pass
+            finally:
+                self._db.close()
+                self._db = None  # type: ignore[assignment]
 
     def __enter__(self) -> "LogStore":
         return self

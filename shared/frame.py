@@ -33,11 +33,13 @@ annotator write bodies but no frames, so they import this module only.
 """
 from shared.compat import MASK30, const  # positions, counts and timestamps travel mod 2**30 (small ints)
 
-# major 1, minor 2 (1.1: LOG bodies carry a line sequence number; 1.2: CMD frames, operators' alarm commands)
-VERSION = const(0x12)
+# major 1, minor 3 (1.1: LOG bodies carry a line sequence number; 1.2: CMD frames, operators' alarm commands;
+# 1.3: UPDATE / UPSTAT frames, a new model sent to the node over the link)
+VERSION = const(0x13)
 VERSION_MAJOR = const(1)
-MINOR = const(2)  # this side's minor; a peer's is the low nibble of its HELLO's version byte
+MINOR = const(3)  # this side's minor; a peer's is the low nibble of its HELLO's version byte
 MINOR_CMD = const(2)  # the first minor that takes CMD frames
+MINOR_UPDATE = const(3)  # the first minor that takes UPDATE frames (and sends UPSTAT)
 MAX_FRAME = const(1024)  # default cap on a decoded frame (header + body + trailer + CRC)
 MIN_FRAME = const(64)
 MAX_FRAME_LIMIT = const(16384)
@@ -73,6 +75,8 @@ KVSNAP = const(0x13)
 PROMPT = const(0x14)
 TIME = const(0x15)  # 1.1: the gateway's wall clock, sent periodically (3.10)
 CMD = const(0x16)  # 1.2: an operator's ACK / SHELVE / UNSHELVE of an alarm, for the node to apply and log (3.11)
+UPDATE = const(0x17)  # 1.3: gateway -> node: a new model's BEGIN, CHUNKs of it, or ABORT (3.12)
+UPSTAT = const(0x18)  # 1.3: node -> gateway: where an update stands (3.12)
 
 # HELLO body
 HE_ROLE = const(0)
@@ -161,6 +165,33 @@ CM_ALL = const(255)
 CM_MACHINE_MAX = const(16)
 CM_TAG_MAX = const(32)
 CM_BY_MAX = const(32)
+# UPDATE body: id u16, op u8, flags u8, offset u32 (u30), data. BEGIN: offset = the file's size, data = its
+# SHA-256 (32 bytes); CHUNK: the bytes at offset (at least 1); ABORT: no data.
+UP_ID = const(0)
+UP_OP = const(2)
+UP_FLAGS = const(3)
+UP_OFF = const(4)
+UP_DATA = const(8)
+UP_BEGIN = const(1)
+UP_CHUNK = const(2)
+UP_ABORT = const(3)
+UP_REBOOT = const(1)  # flags bit 0 (BEGIN): reset into the new model once it is verified
+UP_SHA = const(32)
+# UPSTAT body: id u16, state u8, flags u8 (0), offset u32 (u30): the bytes held from 0 (RECEIVING, VERIFIED,
+# RUNNING), or the free bytes the file system has (NO_ROOM)
+US_ID = const(0)
+US_STATE = const(2)
+US_OFF = const(4)
+UPSTAT_SIZE = const(8)
+US_RECEIVING = const(1)
+US_VERIFIED = const(2)  # the whole file, its hash right: the node switches to it at its next boot
+US_BAD_HASH = const(3)  # the whole file, its hash wrong: deleted, send it again
+US_NO_ROOM = const(4)
+US_RUNNING = const(5)  # booted into it: it loaded and drafted
+US_ROLLED_BACK = const(6)  # booted into it: it failed to load or to draft; the previous model runs
+US_ABORTED = const(7)
+US_REFUSED = const(8)  # this node takes no model (a logs-only package: no model, no update code)
+US_LAST = const(8)
 # DRAFT body
 _DR_BLOCK = const(0)
 _DR_BASE = const(2)
@@ -295,6 +326,15 @@ def check_body(t, buf, off, n, minor=MINOR):
         return BODY_OK if _wall_ok(buf, off + TM_DAY, off + TM_MS, False) else BODY_FIELD
     if t == CMD:
         return _check_cmd(buf, off, n)
+    if t == UPDATE:
+        return _check_update(buf, off, n)
+    if t == UPSTAT:
+        if n < UPSTAT_SIZE:
+            return BODY_SHORT
+        st = buf[off + US_STATE]
+        if st < 1 or st > US_LAST or buf[off + 3] or buf[off + US_OFF + 3] & 0xC0:
+            return BODY_FIELD
+        return BODY_OK if n == UPSTAT_SIZE else BODY_TRAILING
     if t == KVSNAP:
         return _check_kvsnap(buf, off, n)
     if t == PROMPT:
@@ -330,6 +370,21 @@ def _check_cmd(buf, off, n):
         if c < 33 or c > 126:  # printable ASCII without spaces: each lands in a log line as one word
             return BODY_FIELD
     return BODY_OK
+
+
+def _check_update(buf, off, n):
+    if n < UP_DATA:
+        return BODY_SHORT
+    op = buf[off + UP_OP]
+    if op < UP_BEGIN or op > UP_ABORT or buf[off + UP_FLAGS] & 0xFE or buf[off + UP_OFF + 3] & 0xC0:
+        return BODY_FIELD
+    if op == UP_BEGIN:
+        if u32s(buf, off + UP_OFF) == 0:
+            return BODY_FIELD
+        return BODY_SHORT if n < UP_DATA + UP_SHA else (BODY_OK if n == UP_DATA + UP_SHA else BODY_TRAILING)
+    if op == UP_CHUNK:
+        return BODY_SHORT if n == UP_DATA else BODY_OK
+    return BODY_OK if n == UP_DATA else BODY_TRAILING
 
 
 def _wall_ok(buf, dpos, mpos, none_ok):

@@ -8,12 +8,11 @@
 Encoder.encode/seal/wrap and Decoder.feed allocate nothing on MicroPython: they build, decode, check
 and parse frames in preallocated buffers and int attributes. The CRC comes from crc32.new(): binascii
 where 32-bit ints are small ints, else the table-free two-halves CRC that writes and compares the 4
-CRC bytes one by one, so no CRC value ever becomes a heap long on RP2040 or ESP32. Signer (hashlib)
-and pack_hello allocate. shared/frame.py has no codec so that the drafter, which writes bodies but no frames,
-does not carry one on a board's heap.
+CRC bytes one by one, so no CRC value ever becomes a heap long on RP2040 or ESP32. Signer.sign/verify
+allocate nothing either (shared/sha256.py); pack_hello allocates. shared/frame.py has no codec so that
+the drafter, which writes bodies but no frames, does not carry one on a board's heap.
 """
 from shared import cobs, crc32
-from shared.compat import sha256
 from shared.frame import (
     BOARD_ID_LEN,
     CRC,
@@ -284,45 +283,33 @@ def counter_inc(c):
 
 
 class Signer:
-    """HMAC-SHA256 (RFC 2104, by hand: MicroPython has no hmac module) over header + body + counter.
+    """HMAC-SHA256 (RFC 2104) over header + body + counter, on shared/sha256.py's Hmac.
 
-    The trailer after the body is the 6-byte counter, then the first 8 bytes of the HMAC. Allocates
-    (hashlib objects, digests, a memoryview): signing is off the allocation-free path."""
+    The trailer after the body is the 6-byte counter, then the first 8 bytes of the HMAC. The key's pad
+    blocks are hashed once here; sign and verify then allocate nothing on MicroPython (the frame is read in
+    place, the tag written straight into it), so every frame of a node can be signed."""
 
     def __init__(self, key):
-        self._sha = sha256  # shared.compat: hashlib.sha256, or hashlib.new("sha256") on CircuitPython boards
-        sha256()  # a firmware without SHA-256 fails here, as the link is set up, not at its first frame
         if not isinstance(key, (bytes, bytearray)) or len(key) < 16:
             raise FrameError("an HMAC key must be at least 16 bytes")
-        if len(key) > 64:
-            key = self._sha(key).digest()
-        k = bytes(key) + bytes(64 - len(key))
-        self._ipad = bytes(x ^ 0x36 for x in k)
-        self._opad = bytes(x ^ 0x5C for x in k)
+        from shared.sha256 import Hmac  # here: an unsigned node never carries SHA-256's code on its heap
+
+        self._hmac = Hmac(key)
 
     def mac(self, data):
-        """The full 32-byte HMAC-SHA256 of data."""
-        inner = self._sha(self._ipad)
-        inner.update(data)
-        outer = self._sha(self._opad)
-        outer.update(inner.digest())
-        return outer.digest()
+        """The full 32-byte HMAC-SHA256 of data (allocates the result)."""
+        out = bytearray(32)
+        self._hmac.mac_into(data, 0, len(data), out, 0)
+        return bytes(out)
 
     def sign(self, buf, off, blen, counter):
         """Write counter (6 bytes) and the tag after the body of the frame at buf[off]."""
         p = off + HDR + blen
         for i in range(SIG_COUNTER):
             buf[p + i] = counter[i]
-        tag = self.mac(memoryview(buf)[off:p + SIG_COUNTER])
-        p += SIG_COUNTER
-        for i in range(SIG_TAG):
-            buf[p + i] = tag[i]
+        self._hmac.mac_into(buf, off, HDR + blen + SIG_COUNTER, buf, p + SIG_COUNTER, SIG_TAG)
 
     def verify(self, buf, off, blen):
         """True if the frame's tag matches (compared without early exit)."""
-        p = off + HDR + blen + SIG_COUNTER
-        tag = self.mac(memoryview(buf)[off:p])
-        diff = 0
-        for i in range(SIG_TAG):
-            diff |= tag[i] ^ buf[p + i]
-        return diff == 0
+        n = HDR + blen + SIG_COUNTER
+        return self._hmac.verify(buf, off, n, buf, off + n, SIG_TAG)

@@ -49,6 +49,8 @@ from shared.frame import (
     TIME,
     CMD,
     CM_TEXT,
+    UPDATE,
+    UPSTAT,
     UID_LEN,
     VD_CORRECTION,
     VD_STALE,
@@ -66,7 +68,7 @@ from shared.frame import (
 
 TYPE_NAMES = {HELLO: "HELLO", HEARTBEAT: "HEARTBEAT", ACK: "ACK", ERROR: "ERROR", LOG: "LOG",
               DRAFT: "DRAFT", VERDICT: "VERDICT", KVSNAP: "KVSNAP", PROMPT: "PROMPT", TIME: "TIME",
-              CMD: "CMD"}
+              CMD: "CMD", UPDATE: "UPDATE", UPSTAT: "UPSTAT"}
 
 BODY_ERRORS = ("ok", "body too short", "field out of range", "draft counts do not sum to 65536",
                "draft record runs past the body", "draft token ids are not strictly ascending",
@@ -88,6 +90,8 @@ BODIES = {
     PROMPT: ("<IBB", ("base", "n", "flags"), "ids"),
     TIME: ("<HI", ("day", "ms"), None),
     CMD: ("<IBBBBB", ("id", "verb", "level", "machine_len", "tag_len", "by_len"), "text"),
+    UPDATE: ("<HBBI", ("id", "op", "flags", "offset"), "data"),
+    UPSTAT: ("<HBBI", ("id", "state", "flags", "offset"), None),
 }
 BODIES_10 = {LOG: ("<IB", ("ts", "level"), "text"),  # version 1.0 layouts that 1.1 changed
              HELLO: (BODIES[HELLO][0][:-4], BODIES[HELLO][1][:-3], None)}

@@ -38,9 +38,11 @@
 #   established once it has the peer's epoch and the peer has addressed a valid frame to its own
 #   epoch. A HELLO from a new epoch is a peer reboot (EV_PEER_REBOOT): receive state restarts at the
 #   peer's tx_base; unacked frames stay in the window and are resent to the new instance.
-# - Optional HMAC-SHA256 signing (key=...): every frame signed and checked, with a 48-bit counter that
-#   must increase (replay protection). Signing allocates (hashlib); everything else in poll() and
-#   send() allocates nothing on MicroPython once constructed (tests/shared/test_link.py proves it).
+# - HMAC-SHA256 signing (key=..., or sign_with() at boot): every frame signed and checked, with a 48-bit
+#   counter that must increase (replay protection; the app persists both counters across restarts). A
+#   gateway finds each node's key by the unique id of its HELLO (auth=...) and, with unsigned=False,
+#   refuses unsigned frames. poll() and send() allocate nothing on MicroPython once constructed, signed
+#   or not (shared/sha256.py; tests/shared/test_link.py and test_sha256.py prove it).
 from array import array
 
 from shared import crc32, frame, frame_codec
@@ -102,7 +104,10 @@ EV_VERSION = const(4)  # value: the version byte of a frame dropped for its majo
 EV_PEER_ERROR = const(5)  # value: the code of an ERROR frame from the peer
 EV_BAD_BODY = const(6)  # value: the type of a delivered-in-order frame whose body failed check_body
 EV_REFUSED = const(7)  # value: the code accept_hello returned for the peer's HELLO
-EV_AUTH = const(8)  # value: 1 bad tag or unsigned, 2 replayed counter
+EV_AUTH = const(8)  # value: AUTH_BAD_TAG, AUTH_REPLAY or AUTH_UNSIGNED (the frame is dropped)
+AUTH_BAD_TAG = const(1)  # signed with another key (or no key of ours to check it with)
+AUTH_REPLAY = const(2)  # a valid tag on a counter not above the last one accepted
+AUTH_UNSIGNED = const(3)  # an unsigned frame where frames must be signed
 EV_TX_DROPPED = const(9)  # value: queued frames dropped (the peer's new limits cannot take them)
 
 
@@ -142,6 +147,7 @@ class Link(TxWindow):
     def __init__(self, transport, on_frame=None, on_event=None, epoch=None, role=frame.ROLE_NODE, rxbuf=1024,
                  max_frame=frame.MAX_FRAME, window=8, window_bytes=2048, board_id=b"", model_hash=0,
                  tokenizer_hash=0, kv=(0, 0, 0), draft_k=0, topk=0, key=None, counter=0, accept_hello=None,
+                 auth=None, unsigned=True,
                  rto_init=500, rto_min=50, rto_max=3000, ack_ms=5, hb_ms=1000, dead_ms=3500, hello_ms=500,
                  chunk=128, rx_budget=None, crc=None, now=0, reorder=0, reorder_bytes=0, uid=b""):
         if not hasattr(transport, "write") or not hasattr(transport, "readinto"):
@@ -196,6 +202,8 @@ class Link(TxWindow):
         self._sig = SIG if key is not None else 0
         self._ctr = bytearray(frame_codec.counter_bytes(counter))
         self._peer_ctr = bytearray(frame.SIG_COUNTER)
+        self._auth = auth  # host: finds the key of a signed HELLO's sender (by its unique id); None on a node
+        self._unsigned = unsigned and key is None  # unsigned frames taken (no key, and not refused by the app)
         if len(kv) != 3:
             raise LinkError("kv must be (sink, window, staged)")
         self._hello = bytearray(frame_codec.pack_hello(role=role, flags=1 if key is not None else 0, rxbuf=rxbuf,
@@ -283,6 +291,7 @@ class Link(TxWindow):
         self.rx_unknown = 0
         self.rx_auth_fail = 0
         self.rx_replay = 0
+        self.rx_unsigned = 0
         self.peer_reboots = 0
         self.refused = 0
 
@@ -424,30 +433,68 @@ class Link(TxWindow):
 
     def _auth_in(self, buf, ftype, blen):
         # Signed links take signed frames only, with a valid tag and a newer counter; unsigned links
-        # take no signed frame (no key to check it with).
-        if self._signer is None:
-            if ftype & SIGNED:  # signed but we hold no key: cannot trust it
-                self.rx_auth_fail += 1
-                self._event(EV_AUTH, 1)
-                return False
-            return True
+        # take no signed frame (no key to check it with) unless the app's auth finds the sender's key.
         if not ftype & SIGNED:
-            self.rx_auth_fail += 1
-            self._event(EV_AUTH, 1)
+            if self._signer is None and self._unsigned:
+                return True
+            self.rx_unsigned += 1
+            self._event(EV_AUTH, AUTH_UNSIGNED)
             return False
         p = HDR + blen
+        if self._auth is not None and ftype & 0x7F == HELLO and (
+                self._signer is None or not self._signer.verify(buf, 0, blen)):
+            if not self._adopt_key(buf, blen):
+                self.rx_auth_fail += 1
+                self._event(EV_AUTH, AUTH_BAD_TAG)
+                return False
+        if self._signer is None:
+            self.rx_auth_fail += 1
+            self._event(EV_AUTH, AUTH_BAD_TAG)
+            return False
         if not frame_codec.counter_newer(buf, p, self._peer_ctr, 0):
             self.rx_replay += 1
-            self._event(EV_AUTH, 2)
-            self._event(EV_AUTH, 1)
+            self._event(EV_AUTH, AUTH_REPLAY)
             return False
         if not self._signer.verify(buf, 0, blen):
             self.rx_auth_fail += 1
-            self._event(EV_AUTH, 1)
+            self._event(EV_AUTH, AUTH_BAD_TAG)
             return False
         for i in range(frame.SIG_COUNTER):
             self._peer_ctr[i] = buf[p + i]
         return True
+
+    def _adopt_key(self, buf, blen):
+        # Host only: the app's auth(buf, blen) gives (key, own counter, peer counter) for the HELLO's
+        # sender, or None; the key is adopted if it verifies the HELLO.
+        found = self._auth(buf, blen)
+        if found is None:
+            return False
+        signer = frame_codec.Signer(found[0])
+        if not signer.verify(buf, 0, blen):
+            return False
+        self.sign_with(signer, found[1], found[2])
+        return True
+
+    def sign_with(self, key, counter, peer_counter):
+        # Sign every frame from now on with key (bytes, or a frame_codec.Signer), this side's counter
+        # going on from `counter` and the peer's accepted only above `peer_counter` (6 bytes): a node
+        # calls it at boot with what it keeps on flash, a gateway when a node's HELLO shows its key.
+        if not self._sig and self.queued():
+            self.reset_tx()  # frames queued unsigned have no room for the trailer: the HELLO resends state
+        self._signer = key if isinstance(key, frame_codec.Signer) else frame_codec.Signer(key)
+        self._sig = SIG
+        self._unsigned = False
+        c = frame_codec.counter_bytes(counter)
+        for i in range(frame.SIG_COUNTER):
+            self._ctr[i] = c[i]
+            self._peer_ctr[i] = peer_counter[i]
+
+    def counter(self):
+        # Host: the 48-bit counter of this side's last signed frame, as an int (allocates).
+        v = 0
+        for i in range(frame.SIG_COUNTER - 1, -1, -1):
+            v = (v << 8) | self._ctr[i]
+        return v
 
     def _peer_in(self, buf, t, blen):
         # The handshake: a frame from an epoch we do not know is taken only as a HELLO (a new peer, or
@@ -722,6 +769,9 @@ class Link(TxWindow):
                 self.timeouts += 1
                 r = self._rto * 2
                 self._rto = r if r < self.rto_max else self.rto_max
+                for i in range(self._wn):  # what the peer said it held may be gone (its app could not keep
+                    self._w_sack[i] = 0  # it: a full store): after a timeout every unacked frame goes again
+                self._lost = 0
                 self._rewind(self._base)
             self._rto_at = (now + self._rto) & MASK30
 

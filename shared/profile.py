@@ -31,7 +31,12 @@ FIELDS = (
 OPTIONAL = (("spill_bytes", int, 0, 256 * 1024 * 1024),  # the node's flash spill ring (docs/NODE.md); 0: none
             # our firmware's ROMFS partition (the model, read in place; docs/BOARDS.md); 0: none. Firmware without
             # it (a stock download) has a filesystem of fs_bytes + romfs_bytes there instead
-            ("romfs_bytes", int, 0, 256 * 1024 * 1024))
+            ("romfs_bytes", int, 0, 256 * 1024 * 1024),
+            # the hardware watchdog the node feeds (firmware/watchdog.py, docs/BOARDS.md); 0 or absent: none
+            ("watchdog_ms", int, 0, 3600 * 1000))
+WATCHDOG_MIN_MS = 1000  # shorter, and a legitimate pause (a flash block erased, a prompt's token) resets the board
+# the RP2040's counter (24 bits at 2 ticks a us): rp2's machine.WDT takes 8388 ms, CircuitPython's watchdog 8 s
+WATCHDOG_MAX_MS = {("micropython", "armv6m"): 8388, ("circuitpython", "armv6m"): 8000}
 # "io" (the pins a plant description may use): checked by shared/profile_io.py, the host's only (the
 # build leaves it out of the board's /board.json, so a board never holds that code)
 
@@ -128,6 +133,11 @@ def validate(doc, src="<profile>"):
             raise ProfileError("%s: field 'description' holds a control character" % src)
     if doc["fs_bytes"] + doc.get("romfs_bytes", 0) > doc["flash_bytes"]:
         raise ProfileError("%s: field 'fs_bytes' (with 'romfs_bytes') exceeds 'flash_bytes'" % src)
+    wd = doc.get("watchdog_ms", 0)
+    top = WATCHDOG_MAX_MS.get((doc["flavour"], doc["mpy_arch"]), 3600 * 1000)
+    if wd and not WATCHDOG_MIN_MS <= wd <= top:
+        raise ProfileError("%s: field 'watchdog_ms' is %d; expected 0 (none) or %d..%d for %s on %s"
+                           % (src, wd, WATCHDOG_MIN_MS, top, doc["flavour"], doc["mpy_arch"]))
     if doc.get("spill_bytes", 0) > doc["fs_bytes"]:
         raise ProfileError("%s: field 'spill_bytes' exceeds 'fs_bytes'" % src)
     if "io" in doc:

@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,10 @@ sys.path.insert(0, str(ROOT))
 import testkit  # noqa: E402
 
 from shared import profile  # noqa: E402
+
+# The node keys file (host/linkkeys.py) every gateway and deploy of this run uses unless told another: never the
+# user's own ~/.config/edgetwin/keys.json (subprocesses inherit it).
+os.environ["EDGETWIN_KEYS"] = str(Path(tempfile.mkdtemp(prefix="edgetwin-keys-")) / "keys.json")
 
 MP_BOARD = os.environ.get("EDGETWIN_MP_BOARD", "rp2040_pico")
 CP_BOARD = "rp2040_pico_cp"

@@ -163,9 +163,10 @@ class GatewayProc:
     """`python -m host.cli gateway ...` as a subprocess, with its status file."""
 
     def __init__(self, ports: list[str], db: Path, status: Path, extra: list[str] | None = None,
-                 baud: int = 921600) -> None:
+                 baud: int = 921600, keys: Path | None = None) -> None:
+        # keys: the keys file its nodes were provisioned in (VNode(keys=...)); None: --insecure (unsigned nodes)
         self.args = [sys.executable, "-m", "host.cli", "gateway", "--db", str(db), "--status", str(status),
-                     "--baud", str(baud)]
+                     "--baud", str(baud)] + (["--keys", str(keys)] if keys is not None else ["--insecure"])
         for p in ports:
             self.args += ["--port", p]
         self.args += extra or []
@@ -254,7 +255,8 @@ class VNode:
     """A virtual board running firmware/node.py from /main.py, its UART behind an Interposer."""
 
     def __init__(self, board: str, root: Path, link_path: Path, node_cfg: dict, heap: int | None = None,
-                 model: bytes | None = None, to_gw: Faults | None = None, to_node: Faults | None = None) -> None:
+                 model: bytes | None = None, to_gw: Faults | None = None, to_node: Faults | None = None,
+                 keys: Path | None = None) -> None:
         from tools.board import deploy
         from tools.board.vboard import VirtualBoard
 
@@ -272,6 +274,11 @@ class VNode:
                 cfg["model"] = None
             (root / "node.json").write_text(json.dumps(cfg))
             (root / "main.py").write_text("import firmware.node as n\nn.main()\n")
+            if keys is not None:  # what deploy --node provisions: a key on the board and in the gateway's file
+                from host.linkkeys import KeyFile
+                from tools.board.vnode import provision
+
+                self.uid = provision(root, KeyFile(keys), root.name)
             self.vb.reboot()  # boots into main.py: the node runs
             self.ip = Interposer(self.vb.uart_port, link_path, to_gw, to_node)
         except BaseException:
@@ -356,21 +363,20 @@ def check_logs_acked(db: Path, name: str) -> dict:
 
 
 def tiny_drafting_run(uart_port: str, baud: int, kv: dict, tmp: Path, tokens: int, name: str = "pico",
-                      target: str | None = None) -> dict:
+                      target: str | None = None, signed: bool = False) -> dict:
     """A node drafting at uart_port against `edgetwin gateway --model TARGET --trace` (default: the tiny seeded
     target, tiny:TINY_SEED, for the tiny seeded draft; "smollm2" for the shipped draft), until `tokens` are
     verified and two more NODE reports are stored. Checks what every such run must hold: no bad frame, no CRC
     error, no desync, lockstep, and every verified token the target's own greedy token after the same prefix
     (the trace replayed through the target alone with the board's sink and window). Returns {"status" (the
     gateway's last), "run_s" (host time to the tokens), "replay", "db", "heaps" (the NODE reports' heap in use,
-    in order)}."""
-    from tools.bench import board as bench_board
-    from tools.bench import trace_replay
-
+    in order)}. signed: the node was deployed with a key (`edgetwin deploy --node` into this run's keys file,
+    $EDGETWIN_KEYS): the gateway refuses unsigned frames, and the run checks none was refused."""
     target = target or "tiny:%d" % TINY_SEED
     db, trace = tmp / "g.db", tmp / "trace.jsonl"
     gw = GatewayProc(["%s=%s" % (name, uart_port)], db, tmp / "st.json", baud=baud,
-                     extra=["--peer-timeout", "30", "--model", target, "--trace", str(trace)])
+                     extra=["--peer-timeout", "30", "--model", target, "--trace", str(trace)],
+                     keys=Path(os.environ["EDGETWIN_KEYS"]) if signed else None)
     t_run = time.monotonic()
     try:
         gw.wait_status(lambda s: s["sessions"] and s["sessions"][0].get("spec", {}).get("tokens_verified", 0) >= tokens,
@@ -385,11 +391,32 @@ def tiny_drafting_run(uart_port: str, baud: int, kv: dict, tmp: Path, tokens: in
     spec = sess["spec"]
     assert sess["bad_frames"] == 0 and sess["link_err_crc"] == 0 and spec["desync"] == 0, sess
     assert spec["lockstep_bad"] == 0 and spec["lockstep_ok"] >= 1, spec
-    replay = trace_replay.greedy_replay(trace, name, bench_board.load_target(target), kv["sink"], kv["window"])
+    if signed:
+        assert not st["insecure"] and sess["auth_unsigned"] == sess["auth_bad_key"] == sess["auth_replayed"] == 0, sess
+    replay = greedy_replay(trace, name, target, kv)
     assert replay["verified"] >= tokens and replay["gaps"] == 0, replay
     assert replay["equal"] == replay["verified"], replay
     heaps = [int(r["heap"]) for r in node_reports(db, name) if "crc" in r]
     return {"status": st, "run_s": run_s, "replay": replay, "db": db, "heaps": heaps}
+
+
+# The replay in a child Python with one BLAS thread, as the gateway runs: in the test's own process numpy's
+# OpenBLAS threads spin for the cores the still-running board (an emulator, a virtual board) holds, and SmolLM2's
+# forward steps ran 4-25x slower (a 96-token shipped-draft run's replay took ~2 minutes instead of ~15 s).
+_REPLAY = """import json, sys
+from tools.bench import board, trace_replay
+trace, name, target, sink, window = sys.argv[1:]
+print(json.dumps(trace_replay.greedy_replay(trace, name, board.load_target(target), int(sink), int(window))))
+"""
+
+
+def greedy_replay(trace: Path, name: str, target: str, kv: dict) -> dict:
+    """tools/bench/trace_replay.greedy_replay of one node's stream through the target (a --model name)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    res = subprocess.run([sys.executable, "-c", _REPLAY, str(trace), name, target, str(kv["sink"]), str(kv["window"])],
+                         cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, "the trace replay failed:\n" + res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 class PtyLink:

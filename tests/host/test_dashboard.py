@@ -135,7 +135,7 @@ def test_dashboard_follows_a_node_live_and_answers_a_question(tmp_path: Path) ->
     link = tmp_path / "link"
     node = Node(tmp_path, link)
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    gw = subprocess.Popen([sys.executable, "-m", "host.cli", "gateway", "--port", "pump-room=%s" % link, "--db",
+    gw = subprocess.Popen([sys.executable, "-m", "host.cli", "gateway", "--insecure", "--port", "pump-room=%s" % link, "--db",
                            str(tmp_path / "plant.db"), "--model", "tiny:%d" % gwkit.TINY_SEED, "--ui",
                            "--ui-port", "0", "--ui-target", "domain", "--ui-reranker", str(reranker),
                            "--status-every", "60"], cwd=str(ROOT), env=env, stdout=subprocess.PIPE,

@@ -72,7 +72,7 @@ def test_demo_json_two_nodes_commit_text_and_answer() -> None:
     nodes = res["nodes"]
     assert [n["board"] for n in nodes] == ["rp2040_pico", "esp32s3_devkitc"]
     for n in nodes:
-        assert n["established"], n
+        assert n["established"] and n["link_signed"] and n["auth_refused"] == 0, n  # keys provisioned, every frame signed
         assert n["committed_tokens"] > 0 and n["verified_tokens"] > 0, n
         assert n["logs"] > 10 and n["heap_reports"] >= 5, n
         assert n["lockstep_bad"] == 0 and n["lockstep_ok"] >= 3, n

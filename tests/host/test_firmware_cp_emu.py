@@ -21,13 +21,17 @@ from tools.board import deploy, emuboard
 ROOT = Path(__file__).resolve().parents[2]
 AMPY = str(Path(sys.executable).parent / "ampy")
 BOARD = "rp2040_pico_cp"
-# the node in board time, as the MicroPython drafting test runs it: long notes from short prompts, an episode
-# every sample tick, a 64 KB spill ring
-DRAFT_CFG = {"report_ms": 1000, "max_len": 48, "prompt_max": 12, "spill_bytes": 65536, "summary_s": 1}
+# the node in board time: 24-token notes from 12-token prompts (an episode's 36 tokens wrap the profile's 4 + 16
+# ring), an episode every sample tick, a 64 KB spill ring
+DRAFT_CFG = {"report_ms": 1000, "max_len": 24, "prompt_max": 12, "spill_bytes": 65536, "summary_s": 1}
 # The tiny seeded draft, not the shipped one: CircuitPython's Pico has no native code emitter, and the shipped
 # draft's step with the ulab and plain-Python kernels takes seconds of board time (docs/BOARDS.md), minutes
-# of host time per note. 64 verified tokens: four notes' worth of greedy ids checked.
-DRAFT_TOKENS = 64
+# of host time per note. 32 verified tokens, each checked greedy: the tiny draft's notes run to max_len, and a
+# capped note is stored when the next episode's PROMPT comes, which a 25th verified token follows, so one whole
+# note is stored and checked; 15-25 NODE reports (the heap band below needs 8). The emulated step with ulab is
+# ~0.56 s of board time, ~2.3 s of host time: 64 tokens in 48-token notes (2 prompts + 64 steps, not 2 + 32) cost
+# ~45 s more of the test's CPU for no check more.
+DRAFT_TOKENS = 32
 
 
 def test_cp_cache_key_follows_sources_options_and_frozen_files(tmp_path: Path, monkeypatch) -> None:
@@ -118,13 +122,14 @@ def test_circuitpython_node_deployed_as_a_user_would_commits_target_greedy_token
     t0 = time.monotonic()
     report = deploy_node(board, model, DRAFT_CFG, tmp_path)
     paths = {f["path"] for f in report["files"]}
-    # the firmware carries the code: the profile, node.json, boot.py (CIRCUITPY writable), code.py, the model
-    assert paths == {"/board.json", "/node.json", "/boot.py", "/code.py", "/draft-rp2040.mbf"}, paths
+    # the firmware carries the code: the profile, node.json, boot.py (CIRCUITPY writable), code.py, the model, and
+    # the link key deploy provisions (the gateway below holds it: the CircuitPython node signs every frame)
+    assert paths == {"/board.json", "/node.json", "/boot.py", "/code.py", "/draft-rp2040.mbf", "/link.key"}, paths
     assert report["tool"] == "ampy"
     deploy_s = time.monotonic() - t0
     # every verified token is the target's own greedy token after the same prefix
     run = gwkit.tiny_drafting_run(board.uart_port, board.profile["uart"]["baud"], board.profile["kv"], tmp_path,
-                                  DRAFT_TOKENS)
+                                  DRAFT_TOKENS, signed=True)
     db, replay, run_s, heaps = run["db"], run["replay"], run["run_s"], run["heaps"]
     spec = run["status"]["sessions"][0]["spec"]
     # the heap stays flat while drafting, and every acknowledged line is stored (busio.UART, lossless)

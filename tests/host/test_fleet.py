@@ -328,7 +328,7 @@ def test_three_gateways_a_broker_restart_and_a_gateway_crash_every_note_arrives_
     def start_gateway(i: int, g: str) -> subprocess.Popen:
         ports = ["pump-room=%s" % (tmp_path / g / "link")] + ["%s=%s" % (name, logs.paths[i * len(LOGS_ONLY) + k])
                                                                 for k, name in enumerate(LOGS_ONLY)]
-        argv = [sys.executable, "-m", "host.cli", "gateway", "--db", str(dbs[g]), "--model",
+        argv = [sys.executable, "-m", "host.cli", "gateway", "--insecure", "--db", str(dbs[g]), "--model",
                 "tiny:%d" % gwkit.TINY_SEED, "--mqtt", url, "--mqtt-gateway", g, "--status-every", "60"]
         for p in ports:
             argv += ["--port", p]

@@ -502,7 +502,7 @@ def test_edgetwin_gateway_mqtt_publishes_a_nodes_alarms_and_its_will(tmp_path: P
     sub = Subscriber(broker.port, "edgetwin/#")
     m, s, path = pty_pair()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.Popen([sys.executable, "-m", "host.cli", "gateway", "--port", "pump-room=" + path, "--db",
+    p = subprocess.Popen([sys.executable, "-m", "host.cli", "gateway", "--insecure", "--port", "pump-room=" + path, "--db",
                           str(tmp_path / "g.db"), "--mqtt", "mqtt://127.0.0.1:%d" % broker.port,
                           "--mqtt-gateway", "hall-2", "--status-every", "60"], cwd=str(ROOT), env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -548,7 +548,7 @@ def test_edgetwin_gateway_stores_while_the_broker_is_down_and_sends_it_when_back
     m, s, path = pty_pair()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     status = tmp_path / "st.json"
-    p = subprocess.Popen([sys.executable, "-m", "host.cli", "gateway", "--port", "pump-room=" + path, "--db",
+    p = subprocess.Popen([sys.executable, "-m", "host.cli", "gateway", "--insecure", "--port", "pump-room=" + path, "--db",
                           str(tmp_path / "g.db"), "--status", str(status), "--mqtt",
                           "mqtt://127.0.0.1:%d" % broker.port, "--mqtt-gateway", "hall-3"], cwd=str(ROOT), env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)

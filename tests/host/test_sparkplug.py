@@ -351,7 +351,7 @@ def test_edgetwin_gateway_sparkplug_and_opcua_with_a_node_on_a_pty(tmp_path: Pat
     desc = plantdesc.load(DESC)
     m, s, path = pty_pair()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.Popen([sys.executable, "-m", "host.cli", "gateway", "--port", "pump-room=" + path, "--db",
+    p = subprocess.Popen([sys.executable, "-m", "host.cli", "gateway", "--insecure", "--port", "pump-room=" + path, "--db",
                           str(tmp_path / "g.db"), "--plant", str(DESC), "--peer-timeout", "1",
                           "--mqtt", "mqtt://127.0.0.1:%d" % broker.port, "--mqtt-gateway", EDGE,
                           "--sparkplug", GROUP, "--sparkplug-host", HOST_ID, "--opcua", "opc.tcp://127.0.0.1:0",
@@ -522,7 +522,7 @@ def test_an_opcua_port_in_use_is_one_line_and_leaves_nothing(tmp_path: Path, cap
     taken.bind(("127.0.0.1", 0))
     taken.listen(1)
     try:
-        rc = main(["gateway", "--port", path, "--db", str(tmp_path / "g.db"), "--quiet", "--seconds", "5",
+        rc = main(["gateway", "--insecure", "--port", path, "--db", str(tmp_path / "g.db"), "--quiet", "--seconds", "5",
                    "--opcua", "opc.tcp://127.0.0.1:%d" % taken.getsockname()[1]])
     finally:
         taken.close()

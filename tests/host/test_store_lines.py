@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from host.store import LogStore
+from host.store import SCHEMA_VERSION, LogStore
 
 EP1 = b"\x01\x00\x00\x00"
 EP2 = b"\x02\x00\x00\x00"
@@ -76,5 +76,5 @@ def test_a_version_1_store_is_upgraded_in_place(tmp_path: Path) -> None:
     assert [(r["text"], r["lseq"]) for r in st.logs()] == [("an old line", None), ("line 1", 1)]
     st.close()
     db = sqlite3.connect(str(path))
-    assert db.execute("SELECT value FROM meta WHERE key='version'").fetchone()[0] == "3"  # through 2, to this one
+    assert db.execute("SELECT value FROM meta WHERE key='version'").fetchone()[0] == str(SCHEMA_VERSION)  # through 2, to this one
     db.close()

@@ -262,8 +262,9 @@ def test_doc_vectors_match_encoder_and_reference():
         saw_full_block = saw_full_block or 0xFF in wire[:2]
     assert saw_zero_run and saw_full_block, "vectors should cover zero runs and a full 254-byte COBS block"
     assert len(names) == len(vectors)
-    # the current version (CMD), 1.1 (the frames it did not change) and a 1.0 peer's LOG
-    assert versions == set((frame.VERSION, 0x11, 0x10)), versions
+    # the current version (UPDATE, UPSTAT), 1.2 (CMD), 1.1 (the frames they did not change) and a 1.0 peer's LOG
+    assert versions == set((frame.VERSION, 0x12, 0x11, 0x10)), versions
+    assert {"update_begin", "upstat_receiving"} <= names
     # the same line as a 1.1 and a 1.0 body: the 1.1 one carries its line seq, the 1.0 one reads as seq 0
     assert logs["log_signed"]["lseq"] == 42 and logs["log_signed"]["boot"] == 1
     assert logs["log_v10"]["lseq"] == 0 and logs["log_v10"]["text"] == logs["log_signed"]["text"]
@@ -579,3 +580,38 @@ def test_cmd_bodies_are_checked():
     for b in bad:
         assert frame.check_body(frame.CMD, b, 0, len(b)) != frame.BODY_OK, bytes(b)
     testkit.raises(frame.FrameError, frame_host.pack_cmd, 1, 2, "P-1", "t", "x")  # verb 2 is CLEAR: not a command
+
+
+def test_update_bodies_are_checked():
+    def ub(op=frame.UP_BEGIN, flags=0, off=100, data=bytes(32), uid=5):
+        b = bytearray(frame.UP_DATA + len(data))
+        frame.put_u16(b, frame.UP_ID, uid)
+        b[frame.UP_OP] = op
+        b[frame.UP_FLAGS] = flags
+        frame.put_u32(b, frame.UP_OFF, off)
+        b[frame.UP_DATA:] = data
+        return b
+
+    def chk(b, t=frame.UPDATE):
+        return frame.check_body(t, b, 0, len(b))
+
+    assert chk(ub()) == frame.BODY_OK and chk(ub(flags=frame.UP_REBOOT)) == frame.BODY_OK
+    assert chk(ub(op=frame.UP_CHUNK, data=b"x")) == frame.BODY_OK and chk(ub(op=frame.UP_ABORT, data=b"")) == frame.BODY_OK
+    assert chk(ub(off=0)) == frame.BODY_FIELD  # a BEGIN of nothing
+    assert chk(ub(data=bytes(31))) == frame.BODY_SHORT and chk(ub(data=bytes(33))) == frame.BODY_TRAILING
+    assert chk(ub(op=frame.UP_CHUNK, data=b"")) == frame.BODY_SHORT
+    assert chk(ub(op=frame.UP_ABORT, data=b"x")) == frame.BODY_TRAILING
+    assert chk(ub(op=0)) == frame.BODY_FIELD and chk(ub(op=4)) == frame.BODY_FIELD and chk(ub(flags=2)) == frame.BODY_FIELD
+    assert chk(ub(off=1 << 30)) == frame.BODY_FIELD and chk(ub()[:7]) == frame.BODY_SHORT
+    s = bytearray(frame.UPSTAT_SIZE)
+    for st in range(1, frame.US_LAST + 1):
+        s[frame.US_STATE] = st
+        assert chk(s, frame.UPSTAT) == frame.BODY_OK
+    for bad in (0, frame.US_LAST + 1):
+        s[frame.US_STATE] = bad
+        assert chk(s, frame.UPSTAT) == frame.BODY_FIELD
+    s[frame.US_STATE] = 1
+    s[3] = 1
+    assert chk(s, frame.UPSTAT) == frame.BODY_FIELD
+    s[3] = 0
+    assert chk(s[:7], frame.UPSTAT) == frame.BODY_SHORT and chk(s + b"x", frame.UPSTAT) == frame.BODY_TRAILING

@@ -625,7 +625,9 @@ def test_sha256_helper_on_every_hashlib():
     sys.modules["hashlib"] = fake
     try:
         _sha_checks()
-        assert calls[0] >= 5, calls[0]  # every hash went through new()
+        # every hash went through new(): compat's two and the description's; the link's HMAC needs no
+        # hashlib on a board (shared/sha256.py), only CPython's goes through it
+        assert calls[0] >= 3, calls[0]
         del fake.new  # a hashlib with neither: the description's hash is "", as without hashlib
         assert plantcfg.digest(b"abc") == ""
         testkit.raises(AttributeError, compat.sha256, b"abc")

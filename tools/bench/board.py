@@ -483,7 +483,7 @@ def _node_run(board, tmpd: Path, cfg: dict, prof: dict, target: str, tokens: int
         time.sleep(0.05)
     db, status, trace = tmpd / "g.db", tmpd / "st.json", tmpd / "trace.jsonl"
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    gw = subprocess.Popen([sys.executable, "-m", "host.cli", "gateway", "--port", "node=" + board.uart_port,
+    gw = subprocess.Popen([sys.executable, "-m", "host.cli", "gateway", "--insecure", "--port", "node=" + board.uart_port,
                            "--db", str(db), "--status", str(status), "--baud", str(prof["uart"]["baud"]),
                            "--model", target, "--peer-timeout", "30", "--trace", str(trace), "--quiet"], cwd=str(ROOT), env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -190,7 +190,7 @@ def run(seconds: float, model: Path, target: str, image: Path | None) -> dict:
                 time.sleep(0.05)
             plant_rig = rig.Rig(checked, sim, bus_port=board.uart1_port, board=board).start()
             db, status = tmpd / "g.db", tmpd / "st.json"
-            gw = subprocess.Popen([sys.executable, "-m", "host.cli", "gateway", "--port", board.uart_port, "--db",
+            gw = subprocess.Popen([sys.executable, "-m", "host.cli", "gateway", "--insecure", "--port", board.uart_port, "--db",
                                    str(db), "--status", str(status), "--model", target, "--plant", str(plant_file),
                                    "--peer-timeout", "30", "--quiet"], cwd=str(ROOT),
                                   env=dict(env, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

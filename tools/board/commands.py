@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import sys
 from pathlib import Path
 
-from host import board_profile
+from host import board_profile, linkkeys
 from host.errors import UserError
 from host.usage import Command
 
@@ -131,6 +132,11 @@ def _deploy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arch", help="override the build arch (default: the profile's; x64 when the port is a virtual board)")
     node_arguments(p)
     p.add_argument("--no-reset", action="store_true", help="with --node: do not reset the board after the copy")
+    p.add_argument("--keys", default=None, metavar="FILE",
+                   help="with --node: " + linkkeys.HELP + "; a node deployed again gets a new key (rotation)")
+    p.add_argument("--insecure", action="store_true",
+                   help="with --node: provision no key (an earlier one is removed): the node's frames go unsigned, "
+                        "which only a gateway started with --insecure takes")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help="longest wait for one copy command (default 60 s + 1 s per 2 KB; an emulated board, "
                         "6-10x slower than a real one, needs more)")
@@ -164,12 +170,28 @@ def run_deploy(args: argparse.Namespace) -> int:
                   flush=True)
         if args.plant is not None and not args.node:
             raise UserError("--plant goes with --node: the description is what the node logs")
+        if (args.keys is not None or args.insecure) and not args.node:
+            raise UserError("--keys and --insecure go with --node: a key belongs to a node")
+        keys = key = None
+        if args.node and not args.insecure:  # the key file is checked before anything is copied
+            keys = linkkeys.KeyFile(args.keys if args.keys is not None else linkkeys.default_path())
+            key = secrets.token_bytes(linkkeys.KEY_BYTES)
         out = build.build(board, arch=arch, node=args.node, model=args.model, plant=args.plant, frozen=frozen)
         manifest = json.loads((out / "MANIFEST.json").read_text())
         if "node" in manifest:
             print_node(manifest["node"])
         print_plant(manifest)
-        report = deploy.deploy(out, args.port, tool=args.tool, progress=_progress, frozen=frozen, timeout=args.timeout)
+        report = deploy.deploy(out, args.port, tool=args.tool, progress=_progress, frozen=frozen, timeout=args.timeout,
+                               key=key, unkeyed=args.node and args.insecure)
+        if keys is not None and key is not None:
+            uid = deploy.board_uid(args.port, args.tool)
+            name = manifest.get("plant", {}).get("name") or "node-" + uid
+            rotated = bool(keys.keys_for(uid))
+            keys.provision(uid, name, key=key)
+            _progress("link key for node uid %s: on the board (/link.key) and in %s%s" % (
+                uid, keys.path, "; its previous key is taken until the node shows the new one" if rotated else ""))
+        elif args.node:
+            _progress("no link key (--insecure): the node's frames go unsigned")
         reset = args.node and not args.no_reset
         if reset:
             _progress("resetting the board: it boots into the node")

@@ -46,6 +46,7 @@ from host.board_profile import venv_exe
 
 TOOLS = ("mpremote", "ampy")
 # Files at the root of a build folder that go to the board's root (plus any *.mbf model file).
+KEY_PATH = "/link.key"  # the node's link key (firmware/nodecfg.py key_path's default)
 TOP_FILES = ("board.json", "main.py", "code.py", "boot.py", "node.json", "plant.json")
 REPORT_MARK = "@@EDGETWIN-DEPLOY "
 FROZEN_STALE = ("/lib/shared", "/lib/firmware")  # the packages a frozen firmware carries
@@ -362,6 +363,31 @@ def run_on_board(port: str, code: str, tool: str = "mpremote", timeout: float = 
         return _run_tool(tool, _port_args(tool, port) + ["run", str(script)], port, timeout)
 
 
+_UID_CODE = """import json, binascii
+try:
+    import storage
+    storage.remount('/', readonly=False)
+except Exception:
+    pass
+try:
+    _p = json.load(open('/node.json')).get('uid_path', '/node.uid')
+except Exception:
+    _p = '/node.uid'
+from firmware.bootonce import unique_id
+print('EDGETWIN-UID', binascii.hexlify(unique_id(_p, True)).decode())
+"""
+
+
+def board_uid(port: str, tool: str = "mpremote", timeout: float = 30.0) -> str:
+    """The unique id (16 hex digits) the node deployed at `port` puts in its HELLO: the same
+    firmware/bootonce.unique_id the node runs, so a board without a chip id keeps the one made here."""
+    out = run_on_board(port, _UID_CODE, tool=tool, timeout=timeout)
+    m = re.search(r"EDGETWIN-UID ([0-9a-f]{16})", out)
+    if m is None:
+        raise DeployError("the board at %s did not say its unique id (it printed %r)" % (port, out[-200:]))
+    return m.group(1)
+
+
 def reset_board(port: str, tool: str = "mpremote", timeout: float = 30.0, circuitpython: bool = False) -> None:
     """Hard-reset the board (machine.reset(); microcontroller.reset() on CircuitPython, which has no
     machine): it boots into its /main.py (CircuitPython: /boot.py, then /code.py), e.g. the node."""
@@ -430,7 +456,7 @@ def _rom_models(files: list[tuple[Path, str]], port: str, say: Callable[[str], N
 
 def deploy(build_dir: Path, port: str, tool: str = "mpremote", timeout: float | None = None,
            clean: bool = True, force: bool = False, progress: Callable[[str], None] | None = None,
-           frozen: bool = False, rom: bool = True) -> dict:
+           frozen: bool = False, rom: bool = True, key: bytes | None = None, unkeyed: bool = False) -> dict:
     """Copy every file of `build_dir` onto the board at `port` with `tool`, then verify it.
 
     `rom`: models go into the board's ROMFS partition when it has one (mpremote, MicroPython; see the module
@@ -450,10 +476,28 @@ def deploy(build_dir: Path, port: str, tool: str = "mpremote", timeout: float | 
         {"tool", "port", "build", "board", "arch", "files": [{"path", "bytes"}], "total_bytes",
          "removed": [...], "board_mem_alloc", "board_mem_free", "seconds"}
 
+    `key`: the node's link key, written to /link.key with the rest (from a 0600 file in a private temporary
+    folder; never printed); `unkeyed`: remove a /link.key an earlier deploy wrote (the node runs unsigned).
+
     Raises VerifyError (with `.report`) if a file is missing or has the wrong size on the board.
     """
+    if key is None:
+        return _deploy(build_dir, port, tool, timeout, clean, force, progress, frozen, rom, None, unkeyed)
+    with tempfile.TemporaryDirectory(prefix="edgetwin-key-") as tmp:  # 0700
+        kf = Path(tmp) / "link.key"
+        fd = os.open(str(kf), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, key)
+        finally:
+            os.close(fd)
+        return _deploy(build_dir, port, tool, timeout, clean, force, progress, frozen, rom, kf, False)
+
+
+def _deploy(build_dir, port, tool, timeout, clean, force, progress, frozen, rom, key_file, unkeyed) -> dict:
     t0 = time.monotonic()
     manifest, files = build_files(Path(build_dir))
+    if key_file is not None:
+        files.append((key_file, KEY_PATH))
     if frozen:  # the firmware carries the code, but not the C kernels: a native module is linked at import
         files = [(local, remote) for local, remote in files
                  if not remote.startswith("/lib/") or remote == NATIVE_MODULE]
@@ -483,6 +527,9 @@ def deploy(build_dir: Path, port: str, tool: str = "mpremote", timeout: float | 
         # CIRCUITPY is read-only to code while a computer may write it over USB: take it for this session (a
         # computer that has the drive mounted keeps it, and the board refuses: then copy by hand)
         prepare = _CP_WRITABLE + prepare
+    if unkeyed:
+        prepare += "import os\ntry:\n    os.remove(%r)\n    print('removed', %r)\nexcept OSError:\n    pass\n" % (
+            KEY_PATH, KEY_PATH)
     if ("node" in manifest or "logs_node" in manifest) and "plant" not in manifest:
         # a node deployed without a description runs the simulator: one from an earlier deploy must go
         prepare += "import os\ntry:\n    os.remove('/plant.json')\nexcept OSError:\n    pass\n"

@@ -18,7 +18,12 @@ rp2040_pico_cp CircuitPython's from `make firmware-cp` (build/firmware/rp2040_pi
   `machine.reset()`, as wiring stays connected (register values the firmware wrote to a device do not);
 - `flash_path`: the board's 2 MB flash as a file beside the image (or where given). Each start programs
   the UF2 over it, as a drag-and-drop does, and the filesystem region keeps its contents, so a node
-  deployed with mpremote survives a restart of the emulator and a `machine.reset()`.
+  deployed with mpremote survives a restart of the emulator and a `machine.reset()`;
+- the watchdog: rp2040js counts the WATCHDOG block down in the board's time, so firmware that stops feeding
+  `machine.WDT` (or CircuitPython's `microcontroller.watchdog`) resets the chip; the runner restarts with the
+  block's REASON and SCRATCH registers carried across as the chip keeps them, so `machine.reset_cause()` is
+  WDT_RESET after it (`watchdog_resets` counts them; `machine.reset()` carries the FORCE bit instead).
+  `restart()` is a power cycle: those registers read 0 after it.
 
 The board's clock advances with executed cycles at 125 MHz, and the emulator executes about 12-25
 million of them per host second, so the board's time runs 5-10x slower than the host's (MicroPython's
@@ -58,7 +63,7 @@ EMULATOR_DIR = ROOT / "tools" / "board" / "emulator"
 RUNNER = EMULATOR_DIR / "run.mjs"
 # board profile -> its firmware build (MicroPython's make firmware, CircuitPython's make firmware-cp)
 BOARDS = {"rp2040_pico": "firmware", "rp2040_pico_cp": "firmware-cp"}
-HARD_RESET_EXIT = 3  # the runner's exit status when the firmware asked for a reset (watchdog)
+HARD_RESET_EXIT = 3  # the runner's exit status when the chip reset through its watchdog (machine.reset() or a hang)
 _TO_NODE_MAX = 64 * 1024  # bytes queued for the runner before the ptys stop being read
 _FLASH_SYMBOLS = ("flash_range_erase", "flash_range_program")
 I2C_DEVICES = {"mcp9600": (0x60, 0x67), "ads1115": (0x48, 0x4B)}  # the emulated chips and their address ranges
@@ -163,6 +168,10 @@ class EmuBoard:
         self.de_events: list[dict] = []  # the runner's "de" events: one per DE high..low period on UART1
         self.stats: dict = {}
         self.boots = 0
+        self.watchdog_resets = 0  # resets because the watchdog's timer ran out (not machine.reset())
+        # the WATCHDOG block's REASON and SCRATCH0-7 at the last reset, which a restarted runner starts with
+        # (they survive a watchdog reset on the chip); None: a power cycle
+        self._carry: dict | None = None
         self.uart_bytes = {"to_board": 0, "from_board": 0}  # link bytes relayed (a bench's bytes per token)
         self.uart1_bytes = {"to_board": 0, "from_board": 0}
         # what the host set on the plant, sent again to a restarted runner: channel -> key -> message
@@ -181,6 +190,10 @@ class EmuBoard:
                "--flash", str(self.flash_path), "--flash-bytes", str(self.flash_bytes),
                "--erase", str(self.symbols["flash_range_erase"]),
                "--program", str(self.symbols["flash_range_program"])]
+        if self._carry is not None:
+            cmd += ["--watchdog-reason", str(int(self._carry["watchdog_reason"]) & 3),
+                    "--watchdog-scratch", ",".join(str(int(v) & 0xFFFFFFFF) for v in self._carry["scratch"][:8])]
+        self._carry = None
         self.flash_path.parent.mkdir(parents=True, exist_ok=True)
         self._usb.clear()
         self._proc = subprocess.Popen(cmd, cwd=EMULATOR_DIR, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -212,6 +225,7 @@ class EmuBoard:
         """Stop the emulator and boot it again from the flash file (a power cycle); the ptys stay."""
         with self._lock:
             self._quit_proc()
+            self._carry = None
             self._spawn()
         if not self._usb.wait(timeout):
             raise EmuBoardError("the emulated board did not come back: %s" % (self.error or "no USB CDC"))
@@ -410,6 +424,10 @@ class EmuBoard:
             self.de_events.append(ev)
         elif ev.get("event") == "stats":
             self.stats = ev
+        elif ev.get("event") == "reset" and "watchdog_reason" in ev:
+            self._carry = ev
+            if ev.get("reason") == "watchdog":
+                self.watchdog_resets += 1
         elif ev.get("event") == "usb":
             self.boot_host_s = ev["host_ms"] / 1000.0
             self.boot_emu_s = ev["emu_ns"] / 1e9
@@ -459,7 +477,7 @@ class EmuBoard:
                     pty.flush()
                 if proc is not None and proc is self._proc and proc.poll() is not None:
                     self._drain_stdout()
-                    if proc.returncode == HARD_RESET_EXIT:  # machine.reset(): boot again from the flash
+                    if proc.returncode == HARD_RESET_EXIT:  # machine.reset() or the watchdog: boot again
                         self._spawn()
                     else:
                         self.error = ("the emulator exited (status %d): %s"

@@ -25,6 +25,12 @@ reboot" line, the board comes back in the friendly REPL. A crash of the interpre
 too. The boot script is ``tools/board/vboot.py``, run inside MicroPython; the sandbox and the machine
 stand-in it installs keep about 5 KB of the board's heap.
 
+The watchdog: ``machine.WDT(timeout=ms)`` (vboot.WDT) tells the relay each feed on a pipe; when no feed
+comes for ``ms``, the relay kills the interpreter and boots a new one (a hard reset, the REPL friendly),
+whose ``machine.reset_cause()`` is ``WDT_RESET``. A power cycle (`start()`, `reboot()`) gives
+``PWRON_RESET``, ``machine.reset()`` ``SOFT_RESET`` (software asked, as the ESP32 port says it), a crash of
+the interpreter ``HARD_RESET``; a soft reset keeps both the cause and a running watchdog, as a chip does.
+
 Ctrl-C interrupts running code as on a board. The unix port turns SIGINT into KeyboardInterrupt, and it
 installs that handler exactly while Ctrl-C is enabled (code running, ``micropython.kbd_intr(3)``); so
 the relay sends SIGINT for a 0x03 byte when the interpreter catches SIGINT (``/proc/<pid>/status``) and
@@ -80,6 +86,9 @@ _FAIL = b"\x00VBOARD:FAIL\x00"
 _MAIN = b"\x00VBOARD:MAIN\x00"
 _HARD = b"\x00VBOARD:HARD\x00"
 HARD_RESET_EXIT = 0x71  # exit status of machine.reset() on the virtual board (see vboot.Machine)
+# machine.reset_cause() on the virtual board (vboot.Machine: the ESP32 port's values)
+PWRON_RESET, HARD_RESET, WDT_RESET, SOFT_RESET = 1, 2, 3, 5
+WDT_FD = 3  # the interpreter's descriptor of the watchdog pipe (vboot.WDT writes its feeds there)
 
 _LOG_LIMIT = 4 * 1024 * 1024  # console log bytes before it is rotated to <log>.1
 _START_TIMEOUT_S = 10.0
@@ -193,6 +202,13 @@ class VirtualBoard:
             raise VBoardError("bus UART ids are 0..3, got %s" % (self.buses,))
         self._bus: dict = {}
         self._wake_r = self._wake_w = -1
+        # the watchdog (vboot.WDT): its pipe, the timeout it runs with, when it next runs out, why this boot began
+        self._wdt_r = self._wdt_w = -1
+        self._wdt_ms = 0
+        self._wdt_due: float | None = None
+        self._wdt_carry = b""
+        self.reset_cause = PWRON_RESET
+        self.watchdog_resets = 0
         self._thread: threading.Thread | None = None
         self._commands: collections.deque[str] = collections.deque()
         self._cond = threading.Condition()
@@ -269,6 +285,10 @@ class VirtualBoard:
             self._wake_r, self._wake_w = os.pipe()
             os.set_blocking(self._wake_r, False)
             os.set_blocking(self._wake_w, False)
+            self._wdt_r, self._wdt_w = os.pipe()
+            os.set_blocking(self._wdt_r, False)
+            self._wdt_off()
+            self.reset_cause = PWRON_RESET
             self._out = _Outbox(self._repl.master)
             self._to_gw = _Outbox(self._uart_gw.master)
             self._to_board_uart = _Outbox(self._uart_board.master)
@@ -430,13 +450,13 @@ class VirtualBoard:
             be.close()
         self._bus = {}
         self._repl = self._uart_gw = self._uart_board = None
-        for fd in (self._wake_r, self._wake_w):
+        for fd in (self._wake_r, self._wake_w, self._wdt_r, self._wdt_w):
             if fd >= 0:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self._wake_r = self._wake_w = -1
+        self._wake_r = self._wake_w = self._wdt_r = self._wdt_w = -1
 
     def _spawn(self) -> None:
         """Start a fresh interpreter on a fresh pty, in the current REPL mode."""
@@ -453,6 +473,8 @@ class VirtualBoard:
                 "EDGETWIN_BOARD": self.board,
                 UART_ENV: self.board_uart_path,
                 "MICROPYPATH": str(TOOLS),
+                "EDGETWIN_VBOARD_WDT": "/dev/fd/%d" % WDT_FD,
+                "EDGETWIN_VBOARD_RESET": str(self.reset_cause),
             }
             for b, (_pe, be, _a, _b) in self._bus.items():
                 env["EDGETWIN_BUS%d" % b] = be.path
@@ -460,7 +482,8 @@ class VirtualBoard:
             argv = [self.exe, "-X", "heapsize=%d" % self.heap_bytes, "-i", "-c", code]
             # its own session (killpg ends anything it starts), the pty as its controlling terminal
             actions = [(os.POSIX_SPAWN_OPEN, 0, slave_path, os.O_RDWR, 0),
-                       (os.POSIX_SPAWN_DUP2, 0, 1), (os.POSIX_SPAWN_DUP2, 0, 2)]
+                       (os.POSIX_SPAWN_DUP2, 0, 1), (os.POSIX_SPAWN_DUP2, 0, 2),
+                       (os.POSIX_SPAWN_DUP2, self._wdt_w, WDT_FD)]
             try:
                 pid = os.posix_spawn(self.exe, argv, env, file_actions=actions, setsid=True)
             except OSError as e:
@@ -508,10 +531,13 @@ class VirtualBoard:
                     self._kill(self._interp)
                 elif cmd == "reboot" and self._error is None:
                     self._mode = "friendly"
+                    self.reset_cause = PWRON_RESET
+                    self._wdt_off()
                     self._spawn()
             interp = self._interp
             poller = select.poll()
             poller.register(self._wake_r, select.POLLIN)
+            poller.register(self._wdt_r, select.POLLIN)
             poller.register(repl, select.POLLIN | (select.POLLOUT if self._out.buf else 0))
             poller.register(gw, select.POLLIN | (select.POLLOUT if self._to_gw.buf else 0))
             poller.register(bu, select.POLLIN | (select.POLLOUT if self._to_board_uart.buf else 0))
@@ -532,10 +558,15 @@ class VirtualBoard:
                 timeout_ms = max(0.0, (self._restart_at - time.monotonic()) * 1000)
             elif interp is not None and interp.eof and interp.pidfd is None:
                 timeout_ms = 50  # no pidfd: look for the exit after the pty closed
+            if self._wdt_due is not None and interp is not None:
+                left = max(0.0, (self._wdt_due - time.monotonic()) * 1000)
+                timeout_ms = left if timeout_ms is None else min(timeout_ms, left)
             events = poller.poll(timeout_ms)
             for fd, ev in events:
                 if fd == self._wake_r:
                     self._drain(self._wake_r)
+                elif fd == self._wdt_r:
+                    self._on_watchdog(self._read(self._wdt_r))
                 elif fd == repl:
                     if ev & select.POLLIN:
                         self._on_user_input(self._read(repl))
@@ -574,6 +605,12 @@ class VirtualBoard:
             if interp is not None and interp is self._interp and interp.eof and interp.pidfd is None:
                 if os.waitpid(interp.pid, os.WNOHANG)[0] != 0:  # pragma: no cover (kernels without pidfd)
                     self._on_exit(interp, reaped=True)
+            interp = self._interp
+            if (self._wdt_due is not None and interp is not None and interp.kill_reason is None
+                    and time.monotonic() >= self._wdt_due):
+                interp.kill_reason = "watchdog"  # not fed in time: the chip resets itself
+                self._log(b"\n--- the watchdog ran out: reset ---\n")
+                self._kill(interp)
             if self._restart_at is not None and time.monotonic() >= self._restart_at and self._interp is None:
                 self._spawn()
             self._out.flush()
@@ -596,6 +633,37 @@ class VirtualBoard:
                 pass
         except (BlockingIOError, OSError):
             pass
+
+    # ----- the watchdog (vboot.WDT)
+
+    def _wdt_off(self) -> None:
+        self._wdt_ms = 0
+        self._wdt_due = None
+        self._wdt_carry = b""
+        if self._wdt_r >= 0:
+            self._drain(self._wdt_r)  # what a killed interpreter wrote last
+
+    def _on_watchdog(self, data: bytes) -> None:
+        """b"T<ms>\\n" started it, b"F" fed it, b"S" stopped it (deinit)."""
+        buf = self._wdt_carry + data
+        self._wdt_carry = b""
+        i = 0
+        while i < len(buf):
+            c = buf[i:i + 1]
+            if c == b"T":
+                end = buf.find(b"\n", i)
+                if end < 0:
+                    self._wdt_carry = buf[i:i + 32]
+                    return
+                try:
+                    self._wdt_ms = max(1, int(buf[i + 1:end]))
+                except ValueError:
+                    self._wdt_ms = 0
+                i = end
+            elif c == b"S":
+                self._wdt_ms = 0
+            i += 1
+        self._wdt_due = time.monotonic() + self._wdt_ms / 1000 if self._wdt_ms else None
 
     # ----- user input -> interpreter
 
@@ -827,10 +895,21 @@ class VirtualBoard:
                 return
             self._restart_at = time.monotonic() + _QUICK_EXIT_S * self._boot_failures
             return
-        hard = (interp.kill_reason in ("reboot", "hard") or (os.WIFSIGNALED(status) and interp.kill_reason != "soft")
+        hard = (interp.kill_reason in ("reboot", "hard", "watchdog")
+                or (os.WIFSIGNALED(status) and interp.kill_reason != "soft")
                 or (os.WIFEXITED(status) and os.WEXITSTATUS(status) == HARD_RESET_EXIT))
-        if hard:
+        if hard:  # the chip reset: its watchdog with it; a soft reset leaves both as they were, as on a board
             self._mode = "friendly"
+            self._wdt_off()
+            if interp.kill_reason == "watchdog":
+                self.reset_cause = WDT_RESET
+                self.watchdog_resets += 1
+            elif interp.kill_reason == "reboot":
+                self.reset_cause = PWRON_RESET
+            elif interp.kill_reason == "hard" or (os.WIFEXITED(status) and os.WEXITSTATUS(status) == HARD_RESET_EXIT):
+                self.reset_cause = SOFT_RESET  # machine.reset(): software asked (the ESP32 port's SOFT_RESET)
+            else:
+                self.reset_cause = HARD_RESET  # the interpreter crashed
         else:
             self._emit(SOFT_REBOOT)
         # an interpreter that died before it was up (a crash) or whose main.py called sys.exit comes

@@ -6,6 +6,8 @@
 #   EDGETWIN_VBOARD_MODE  'friendly' or 'raw': the REPL mode the board comes back in after a reset
 #   EDGETWIN_VBOARD_FS_BYTES  filesystem size reported by os.statvfs (the profile's fs_bytes)
 #   EDGETWIN_UART         host path of the board side of the virtual UART (a pty), openable from here
+#   EDGETWIN_VBOARD_WDT   host path of the pipe machine.WDT tells the relay its feeds on (see WDT)
+#   EDGETWIN_VBOARD_RESET machine.reset_cause() of this boot (1 power on, 3 watchdog, 5 soft: as the ESP32's)
 # It mounts the sandboxed filesystem at '/', sets sys.path like a board, runs /boot.py and (in the
 # friendly mode only, as bare-metal ports do) /main.py, then returns so the interpreter's own REPL
 # starts. Markers written to stdout tell the relay where each phase begins; it strips them.
@@ -14,6 +16,7 @@
 import gc
 import os
 import sys
+import time
 
 _BOOT = "\x00VBOARD:BOOT\x00"
 _READY = "\x00VBOARD:READY\x00"
@@ -37,6 +40,7 @@ class BoardFS:
     def __init__(self, root, devices, fs_bytes):
         self._fs = os.VfsPosix(root)
         self._host = os.VfsPosix()
+        self._root = root.rstrip("/")
         self._devices = devices
         self._fs_bytes = fs_bytes
         self._cwd = "/"
@@ -90,7 +94,9 @@ class BoardFS:
         self._fs.rmdir(self._abs(path))
 
     def rename(self, old, new):
-        self._fs.rename(self._abs(old), self._abs(new))
+        # VfsPosix(root).rename joins both paths to the root in one shared buffer (the second overwrites the
+        # first: it renames new to itself): rename the host paths instead
+        self._host.rename(self._root + self._abs(old), self._root + self._abs(new))
 
     def stat(self, path):
         if path in self._devices:
@@ -123,11 +129,44 @@ class BoardFS:
         return self._fs.open(self._abs(path), mode)
 
 
+class WDT:
+    """machine.WDT of the virtual board: the relay kills and restarts the interpreter (reset cause
+    WDT_RESET) when feed() has not come for `timeout` ms. It tells the relay on a pipe: b"T<ms>\\n" when it
+    starts, b"F" for a feed (at most every timeout/8 ms: a syscall, not a register write), b"S" for
+    deinit() (as CircuitPython's; the rp2 and esp32 ports have none)."""
+
+    def __init__(self, id=0, timeout=5000):
+        if id != 0 or timeout < 1:
+            raise ValueError("WDT(0, timeout=ms >= 1)")
+        self._f = open(os.getenv("EDGETWIN_VBOARD_WDT"), "wb")
+        self._f.write(("T%d\n" % timeout).encode())
+        self._gap = max(1, timeout // 8)
+        self._last = time.ticks_ms()
+
+    def feed(self):
+        now = time.ticks_ms()
+        if time.ticks_diff(now, self._last) >= self._gap:
+            self._last = now
+            self._f.write(b"F")
+
+    def deinit(self):
+        self._f.write(b"S")
+
+
 class Machine:
-    """The built-in machine module plus reset(): a hard reset of the virtual board."""
+    """The built-in machine module plus reset() (a reset the software asked for), WDT and reset_cause()
+    with the ESP32 port's constants; the relay says why this boot began in $EDGETWIN_VBOARD_RESET."""
+
+    PWRON_RESET = 1
+    HARD_RESET = 2
+    WDT_RESET = 3
+    DEEPSLEEP_RESET = 4
+    SOFT_RESET = 5
+    WDT = WDT
 
     def __init__(self, builtin):
         self._builtin = builtin
+        self._cause = int(os.getenv("EDGETWIN_VBOARD_RESET") or "1")
 
     def __getattr__(self, name):
         return getattr(self._builtin, name)
@@ -137,6 +176,9 @@ class Machine:
 
     def reset(self):
         raise SystemExit(0x71)  # the relay restarts the board as after a power cycle
+
+    def reset_cause(self):
+        return self._cause
 
 
 def _run(name, marker=None):
@@ -164,7 +206,7 @@ def _run(name, marker=None):
 
 def _setup():
     # the link's UART and the RS-485 buses' UARTs (EDGETWIN_BUS0..3): the only host paths the board reaches
-    names = ("EDGETWIN_UART", "EDGETWIN_BUS0", "EDGETWIN_BUS1", "EDGETWIN_BUS2", "EDGETWIN_BUS3")
+    names = ("EDGETWIN_UART", "EDGETWIN_BUS0", "EDGETWIN_BUS1", "EDGETWIN_BUS2", "EDGETWIN_BUS3", "EDGETWIN_VBOARD_WDT")
     devices = tuple(p for p in (os.getenv(n) or "" for n in names) if p)
     fs = BoardFS(os.getenv("EDGETWIN_VBOARD_ROOT"), devices, int(os.getenv("EDGETWIN_VBOARD_FS_BYTES") or "0"))
     os.umount("/")

@@ -22,6 +22,23 @@ from tools.board.vboard import VirtualBoard, set_raw
 MAIN = "import firmware.node as n\nn.main()\n"
 
 
+def provision(root: Path, keys, name: str) -> str:
+    """What `edgetwin deploy --node` does for a board, on a virtual board's filesystem: its unique id (kept in
+    /node.uid: the unix port has no chip id) and a new link key in /link.key and in `keys` (host/linkkeys.py
+    KeyFile). Returns the unique id (hex)."""
+    uid_file = Path(root) / "node.uid"
+    if not uid_file.is_file() or uid_file.stat().st_size != 8:
+        uid_file.write_bytes(os.urandom(8))
+    uid = uid_file.read_bytes().hex()
+    key = keys.provision(uid, name)
+    fd = os.open(str(Path(root) / "link.key"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, key)
+    finally:
+        os.close(fd)
+    return uid
+
+
 def build_x64(board: str, out_dir: Path) -> Path:
     """The x64 (unix port) build of a board profile's firmware into out_dir."""
     return build.build(board, arch="x64", out_dir=Path(out_dir))
@@ -31,9 +48,11 @@ class VNode:
     """A virtual board running firmware/node.py from /main.py; see the module docstring."""
 
     def __init__(self, board: str, root: Path, build_dir: Path, node_cfg: dict, heap: int | None = None,
-                 model: Path | bytes | None = None, plant: bytes | None = None, buses: tuple = ()) -> None:
+                 model: Path | bytes | None = None, plant: bytes | None = None, buses: tuple = (),
+                 keys=None, name: str = "") -> None:
         """plant: a compiled plant description (host/plantcompile.py) for /plant.json; buses: the UART ids of
-        its RS-485 buses (each a pty: `bus_port(uart)`, where the Modbus slaves go)."""
+        its RS-485 buses (each a pty: `bus_port(uart)`, where the Modbus slaves go); keys: a KeyFile
+        (host/linkkeys.py) to provision the node's link key in (None: the node runs unsigned)."""
         self.board = board
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -58,6 +77,7 @@ class VNode:
             if plant is not None:
                 (self.root / "plant.json").write_bytes(plant)
             (self.root / "main.py").write_text(MAIN)
+            self.uid = provision(self.root, keys, name or board) if keys is not None else ""
             self.vb.reboot()  # boots into main.py: the node runs
         except BaseException:
             self.vb.stop()

@@ -171,6 +171,9 @@ class Demo:
         t0 = time.monotonic()
         self.tmp = tempfile.TemporaryDirectory(prefix="edgetwin-demo-")
         tmp = Path(self.tmp.name)
+        from host.linkkeys import KeyFile
+
+        self.keys = KeyFile(tmp / "keys.json")  # the run's own: the demo never touches the user's keys file
         boards = [PROFILES[i % len(PROFILES)] for i in range(self.n)]
         steps = 4 + len(set(boards)) + self.n
         with self._progress() as prog:
@@ -234,8 +237,10 @@ class Demo:
                 d = plantfile.loads(json.dumps(simslave.description(sim, name=name, bus=bus)), name + ".json", prof)
                 data = plantcompile.compile_plant(d, prof)
                 self.plants.append(plantdesc.from_dict(d, plantcompile.plant_hash(data)))
+                # provisioned as `edgetwin deploy --node` does: a link key on the board and in the demo's keys
+                # file, so every frame of the run is signed and checked (docs/PROTOCOL.md "Authentication")
                 vn = vnode.VNode(b, tmp / ("fs%d" % i), builds[b], c, heap=heap, model=model_file, plant=data,
-                                 buses=(bus["uart"],))
+                                 buses=(bus["uart"],), keys=self.keys, name=name)
                 self.vnodes.append(vn)
                 self.rigs.append(rig.Rig(d, sim, bus_port=vn.bus_port(bus["uart"])).start())
                 self.states.append(NodeState(name, b, vn.heap_bytes, vn.profile_heap_bytes))
@@ -259,7 +264,7 @@ class Demo:
         self.db = db
         self.by_name = {s.name: s for s in self.states}
         self.gw = Gateway([v.uart_port for v in self.vnodes], db, baud=921600, names=[s.name for s in self.states],
-                          spec_factory=factory, verify=verify, plants=self.plants)
+                          spec_factory=factory, verify=verify, plants=self.plants, keys=self.keys, insecure=False)
         self.gw.open()
 
     # ------------------------------------------------------------------ hook (called from Gateway.round)
@@ -380,6 +385,8 @@ class Demo:
                 "acceptance_rate": round(acc / drafted, 4) if drafted else None,
                 "tokens_per_s": round((sp.counts["tokens_verified"] if sp is not None else 0) / el, 2),
                 "link_bytes_to_gateway": s.link.rx_bytes, "link_bytes_to_node": s.link.tx_bytes,
+                "link_signed": s.link._signer is not None,
+                "auth_refused": s.counts["auth_unsigned"] + s.counts["auth_bad_key"] + s.counts["auth_replayed"],
                 "logs": s.counts["logs"], "annotations": sp.counts["annotations"] if sp is not None else 0,
                 "heap_bytes": st.heap, "peak_heap_bytes": st.heap_peak or None, "heap_reports": len(st.heaps),
                 "lockstep_ok": sp.counts["lockstep_ok"] if sp is not None else 0,

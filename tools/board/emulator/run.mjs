@@ -1,7 +1,7 @@
 // run.mjs: boots MicroPython rp2 firmware on an emulated RP2040 (rp2040js), for tools/board/emuboard.py.
 //
 //   node run.mjs --bootrom BOOTROM.ts --uf2 FIRMWARE.uf2 --flash FLASH.bin --flash-bytes N
-//                --erase ADDR --program ADDR
+//                --erase ADDR --program ADDR [--watchdog-reason R --watchdog-scratch S0,...,S7]
 //
 // stdin/stdout carry frames: one channel byte, a 16-bit little-endian length, the payload.
 //   host -> board: 'R' bytes for the USB CDC (the REPL), 'U' bytes for UART0's RX line, 'u' bytes for
@@ -15,8 +15,13 @@
 //   board -> host: 'R' USB CDC output, 'U' UART0 TX bytes, 'u' UART1 TX bytes (those that reached the bus),
 //                  'E' an event as JSON ("ready", "usb", "stats", "reset", "de", "pin_done", "error").
 //                  Diagnostics go to stderr.
-// Exit status 3 means the firmware asked for a hard reset (watchdog): the host restarts the runner, and
-// the flash file carries the board's state across, as flash does on a board.
+// Exit status 3 means the chip reset through its watchdog: the firmware asked for it (machine.reset(),
+// pico-sdk's watchdog_reboot: CTRL.TRIGGER) or the watchdog's timer ran out (rp2040js counts LOAD down in
+// emulated time; nothing fed it). The 'reset' event says which ("software" or "watchdog") with the
+// WATCHDOG block's REASON and SCRATCH0-7 registers, which survive such a reset on the chip: the host restarts
+// the runner with them (--watchdog-reason, --watchdog-scratch), so machine.reset_cause() says WDT_RESET and
+// the REASON bits tell the two apart, and the flash file carries the board's state across, as flash does.
+// Without them (a power cycle) REASON and SCRATCH read 0, as after power-on.
 //
 // Two rp2040js limits are handled here:
 // - its UART raises the TX interrupt on every interrupt check, so MicroPython's interrupt-driven UART
@@ -808,8 +813,21 @@ function main() {
     event({ event: 'usb', emu_ns: mcu.clock.nanos, host_ms: performance.now() - t0 });
   };
   cdc.onSerialData = (buffer) => send('R', Buffer.from(buffer));
-  mcu.peripherals[0x40058].onWatchdogTrigger = () => {
-    event({ event: 'reset', reason: 'watchdog' });
+  const wdt = mcu.peripherals[0x40058];
+  if (args['watchdog-reason'] !== undefined) wdt.reason = Number(args['watchdog-reason']) & 3;
+  if (args['watchdog-scratch'] !== undefined) {
+    args['watchdog-scratch'].split(',').slice(0, 8).forEach((v, i) => { wdt.scratchData[i] = Number(v) >>> 0; });
+  }
+  wdt.onWatchdogTrigger = () => {
+    // the chip resets here: its watchdog stops with it (rp2040js's periodic alarm, at a counter of 0, would
+    // otherwise fire again at once, forever, within the same clock tick)
+    wdt.enable = false;
+    wdt.alarm.enable = false;
+    wdt.timer.enable = false;
+    if (finished) return;
+    // REASON: bit 0 the timer ran out, bit 1 FORCE (rp2040js sets it before calling this)
+    event({ event: 'reset', reason: wdt.reason & 1 ? 'watchdog' : 'software', watchdog_reason: wdt.reason,
+            scratch: Array.from(wdt.scratchData), emu_ns: Math.round(mcu.clock.nanos) });
     finish(3);
   };
 
