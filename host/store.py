@@ -1576,7 +1576,8 @@ class Outbox:
                                  (self.dest, source, through))
             self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:  # a write refused for lack of space has rolled it back already
+                self._db.execute("ROLLBACK")
             raise
         self.marks[source] = through
 
