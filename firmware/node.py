@@ -102,10 +102,7 @@ class Node:
             self.eq = EpisodeQueue(c["episodes"], c["summary_s"])
         self.notes = []  # boot-time error lines (a bad model, /node.json or /plant.json): sent once the link is up
         self.upd = None  # a model update's receiver (firmware/update.py), from the first UPDATE frame on
-        try:
-            self.model_file = model_path(prof, c) or "/" + prof["model"]
-        except ValueError:
-            self.model_file = "/" + prof["model"]
+        self._prof_model = prof.get("model") or "draft.mbf"  # the profile's model file: where an update goes
         if key_note:
             self.notice(key_note)
         self.clock = WallClock(now)  # the lines' timestamps (a described plant's; the simulator keeps its own)
@@ -252,7 +249,11 @@ class Node:
                 b[frame.US_STATE] = frame.US_REFUSED
                 self.send(frame.UPSTAT, b, frame.UPSTAT_SIZE)
                 return
-            self.upd = Receiver(self.model_file)
+            try:  # the model it runs (on the filesystem or in ROMFS), else the profile's
+                path = model_path({"model": self._prof_model}, self.cfg) or "/" + self._prof_model
+            except ValueError:  # named in node.json but not on the board
+                path = "/" + self._prof_model
+            self.upd = Receiver(path)
         try:
             line = self.upd.on_frame(buf, off, n)
         except OSError as e:  # a full or failing file system: said, and the gateway begins again later
