@@ -171,15 +171,9 @@ def open_spill(prof, c, path_given, host):
 
 def forget():
     """Drop this module so that its bytecode can be collected (call it when done with it)."""
-    import sys
+    from firmware import drop
 
-    sys.modules.pop("firmware.bootonce", None)
-    pkg = sys.modules.get("firmware")
-    if pkg is not None:
-        try:
-            delattr(pkg, "bootonce")
-        except (AttributeError, KeyError, TypeError):  # already gone (MicroPython raises KeyError)
-            pass
+    drop("bootonce")
 
 
 # ---- the link's key and its signed-frame counter (docs/PROTOCOL.md "Authentication") ----

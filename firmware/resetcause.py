@@ -80,11 +80,7 @@ def reset_cause():
 
 
 def forget():
-    """Drop this module so that its bytecode can be collected (firmware/bootonce.py does the same)."""
-    sys.modules.pop("firmware.resetcause", None)
-    pkg = sys.modules.get("firmware")
-    if pkg is not None:
-        try:
-            delattr(pkg, "resetcause")
-        except (AttributeError, KeyError, TypeError):  # already gone (MicroPython raises KeyError)
-            pass
+    """Drop this module so that its bytecode can be collected (call it when done with it)."""
+    from firmware import drop
+
+    drop("resetcause")
