@@ -486,9 +486,10 @@ class Session:
                 return
             self._hello_refused = False
             held = self.keys is not None and uid and self.keys.keys_for(uid)
-            self._say_once("bad_key", "refused %s on %s: signed with a key %s %s: provision it again with "
-                           "`edgetwin deploy --node`, or copy its entry into %s"
-                           % (who, self.url, keys, "does not hold for it" if held else "has no entry for", keys))
+            self._say_once("bad_key", "refused %s on %s: signed with a key that %s does not hold (%s): provision it "
+                           "again with `edgetwin deploy --node`, or copy its entry into %s"
+                           % (who, self.url, keys, "not its current or previous key" if held
+                              else "it has no entry for that uid", keys))
 
     def _lost_port(self, e: BaseException) -> None:
         self.last_error = str(e)
