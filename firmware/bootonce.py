@@ -7,34 +7,47 @@ from array import array
 from firmware.spill import BLOCK, K_BOOT, K_LINE, K_MARK, K_PLANT, Spill, _u32, rec_size
 
 
-def open_ring(path, want):
-    """The ring file, preallocated to `want` bytes the first time (or extended if a cut left it short)."""
+def _isdir(path):
     try:
-        have = os.stat(path)[6]
+        return os.stat(path)[0] & 0x4000 != 0
     except OSError:
-        have = -1
-    if have != want:  # first use (or another budget): preallocate the whole ring once
-        z = bytearray(512)
-        # shorter (a cut while it was being created or extended): keep what is there, add the rest
-        with open(path, "r+b" if 0 <= have < want else "wb") as f:
-            left = want
-            if 0 <= have < want:
-                f.seek(have)
-                left = want - have
-            while left > 0:
-                k = 512 if left >= 512 else left
-                f.write(z if k == 512 else z[:k])
-                left -= k
-    return open(path, "r+b")
+        return None  # nothing there
 
 
-def start_spill(path, size, block=BLOCK, f=None):
-    """The spill ring in the file at path (firmware/spill.py), ready for this boot: the file opened
-    (created and preallocated the first time), the recovery scan run, the boot number (the highest seen
-    + 1) written as a boot record at once. f: an already open binary file (tests: one that counts writes)."""
-    sp = Spill(path, size, block, f)  # checks size and block before any file is touched
-    if f is None:
-        sp.f = open_ring(path, sp.size)
+def make_ring(path, blocks, block):
+    """The ring's folder with a file per block, each made at full size (zeros) when it is missing, so the
+    room is held from the first boot on; a block file in use holds its records and is left as it is. A
+    single-file ring of an earlier release at `path` is removed first (its lines are not read again), and
+    block files past `blocks` (a smaller budget than before) are removed."""
+    d = _isdir(path)
+    if d is False:
+        os.remove(path)
+        print("NODE spill: %s was a single-file ring (an earlier release): replaced by a folder" % path)
+    if not d:
+        os.mkdir(path)
+    z = bytearray(512)
+    for b in range(blocks):
+        name = "%s/%d" % (path, b)
+        try:
+            os.stat(name)
+        except OSError:
+            with open(name, "wb") as f:
+                left = block
+                while left > 0:
+                    k = 512 if left >= 512 else left
+                    f.write(z if k == 512 else z[:k])
+                    left -= k
+    for n in os.listdir(path):
+        if n.isdigit() and int(n) >= blocks:
+            os.remove("%s/%s" % (path, n))
+
+
+def start_spill(path, size, block=BLOCK, opener=None):
+    """The spill ring in the folder at path (firmware/spill.py), ready for this boot: its block files
+    made the first time, the recovery scan run, the boot number (the highest seen + 1) written as a boot
+    record at once. opener: how block files are opened (tests: one that counts writes)."""
+    sp = Spill(path, size, block, opener)  # checks size and block before any file is touched
+    make_ring(path, sp.blocks, sp.block)
     recover(sp)
     sp.boot = (sp._max_boot % 0xFFFF) + 1  # 1..65535: 0 means "no spill ring" on the wire
     sp._append(K_BOOT, None, 0, 0, 0, 0, 0, 0)
@@ -155,6 +168,9 @@ def unique_id(path, persist=True):
     return u
 
 
+LEGACY = "/spill.bin"  # where releases before the folder ring kept theirs
+
+
 def open_spill(prof, c, path_given, host):
     """The node's spill ring (firmware/spill.py) as node.json / the profile say, or None."""
     size = c["spill_bytes"]
@@ -163,6 +179,9 @@ def open_spill(prof, c, path_given, host):
     if not size or (not path_given and host):  # a node under CPython (tests) spills only where told
         return None
     try:
+        if not host and _isdir(LEGACY) is False:  # an earlier release's ring: its room goes to this one
+            os.remove(LEGACY)
+            print("NODE spill: removed %s (an earlier release's single-file ring; now %s/)" % (LEGACY, c["spill_path"]))
         return start_spill(c["spill_path"], size)
     except (OSError, ValueError) as e:  # no room on the filesystem, a bad size: log without it
         print("NODE spill off: %s (%s, %d bytes)" % (e, c["spill_path"], size))

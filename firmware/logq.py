@@ -35,7 +35,7 @@ class LineQueue:
             h = self.head
             sp = self.spill
             if sp is not None:
-                sp.append(self.buf, h * LINE_MAX, self.lens[h], self.levels[h], self.lseq[h], self.ts[h])
+                sp.append(self.buf, h * LINE_MAX, self.lens[h], self.levels[h], self.lseq[h], self.ts[h], 1)  # LG_SPILLED
             else:
                 self.dropped += 1
             self.head = (h + 1) % self.slots

@@ -10,7 +10,8 @@ It reads /board.json (the profile) and /node.json (optional; keys below), opens 
                    lines into the LineQueue (each numbered: lseq 1, 2, ... per boot); a full queue moves its
                    oldest line to the flash spill ring (firmware/spill.py) instead of dropping it
     link.poll      read, deliver VERDICTs, acks, retransmit, heartbeat, handshake
-    logs           spilled lines first, then queued ones -> LOG frames while the link window has room;
+    logs           the loop's new lines written ahead to the spill ring (one flush, node.json write_ahead), then
+                   the ring's lines, then queued ones -> LOG frames while the link window has room;
                    logging comes first: drafts get the link only when no line is waiting
     annotator      system prompt / episode PROMPT / DRAFT blocks (firmware/annotator.py), when a model is
                    there and no line waits for the link (offline drafting goes on while the link is down);
@@ -95,6 +96,7 @@ class Node:
             self.ctr_end = k[3]
         self.q.spill = self.spill
         self.boot = self.spill.boot if self.spill is not None else 0
+        self.wal = self.spill is not None and c["write_ahead"]  # every line through the ring before it is sent
         self.eq = None  # the episodes waiting for the annotator (firmware/episodes.py), with a model only
         if drafter is not None:
             from firmware.episodes import EpisodeQueue
@@ -370,16 +372,34 @@ class Node:
         self.sent += 1
         return True
 
+    def _commit(self):
+        # Write-ahead: the queued lines go to the flash ring with one flush for all of them, before any of
+        # them is sent or counted in a report, so a power cut loses no line the gateway could have seen.
+        # A line written while the link is down or behind a backlog is flagged as having waited.
+        q = self.q
+        sp = self.spill
+        if not self.wal or not q.count:
+            return
+        f = 0 if self.lk.established and not sp.count else frame.LG_SPILLED
+        while q.count:
+            h = q.head
+            sp.append(q.buf, h * LINE_MAX, q.lens[h], q.levels[h], q.lseq[h], q.ts[h], f, False)
+            q.pop()
+        sp.sync()
+
     def _send_logs(self, now, keep=0):
         # Every free slot of the link window (but `keep`) goes to lines, oldest first: the spill ring holds
         # older lines than the queue (the queue's oldest move there), so it drains first.
+        self._commit()
         q = self.q
         lk = self.lk
         sp = self.spill
         while lk.free_slots() > keep:
             if sp is not None and sp.count and sp.peek():
-                if not self._send_line(sp.rec, sp.text_off, sp.n, sp.level, sp.ts, sp.line_boot, sp.lseq,
-                                       sp.flags | frame.LG_SPILLED):
+                f = sp.flags
+                if sp.line_boot != self.boot:  # sent again after a reboot: it waited, whatever it was
+                    f |= frame.LG_SPILLED
+                if not self._send_line(sp.rec, sp.text_off, sp.n, sp.level, sp.ts, sp.line_boot, sp.lseq, f):
                     return
                 sp.pop()
             elif q.count:
@@ -389,9 +409,11 @@ class Node:
                 q.pop()
             else:
                 break
-        if (sp is not None and not sp.marked and not sp.count and lk.established
-                and self.logs_acked == self.logs_sent):
-            sp.mark()  # every spilled line is with the gateway: a reboot will not send them again
+        if (sp is not None and not sp.marked and lk.established and self.logs_acked == self.logs_sent
+                and (self.wal or not sp.count)):
+            # every line read from the ring is with the gateway: a reboot will not send them again (with
+            # write-ahead the mark lasts from the next flush on: a power cut before it resends a few lines)
+            sp.mark(not self.wal)
 
     def _report(self, now):
         # A level-0 LOG line formatted in place and sent at once, not through the line queue, so it
@@ -403,6 +425,7 @@ class Node:
         # Its lseq is 0: a report is not a numbered line. False: no room, retry.
         if self.lk.free_slots() < 1 or not self.lk.established:
             return False
+        self._commit()  # lines= counts only lines a power cut cannot take
         r = self.rep
         j = self._put_head(r, now, 0, self.boot, 0, 0)
         j = put_bytes(r, j, b"NODE heap=")

@@ -9,7 +9,9 @@ stream false (the memory plan's layout: false / "resident" holds the layers in R
 chose), out_rows 64 (classifier rows per streamed block, from the same plan), tokenizer false (true: prompts
 are shared/episode.py text encoded with the tokenizer the model file carries, read lazily from flash),
 stop_ids [] (token ids that end a note), spill_bytes -1 (the flash spill ring's size: -1 the profile's
-spill_bytes, 0 none), spill_path "/spill.bin", uid_path "/node.uid" (where a board without
+spill_bytes, 0 none), spill_path "/spill" (the ring's folder), write_ahead true (every line goes to the spill ring, flushed,
+before it is sent, so a power cut loses none: a flash write per loop that logs; false: lines spill only when
+the RAM queue is full), uid_path "/node.uid" (where a board without
 machine.unique_id() keeps its generated id), episodes 4 (episodes waiting for the annotator), summary_s 600
 (seconds between summary episodes, 0: none), faults [] ("MACHINE:FAULT[:SEVERITY[:SIGNAL]][@SECOND]" strings:
 faults the simulator develops, the demo's early events), plant "/plant.json" (the compiled plant description
@@ -31,7 +33,8 @@ DEFAULTS = {"seed": 1, "machines": 4, "sample_every": 5, "tick_ms": 1000, "queue
             "model": "", "k": 0, "temperature": 0, "top_k": 4, "max_len": 16, "prompt_max": 48,
             "offline_ms": 4000, "run_s": 0, "window": 8, "window_bytes": 2048, "stream": False, "out_rows": 64,
             "tokenizer": False, "stop_ids": [], "episodes": 4, "summary_s": 600, "faults": []}
-DEFAULTS.update({"spill_bytes": -1, "spill_path": "/spill.bin", "uid_path": "/node.uid"})  # logging, identity
+DEFAULTS.update({"spill_bytes": -1, "spill_path": "/spill", "write_ahead": True,  # logging
+                 "uid_path": "/node.uid"})  # identity
 DEFAULTS["plant"] = "/plant.json"  # the compiled plant description (docs/PLANT.md); absent: the simulator
 DEFAULTS.update({"key_path": "/link.key", "counter_path": "/link.ctr"})  # the link's key, its frame counter
 

@@ -1,12 +1,20 @@
 # spill.py: a ring file on the board's flash that keeps the log lines the link cannot take yet.
 """When the node's RAM line queue is full (link down, or slower than the plant), its oldest line moves
 here instead of being dropped; the node sends from here first when the link has room, so lines leave
-in the order they were logged. docs/NODE.md ("Lossless logging") describes the format and the budget.
+in the order they were logged. With write-ahead (node.json `write_ahead`, on by default) every line comes
+here before it is sent, each loop's new lines in one flush: a power cut then loses no line the gateway may
+have seen or a NODE report counted, and after a reboot the lines past the newest mark go out again (the
+gateway stores each once). docs/NODE.md ("Lossless logging") describes the format, the budget and the
+flash wear.
 
-The file is preallocated once (`size` bytes: `blocks` blocks of `block` bytes, 4096 by default) and
-never grows. Records are appended at increasing offsets within a block and blocks are filled in ring
-order, so within one pass of the ring every byte of the file is written once: a block is overwritten
-only when the ring wraps to it. A record never crosses a block. Each record (little-endian):
+The ring is a folder (`path`) of `blocks` files named 0, 1, ..., each one block of at most `block` bytes
+(4096 by default: a flash erase block), made once at full size so the room is held. Records are appended
+at increasing offsets within a block and blocks are filled in ring order; entering a block empties its
+file first, so every write is an append to the file it goes to. One file per block, not one file for the
+ring: littlefs (the boards' filesystem) keeps a file as a list of blocks that point backwards, so a write
+into the middle of a file rewrites everything after it at the next flush: one file of 640 KB would cost
+up to 160 block erases a record (and as much free room), an appended record in a 4 KB file costs one.
+A record never crosses a block. Each record (little-endian):
 
     off size
     0   1    magic 0xA5
@@ -14,7 +22,8 @@ only when the ring wraps to it. A record never crosses a block. Each record (lit
              4 plant clock (lseq holds the plant seconds reached)
     2   1    n: text bytes (0..LINE_MAX)
     3   1    level
-    4   1    flags (the LOG frame's flags of the line)
+    4   1    flags (the LOG frame's flags of the line: spilled when it waited; a line of an earlier boot is
+             always sent as spilled)
     5   1    0
     6   2    boot: the node's boot number when the line was logged
     8   4    rseq: record number in the ring (consecutive, u30)
@@ -34,7 +43,8 @@ line is ever spilled.
 
 When the writer must enter the block the oldest unread lines are in (the ring is full), that whole
 block's unread lines are given up (`lost`): the oldest lines go first. append/peek/pop allocate
-nothing (one record buffer, one memoryview per aligned record size, readinto)."""
+nothing within a block (one record buffer, one memoryview per aligned record size, readinto); entering
+another block opens its file (a file object, every `block` bytes of lines, collected)."""
 
 from shared import crc32
 from shared.compat import MASK30, const
@@ -74,11 +84,12 @@ class SpillError(ValueError):
 
 
 class Spill:
-    """A ring of `size // block` blocks in the file at `path`. firmware/bootonce.start_spill makes one:
-    it opens the file (created and preallocated if needed), runs the recovery scan and starts a boot, code
-    the node runs once and then drops; this class holds what the loop needs."""
+    """A ring of `size // block` blocks in the folder `path`. firmware/bootonce.start_spill makes one:
+    it makes the block files if needed, runs the recovery scan and starts a boot, code the node runs once
+    and then drops; this class holds what the loop needs. opener(name, mode) opens a block's file (tests
+    pass one that counts writes)."""
 
-    def __init__(self, path, size, block=BLOCK, f=None):
+    def __init__(self, path, size, block=BLOCK, opener=None):
         if not isinstance(size, int) or not isinstance(block, int) or block < 2 * REC_MAX or block & 7:
             raise SpillError("spill block must be a multiple of 8 >= %d, got %r" % (2 * REC_MAX, block))
         nb = size // block
@@ -92,7 +103,11 @@ class Spill:
         mv = memoryview(self.rec)
         self._views = [mv[:k] for k in range(0, REC_MAX + 1, REC_ALIGN)]  # write(view): no slice per record
         self.crc = crc32.new()
-        self.f = f  # the ring file: bootonce.start_spill opens it
+        self.opener = opener or open
+        self.fw = None  # the writer's block file (block fw_b), open for reading and writing
+        self.fw_b = -1
+        self.fr = None  # the reader's, when it reads another block
+        self.fr_b = -1
         # the line read by peek() (valid while self.ready)
         self.ready = False
         self.n = 0
@@ -105,7 +120,7 @@ class Spill:
         # counters
         self.count = 0  # unread lines
         self.lost = 0  # lines given up because the ring was full (the oldest first)
-        self.spilled = 0  # lines written
+        self.spilled = 0  # lines written that waited (flagged spilled)
         self.written = 0  # records written (lines, marks, boots)
         self.recovered = 0  # unread lines found at open
         self.marked = True  # False once a line has been read since the last mark
@@ -114,12 +129,49 @@ class Spill:
 
     # ---- records ----
 
+    def name(self, blk):
+        return "%s/%d" % (self.path, blk)
+
+    def _file(self, blk):
+        # The open file of block blk for reading (None: it has none, an empty block).
+        if blk == self.fw_b:
+            return self.fw
+        if blk != self.fr_b:
+            self._close_reader()
+            try:
+                self.fr = self.opener(self.name(blk), "rb")
+            except OSError:
+                return None
+            self.fr_b = blk
+        return self.fr
+
+    def _close_reader(self):
+        f = self.fr
+        self.fr = None
+        self.fr_b = -1
+        if f is not None:
+            f.close()
+
+    def enter(self, blk, keep):
+        """Make blk the writer's block: its file emptied (keep=False), or kept with its records (a boot
+        resuming there)."""
+        if self.fw is not None:
+            self.fw.close()  # flushes what the last block still held
+            self.fw = None
+            self.fw_b = -1
+        if blk == self.fr_b:
+            self._close_reader()
+        self.fw = self.opener(self.name(blk), "r+b" if keep else "w+b")
+        self.fw_b = blk
+
     def _read(self, blk, off):
         """Read the record at (blk, off) into rec; its rseq if valid, else -1."""
         if off + REC_HDR + REC_CRC > self.block:
             return -1
-        f = self.f
-        f.seek(blk * self.block + off)
+        f = self._file(blk)
+        if f is None:
+            return -1
+        f.seek(off)
         got = f.readinto(self.rec)
         r = self.rec
         if got is None or got < REC_HDR + REC_CRC or r[0] != MAGIC or r[1] < K_LINE or r[1] > K_PLANT:
@@ -134,7 +186,7 @@ class Spill:
             return -1
         return _u32(r, 8)
 
-    def _append(self, kind, src, off, n, level, flags, lseq, ts):
+    def _append(self, kind, src, off, n, level, flags, lseq, ts, sync=True):
         L = rec_size(n)
         if self.ho + L > self.block:  # the next block: if it holds the oldest unread lines, they go
             nb = (self.hb + 1) % self.blocks
@@ -142,6 +194,8 @@ class Spill:
                 self._drop_block()
             self.hb = nb
             self.ho = 0
+        if self.fw_b != self.hb:
+            self.enter(self.hb, self.ho > 0)
         if self.tail == self.head:  # empty: the reader starts at this record
             self.tb = self.hb
             self.to = self.ho
@@ -165,10 +219,11 @@ class Spill:
         c.put(r, REC_HDR + n)
         for i in range(REC_HDR + n + REC_CRC, L):
             r[i] = 0
-        f = self.f
-        f.seek(self.hb * self.block + self.ho)
+        f = self.fw
+        f.seek(self.ho)
         f.write(self._views[L // REC_ALIGN])
-        f.flush()  # a power cut from here on loses nothing written before
+        if sync:
+            f.flush()  # a power cut from here on loses nothing written before
         self.ready = False  # rec was reused: a peeked line must be read again
         self.ho += L
         self.head = (self.head + 1) & MASK30
@@ -194,11 +249,13 @@ class Spill:
 
     # ---- the node's side ----
 
-    def append(self, src, off, n, level, lseq, ts, flags=0):
-        """Keep the line src[off:off+n] (the oldest lines go if the ring is full)."""
-        self._append(K_LINE, src, off, n, level, flags, lseq, ts)
+    def append(self, src, off, n, level, lseq, ts, flags=0, sync=True):
+        """Keep the line src[off:off+n] (the oldest lines go if the ring is full); flags are the LOG flags
+        it is sent with. sync=False leaves the flush to sync(), so that a batch of lines costs one."""
+        self._append(K_LINE, src, off, n, level, flags, lseq, ts, sync)
         self.count += 1
-        self.spilled += 1
+        if flags & 1:  # LG_SPILLED: it waited (a write-ahead line sent at once does not count)
+            self.spilled += 1
 
     def peek(self):
         """True with the oldest unread line in rec / n / level / flags / line_boot / lseq / ts."""
@@ -245,10 +302,17 @@ class Spill:
         """Keep the plant clock (seconds since its start) so that a reboot does not replay its times."""
         self._append(K_PLANT, None, 0, 0, 0, 0, seconds & MASK30, 0)
 
-    def mark(self):
+    def sync(self):
+        """Make every record written so far survive a power cut (a flash write on a board)."""
+        if self.fw is not None:
+            self.fw.flush()
+
+    def mark(self, sync=True):
         """Record that every line read so far has been delivered (the gateway acknowledged them): after
-        a reboot reading starts there. The node writes one per drain, when the ring is empty."""
-        self._append(K_MARK, None, 0, 0, 0, 0, self.tail, 0)
+        a reboot reading starts there. The node writes one whenever every line it sent is acknowledged.
+        sync=False: the next sync() makes it last (until then a reboot sends some lines again, which the
+        gateway stores once)."""
+        self._append(K_MARK, None, 0, 0, 0, 0, self.tail, 0, sync)
         self.marked = True
         if self.count == 0:  # the mark itself is behind the reader
             self.tb = self.hb
@@ -256,7 +320,11 @@ class Spill:
             self.tail = self.head
 
     def close(self):
-        try:
-            self.f.close()
-        except OSError:
-            pass
+        for f in (self.fw, self.fr):
+            try:
+                if f is not None:
+                    f.close()
+            except OSError:
+                pass
+        self.fw = self.fr = None
+        self.fw_b = self.fr_b = -1

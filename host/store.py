@@ -1,6 +1,6 @@
 """The gateway's log store: SQLite in WAL mode with an FTS5 index over the log lines.
 
-What it holds (schema version 4, every table made with the store; a store of any earlier shape is upgraded
+What it holds (schema version 5, every table made with the store; a store of any earlier shape is upgraded
 in place, in one transaction, when a writer opens it, and read as it is by a reader; one of a newer version
 is refused):
 
@@ -13,8 +13,8 @@ is refused):
   delivered again (a retransmission after a gateway restart) is stored once: ``add_log`` returns False.
   Protocol 1.1 lines also carry the node's boot number and line sequence number (``boot``, ``lseq``:
   1, 2, ... per boot; NULL for 1.0 nodes and for the node's own NODE reports) and the LOG flags
-  (``flags``: 1 = the line waited in the node's flash spill ring). (node, boot, lseq) is unique among
-  spilled lines, so a spilled line the node sends again after a reboot is stored once. ``line_gaps(node)`` counts the
+  (``flags``: 1 = the line waited in the node's flash spill ring). (node, boot, lseq) is unique (schema 5;
+  schema 2 to 4: among spilled lines), so a line the node sends again after a reboot is stored once. ``line_gaps(node)`` counts the
   line seqs missing in the store (per boot; a node without a spill ring restarts its seqs at each
   link epoch), ``reported_dropped(node)`` the losses the node itself reported (``dropped=`` of its
   NODE reports), ``line_loss(node)`` both;
@@ -87,7 +87,7 @@ from shared.frame import SIG_COUNTER
 _ALARM_LEVELS = tuple(x.decode() for x in plant_alarms.LEVELS)  # the line's level words (docs/PLANT.md): HI, HIHI, ...
 
 SCHEMA_NAME = "edgetwin-store"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 PEER_COUNTER_BYTES = SIG_COUNTER  # a signed frame's counter (docs/PROTOCOL.md)
 SPAN_KINDS = ("draft", "fix", "unverified")  # who wrote a piece of an annotation (annotations.spans)
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "LEVEL5", "LEVEL6", "LEVEL7")
@@ -159,8 +159,11 @@ _ADDED_COLUMNS = (
 # use (the outbox with the first --mqtt run) or at a schema version; schema 4 makes them all part of
 # the store.
 _ADDED = (
-    # schema 2: a spilled line the node sends again after a reboot is stored once
-    "CREATE UNIQUE INDEX IF NOT EXISTS logs_line ON logs (node, boot, lseq) WHERE flags & 1",
+    # schema 2 stored a spilled line the node sends again after a reboot once (logs_line: unique among lines
+    # flagged spilled); schema 5 among every line with a seq: a node that writes each line to flash before
+    # it sends it sends again after a power cut the lines it had not seen acknowledged, first sent unflagged
+    "DROP INDEX IF EXISTS logs_line",
+    "CREATE UNIQUE INDEX IF NOT EXISTS logs_lseq ON logs (node, boot, lseq) WHERE boot IS NOT NULL AND lseq IS NOT NULL",
     # schema 3: the plant descriptions, by hash (docs/PLANT.md), and the operators' commands queued for nodes
     "CREATE TABLE IF NOT EXISTS plants (hash TEXT PRIMARY KEY, name TEXT NOT NULL, text TEXT NOT NULL, "
     "added_ms INTEGER NOT NULL)",
@@ -575,9 +578,9 @@ class LogStore:
 
     def _upgrade(self) -> None:
         """Bring a store of any earlier shape (schema 1, 2 with or without uid, spans or the outbox, 3 with
-        or without the outbox) to schema 4 in ONE transaction: a crash or an error leaves it as it was. What
+        or without the outbox, 4) to schema 5 in ONE transaction: a crash or an error leaves it as it was. What
         to add is read inside the transaction, so two gateways opening the same old store cannot both add
-        it; every step is safe to run again (a schema-4 store that lacks a table or column gets it)."""
+        it; every step is safe to run again (a schema-5 store that lacks a table or column gets it)."""
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:

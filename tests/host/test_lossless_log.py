@@ -305,3 +305,35 @@ def test_reports_keep_coming_while_lines_wait(tmp_path: Path) -> None:
     assert 0 < st.reported_dropped("n") <= nd.spill.lost
     assert st.reported_dropped("n") <= st.line_gaps("n")  # what was reported as given up is missing
     rig.store.close()
+
+
+@pytest.mark.parametrize("ahead", [True, False])
+def test_a_power_cut_with_lines_in_flight_loses_none_written_ahead(tmp_path: Path, ahead: bool) -> None:
+    # the gateway's end goes quiet (a cable cut), the node keeps logging into frames that are never
+    # acknowledged and into its RAM queue, then the power goes. Written ahead (the default), every line the
+    # node had logged is on flash and comes again after the reboot, stored once; without it the lines in
+    # flight and in RAM die with the power, and nobody can tell they were there.
+    rig = Rig(tmp_path, {"write_ahead": ahead})
+    rig.run(3000)
+    rig.run(250, cut=lambda t: True)
+    first = rig.node
+    boot1, logged = first.boot, first.q.queued
+    waiting = first.logs_sent - first.logs_acked + first.backlog()
+    rig.reboot()
+    rig.run(3000)
+    rig.node.sampler.poll = lambda now: 0
+    rig.drain()
+    st = rig.store
+    rows = [r for r in st.logs("n") if r["lseq"] is not None and r["boot"] == boot1]
+    got = sorted(r["lseq"] for r in rows)
+    print("write_ahead %s: boot %d logged %d lines (%d unacknowledged or queued at the cut), stored %d"
+          % (ahead, boot1, logged, waiting, len(got)))
+    assert waiting >= 8  # a window's worth of frames in flight at least
+    assert len(got) == len(set(got))  # each line once, however often it was sent
+    if ahead:
+        assert got == list(range(1, logged + 1))
+        assert any(r["flags"] & frame.LG_SPILLED for r in rows)  # those sent again say they waited
+        assert st.line_gaps("n") == 0
+    else:
+        assert logged - len(got) >= 8 and got == list(range(1, len(got) + 1))  # the newest are gone, unseen
+    st.close()

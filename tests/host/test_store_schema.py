@@ -1,4 +1,4 @@
-"""The store's one schema version (host/store.py, schema 4) and the way there from every shape a store has had:
+"""The store's one schema version (host/store.py, schema 5) and the way there from every shape a store has had:
 the fixtures of tests/host/fixtures/stores/ (made by tools/formats/store_fixtures.py from the DDL each release
 wrote) upgrade in one transaction keeping every row, read and write afterwards; a reader reads them as they
 are; a newer store is refused in one line. Also the per-node state of a signed link (link_auth)."""
@@ -75,10 +75,10 @@ def test_every_past_shape_upgrades_keeping_every_row_then_reads_and_writes(shape
     st = LogStore(path)  # a gateway opens it: upgraded
     st.close()
     after = _raw(path)
-    assert _meta(path, "version") == str(SCHEMA_VERSION) == "4"
+    assert _meta(path, "version") == str(SCHEMA_VERSION) == "5"
     assert TABLES <= {n for t, n, _ in _schema(path) if t == "table"}
     indexes = {n for t, n, _ in _schema(path) if t == "index"}
-    assert {"logs_line", "commands_pending"} <= indexes and "commands_unsent" not in indexes
+    assert {"logs_lseq", "commands_pending"} <= indexes and not {"commands_unsent", "logs_line"} & indexes
     for table, rows in before.items():
         assert len(after[table]) == len(rows), table
         for old, new in zip(rows, after[table]):
@@ -95,6 +95,8 @@ def test_every_past_shape_upgrades_keeping_every_row_then_reads_and_writes(shape
     assert st.add_log("pump-hall", EP, 100, 1, T0 + 31 * DAY, 2, "2026-12-31T06:00:00Z ALARM HI P-101 seal_leak "
                       "RAISED", boot=8, lseq=1, flags=1)
     assert not st.add_log("pump-hall", EP, 100, 1, T0 + 31 * DAY, 2, "again")  # still unique by (node, epoch, seq)
+    # and by (node, boot, lseq) whatever the flags: a written-ahead line sent again after a power cut
+    assert not st.add_log("pump-hall", EP, 101, 1, T0 + 31 * DAY, 2, "once more", boot=8, lseq=1, flags=0)
     st.add_annotation("pump-hall", T0 + 31 * DAY, T0 + 31 * DAY + 10, "P-101 seal leaking.", True, 4,
                       spans=[("draft", "P-101 seal"), ("fix", " leaking.")])
     assert st.reserve_tx_counter("pump-hall", 64) == 1 and st.peer_counter("hall-3") is None

@@ -13,8 +13,8 @@ from host.usage import Command
 
 HERE = Path(__file__).resolve().parent
 NOT_BENCHES = ("__init__", "commands", "diag_fidelity", "prism_questions", "soak_broker", "soak_relay",
-               "trace_replay")  # diag_fidelity: a diagnosis run by hand, no JSON object; prism_questions: bench
-# prism's questions; soak_broker, soak_relay: bench soak's broker and cable; trace_replay: a helper of bench
+               "spill_lfs", "trace_replay")  # diag_fidelity: a diagnosis run by hand, no JSON object; prism_questions: bench
+# prism's questions; soak_broker, soak_relay: bench soak's broker and cable; spill_lfs: bench spill's MicroPython side; trace_replay: a helper of bench
 # board and the emulator tests
 BENCHES = tuple(sorted(p.stem for p in HERE.glob("*.py") if p.stem not in NOT_BENCHES))
 

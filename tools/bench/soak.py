@@ -36,9 +36,10 @@ one boot); faults_injected and faults_survived per kind (the gateway still runni
 and its lines flowing); committed_tokens (the drafting node's verified annotation tokens in the store) and the
 rate; integrity_ok (PRAGMA integrity_check); outbox_consistent (every event row the outbox marked acknowledged
 reached the subscriber; none left queued at the end). lines_lost_at_power_cut is the part of
-lines_lost_unreported in boots a power cut ended: LOG frames in flight (sent from the RAM queue, not yet
-acknowledged) when the cable and then the power went; the newest lines of such a boot, still in its RAM queue,
-are lost with it and seen by nobody (at most power_cut_ram_lines_max: queue + window). Exit 1 when a goal fails
+lines_lost_unreported in boots a power cut ended: the nodes write every line ahead to their spill rings
+(node.json write_ahead, the default), so it is 0; without write-ahead the LOG frames in flight and the lines
+in the RAM queue when the power went would be lost, seen by nobody (at most power_cut_ram_lines_max: queue +
+window). Exit 1 when a goal fails
 (goals_met says which), 2 for a setup error."""
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ keeps its old shape until a newer gateway opens it, so host/store.py must upgrad
     v3-unsent        schema 3 as first released: the index commands_unsent
     v3               schema 3 as made fresh by the last schema-3 gateway (commands_pending)
     v3-outbox        schema 3 after a first --mqtt run
+    v4               schema 4 (every table made with the store: the outbox, link_auth, logs_pruned)
 
 Small pages (1024 bytes) keep each file a few tens of KB; they are named .sqlite, not .db (which git
 ignores here: a store a run leaves behind). The rows are fixed (no clock, no randomness), so
@@ -160,6 +161,16 @@ CREATE INDEX annotations_node_time ON annotations (node, t0_ms);
 CREATE INDEX commands_pending ON commands (node, id) WHERE done_ms IS NULL;
 INSERT INTO meta VALUES ('schema', 'edgetwin-store'), ('version', '3');
 """
+# schema 4 made fresh (cc71a1e .. cdedf00): schema 3's tables, the outbox, a signed link's state, pruned lines
+V4 = V3.replace("('version', '3')", "('version', '4')") + OUTBOX + """
+CREATE TABLE link_auth (node INTEGER PRIMARY KEY REFERENCES nodes(id), peer_counter BLOB,
+    tx_next INTEGER NOT NULL DEFAULT 1);
+CREATE TABLE logs_pruned (node INTEGER NOT NULL, grp_boot INTEGER NOT NULL, grp_epoch INTEGER NOT NULL,
+    lseqs INTEGER NOT NULL, lseq_hi INTEGER NOT NULL, PRIMARY KEY (node, grp_boot, grp_epoch));
+CREATE TRIGGER logs_ad AFTER DELETE ON logs BEGIN
+    INSERT INTO logs_fts(logs_fts, rowid, text) VALUES ('delete', old.id, old.text);
+END;
+"""
 PENDING = "DROP INDEX commands_unsent; CREATE INDEX commands_pending ON commands (node, id) WHERE done_ms IS NULL;"
 
 SHAPES = {
@@ -172,6 +183,7 @@ SHAPES = {
     "v3-unsent": [V1, UP_1_2, UID, SPANS, UP_2_3],
     "v3": [V3],
     "v3-outbox": [V3, OUTBOX],
+    "v4": [V4],
 }
 
 DAY = 86400000
