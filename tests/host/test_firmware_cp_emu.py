@@ -166,8 +166,8 @@ def test_circuitpython_node_deployed_as_a_user_would_commits_target_greedy_token
              fig["draft_step_us"], fig["plain_step_us"]))
 
 
-# A logs-only plant that logs fast, a RAM queue of 2 lines: with no gateway, nearly every line goes to the
-# spill ring on CIRCUITPY (the two in RAM at the cut are gone with the power, as on any board)
+# A logs-only plant that logs fast, a RAM queue of 2 lines: with no gateway every line goes to the spill ring
+# on CIRCUITPY (written ahead, each loop's lines with one flush: a folder of block files on FAT)
 SPILL_CFG = {"model": None, "tick_ms": 100, "sample_every": 1, "queue": 2, "report_ms": 1000, "spill_bytes": 65536}
 
 
