@@ -197,6 +197,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def _read_init(path: str) -> dict:
+    from safetensors.numpy import load_file
+
+    try:
+        return load_file(path)
+    except Exception as e:  # noqa: BLE001 (safetensors raises its own error type for a bad header)
+        raise DataError("%s: cannot start from these adapters (%s)" % (path, e)) from None
+
+
 def _train(args) -> int:
     import torch
 
@@ -213,6 +222,7 @@ def _train(args) -> int:
         files["val_notes"] = read_jsonl(Path(args.val_notes), ("episodes",))
     if args.val_qa:
         files["val_qa"] = read_jsonl(Path(args.val_qa), ("prompt", "answer"))
+    init = _read_init(args.init) if args.init else None  # before the GGUF: a bad file costs no model load
     gguf = Path(args.gguf) if args.gguf else smollm2_gguf()
     m = load_gguf(gguf)
     tok = qa.bpe_tokenizer(m.tokenizer)
@@ -227,12 +237,10 @@ def _train(args) -> int:
     if args.val_qa:
         val["qa"] = (True, qa_sequences(files["val_qa"], encode, end_id))
     model = TargetLoRA(m.config, m.weights, rank=args.rank, alpha=args.alpha, seed=args.seed, layers=args.layers)
-    if args.init:
-        from safetensors.numpy import load_file
-
+    if init is not None:
         try:
-            model.load_delta(load_file(args.init))
-        except Exception as e:  # noqa: BLE001 (safetensors raises its own error type for a bad header)
+            model.load_delta(init)
+        except Exception as e:  # noqa: BLE001 (a tensor missing or of another shape)
             raise DataError("%s: cannot start from these adapters (%s)" % (args.init, e)) from None
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
