@@ -375,15 +375,13 @@ class Node:
     def _commit(self):
         # Write-ahead: the queued lines go to the flash ring with one flush for all of them, before any of
         # them is sent or counted in a report, so a power cut loses no line the gateway could have seen.
-        # A line written while the link is down or behind a backlog is flagged as having waited.
         q = self.q
         sp = self.spill
         if not self.wal or not q.count:
             return
-        f = 0 if self.lk.established and not sp.count else frame.LG_SPILLED
         while q.count:
             h = q.head
-            sp.append(q.buf, h * LINE_MAX, q.lens[h], q.levels[h], q.lseq[h], q.ts[h], f, False)
+            sp.append(q.buf, h * LINE_MAX, q.lens[h], q.levels[h], q.lseq[h], q.ts[h], 0, False)
             q.pop()
         sp.sync()
 
@@ -396,11 +394,17 @@ class Node:
         sp = self.spill
         while lk.free_slots() > keep:
             if sp is not None and sp.count and sp.peek():
+                # SPILLED says the line waited (the gateway's Sparkplug sends it as historical, and takes a
+                # PLANT line for this boot's only without it): a line of an earlier boot, one the RAM queue
+                # pushed out, or, written ahead, one with more lines behind it than the RAM queue holds (a
+                # queue of its own would have pushed it out too)
                 f = sp.flags
-                if sp.line_boot != self.boot:  # sent again after a reboot: it waited, whatever it was
+                if sp.line_boot != self.boot or sp.count > q.slots:
                     f |= frame.LG_SPILLED
                 if not self._send_line(sp.rec, sp.text_off, sp.n, sp.level, sp.ts, sp.line_boot, sp.lseq, f):
                     return
+                if f & frame.LG_SPILLED:
+                    sp.spilled += 1
                 sp.pop()
             elif q.count:
                 h = q.head

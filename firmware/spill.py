@@ -22,8 +22,8 @@ A record never crosses a block. Each record (little-endian):
              4 plant clock (lseq holds the plant seconds reached)
     2   1    n: text bytes (0..LINE_MAX)
     3   1    level
-    4   1    flags (the LOG frame's flags of the line: spilled when it waited; a line of an earlier boot is
-             always sent as spilled)
+    4   1    flags (the LOG frame's flags of the line: spilled when the RAM queue pushed it out; the node
+             adds it for a line of an earlier boot, or one with more waiting behind it than the queue holds)
     5   1    0
     6   2    boot: the node's boot number when the line was logged
     8   4    rseq: record number in the ring (consecutive, u30)
@@ -120,7 +120,7 @@ class Spill:
         # counters
         self.count = 0  # unread lines
         self.lost = 0  # lines given up because the ring was full (the oldest first)
-        self.spilled = 0  # lines written that waited (flagged spilled)
+        self.spilled = 0  # lines sent flagged spilled (firmware/node.py counts them)
         self.written = 0  # records written (lines, marks, boots)
         self.recovered = 0  # unread lines found at open
         self.marked = True  # False once a line has been read since the last mark
@@ -254,8 +254,6 @@ class Spill:
         it is sent with. sync=False leaves the flush to sync(), so that a batch of lines costs one."""
         self._append(K_LINE, src, off, n, level, flags, lseq, ts, sync)
         self.count += 1
-        if flags & 1:  # LG_SPILLED: it waited (a write-ahead line sent at once does not count)
-            self.spilled += 1
 
     def peek(self):
         """True with the oldest unread line in rec / n / level / flags / line_boot / lseq / ts."""

@@ -717,6 +717,9 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.max_minutes <= 24 * 60:
         ap.error("--max-minutes must be 1..1440")
     t0 = time.monotonic()
+    # a soak stopped with SIGTERM still stops its gateway, boards and broker: a gateway left running follows its
+    # ports by path and would talk into the next programs' ptys
+    signal.signal(signal.SIGTERM, lambda _sig, _frm: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="edgetwin-soak-") as tmp:
         soak = Soak(Path(tmp), args.plant_days, args.tick_ms, args.faults, args.max_minutes * 60)
         try:
