@@ -31,6 +31,8 @@ demo: $(STAMP)
 	$(BIN)/edgetwin demo
 
 test: $(STAMP) emulator-setup mqtt-setup ui-setup systemd-setup circuitpython-unix
+	# the emulated boards' firmware images build on the core the tests leave idle (tools/board/prebuild.py)
+	$(BIN)/python -m tools.board.prebuild --detach
 	$(BIN)/python -m pytest
 
 # Rebuild every shipped model artifact from scratch (long: corpus, distillation, fine-tuning; not part of

@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _make_image(target: str, tarball: Path, what: str) -> None:
-    """`make TARGET` as a user runs it (cached: a current image is reused, a stale one rebuilt). Skipped only
+    """`make TARGET` as a user runs it (cached: a current image is reused, a stale one rebuilt; under the lock
+    tools/board/prebuild.py builds them with beside the tests, so nothing is built twice). Skipped only
     where the vendored sources are absent outside CI; in CI (CI set) they are beside the checkout and their
     absence fails."""
     if not tarball.is_file():
@@ -22,12 +23,17 @@ def _make_image(target: str, tarball: Path, what: str) -> None:
             pytest.fail("CI: no %s in %s (EDGETWIN_VENDOR); CI has the vendored sources beside the checkout"
                         % (tarball.name, tarball.parent))
         pytest.skip("no vendored %s sources in %s (set EDGETWIN_VENDOR)" % (what, tarball.parent))
+    from tools.board import prebuild
+
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     t0 = time.monotonic()
-    proc = subprocess.run(["make", "-C", str(ROOT), target, "PYTHON=" + sys.executable],
-                          env=env, capture_output=True, text=True, timeout=1800)
+    with prebuild.build_lock():  # `make test` builds the images beside the tests: wait for that build, if any
+        t1 = time.monotonic()
+        proc = subprocess.run(["make", "-C", str(ROOT), target, "PYTHON=" + sys.executable],
+                              env=env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    print("make %s: %.1f s" % (target, time.monotonic() - t0))
+    print("make %s: %.1f s (%.1f s waiting for the build beside the tests)"
+          % (target, time.monotonic() - t1, t1 - t0))
 
 
 @pytest.fixture(scope="session")

@@ -24,6 +24,8 @@ picotool, firmware, install. Uses at most $EDGETWIN_JOBS (default 2) parallel jo
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -67,6 +69,24 @@ def default_vendor() -> Path:
 
 def work_dir() -> Path:
     return ROOT / "build" / "vendor"
+
+
+@contextlib.contextmanager
+def file_lock(path: Path):
+    """Hold an exclusive lock on `path` (made if missing), waiting for another holder; dropped when the block
+    ends or the process dies. The firmware images may build beside the tests (tools/board/prebuild.py), and a
+    test may build q4nat (tools/board/natmod_build.py) meanwhile: both unpack these sources and may install the
+    ARM toolchain, which must not run twice at once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+SOURCES_LOCK = ROOT / "build" / "vendor.lock"
 
 
 def out_dir(variant: str = "") -> Path:
@@ -228,6 +248,12 @@ def step_toolchain() -> None:
 
     if present():
         return
+    with file_lock(SOURCES_LOCK):
+        if not present():  # another build may have installed it while this one waited
+            _install_toolchain(present)
+
+
+def _install_toolchain(present) -> None:
     cmd = ["apt-get", "install", "-y", *APT_PACKAGES]
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         raise BuildError("the ARM toolchain is missing; install it with:\n  sudo DEBIAN_FRONTEND=noninteractive "
@@ -246,6 +272,11 @@ def step_toolchain() -> None:
 
 def step_sources(vendor: Path) -> Path:
     """Unpack (or clone) the sources into build/vendor once per sources key; returns that folder."""
+    with file_lock(SOURCES_LOCK):
+        return _sources(vendor)
+
+
+def _sources(vendor: Path) -> Path:
     work = work_dir()
     stamp = work / ".sources"
     key = sources_key(vendor)
