@@ -124,7 +124,7 @@ def test_a_node_logging_through_a_full_store_loses_nothing_and_nothing_twice(tmp
         else:
             wal = Path(str(tmp_path / "g.db") + "-wal").stat().st_size
             limit = _FileSizeLimit(max(wal, SPILL_BYTES) + 8192)
-        assert run(10, lambda: nd.spill.spilled > 100 and gw.store.full != ""), "no spill while full"
+        assert run(10, lambda: nd.spill.count > 100 and gw.store.full != ""), "no spill while full"
         stored_full = gw.store.count_logs()
         run(0.5)
         assert gw.store.count_logs() == stored_full  # nothing more fits, nothing is taken
@@ -144,8 +144,8 @@ def test_a_node_logging_through_a_full_store_loses_nothing_and_nothing_twice(tmp
         t_back = time.monotonic()
         assert run(30, all_in), (gw.store.line_loss(sess.name), last, sess.counts)
         back_s = time.monotonic() - t_back
-        print("STORE-FULL %s: %r; lines %d spilled %d held %d refused writes %d node timeouts %d, all in %.1f s "
-              "after space returned" % (how, said.split(" is full (")[1].split("):")[0], last, nd.spill.spilled,
+        print("STORE-FULL %s: %r; lines %d ring records %d held %d refused writes %d node timeouts %d, all in %.1f s "
+              "after space returned" % (how, said.split(" is full (")[1].split("):")[0], last, nd.spill.written,
                                         sess.counts["held"], gw.store.full_errors, nd.lk.timeouts, back_s))
         assert out.getvalue().count("has room again") == 1 and out.getvalue().count("not acknowledged") == 1
     finally:

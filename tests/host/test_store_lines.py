@@ -62,7 +62,7 @@ def test_a_version_1_store_is_upgraded_in_place(tmp_path: Path) -> None:
     st.add_log("n", EP1, 1, 0, 1000, 1, "an old line")
     st.close()
     db = sqlite3.connect(str(path))  # make it what a version-1 gateway wrote
-    db.executescript("DROP INDEX logs_line; ALTER TABLE nodes DROP COLUMN uid; ALTER TABLE logs DROP COLUMN boot; ALTER TABLE logs DROP COLUMN lseq; "
+    db.executescript("DROP INDEX logs_lseq; ALTER TABLE nodes DROP COLUMN uid; ALTER TABLE logs DROP COLUMN boot; ALTER TABLE logs DROP COLUMN lseq; "
                      "ALTER TABLE logs DROP COLUMN flags; ALTER TABLE logs DROP COLUMN plant; "
                      "ALTER TABLE nodes DROP COLUMN plant; DROP TABLE plants; DROP TABLE commands; "
                      "UPDATE meta SET value='1' WHERE key='version';")
