@@ -181,7 +181,8 @@ def open_spill(prof, c, path_given, host):
     try:
         if not host and _isdir(LEGACY) is False:  # an earlier release's ring: its room goes to this one
             os.remove(LEGACY)
-            print("NODE spill: removed %s (an earlier release's single-file ring; now %s/)" % (LEGACY, c["spill_path"]))
+            print("NODE spill: removed %s (an earlier release's single-file ring; now %s/)"
+                  % (LEGACY, c["spill_path"]))
         return start_spill(c["spill_path"], size)
     except (OSError, ValueError) as e:  # no room on the filesystem, a bad size: log without it
         print("NODE spill off: %s (%s, %d bytes)" % (e, c["spill_path"], size))

@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _make_image(target: str, tarball: Path, what: str) -> None:
-    """`make TARGET` as a user runs it (cached: a current image is reused, a stale one rebuilt; under the lock
-    tools/board/prebuild.py builds them with beside the tests, so nothing is built twice). Skipped only
+    """`make TARGET` as a user runs it (cached: a current image is reused, a stale one rebuilt), under the lock
+    tools/board/prebuild.py holds while it builds the images beside the tests, so nothing is built twice. Skipped only
     where the vendored sources are absent outside CI; in CI (CI set) they are beside the checkout and their
     absence fails."""
     if not tarball.is_file():
