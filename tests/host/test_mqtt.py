@@ -9,12 +9,10 @@ options are one line and exit 2."""
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -27,8 +25,10 @@ import pytest
 from host import mqtt, mqtt_topics
 from host.cli import main
 from host.store import LogStore
+from tools.bench.soak_broker import Broker  # the soak's broker, which these tests start with their own options
 
 ROOT = Path(__file__).resolve().parents[2]
+
 SETUP = "mosquitto is not installed: `make test` installs it (its mqtt-setup step: apt-get install -y mosquitto)"
 
 
@@ -37,60 +37,6 @@ def mosquitto_bin() -> str:
     if path is None:
         pytest.fail(SETUP)  # never a silent skip: the Makefile installs it
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Broker:
-    """A mosquitto of our own on 127.0.0.1:port, persistence in `root`; start/stop/restart on the same port."""
-
-    def __init__(self, root: Path, extra: str = "allow_anonymous true\n") -> None:
-        self.root = root
-        self.extra = extra  # listener options: anonymous access, or TLS, passwords and an ACL
-        self.proc: subprocess.Popen | None = None
-        self.port = 0
-
-    def _conf(self, port: int) -> Path:
-        conf = self.root / "mosquitto.conf"
-        conf.write_text("listener %d 127.0.0.1\n%spersistence true\npersistence_location %s/\n"
-                        "log_dest file %s\nuser %s\n" % (port, self.extra, self.root, self.root / "mosquitto.log",
-                                                          getpass.getuser()))
-        return conf
-
-    def start(self) -> None:
-        """Start it; a restart keeps its port. A port found free may be taken before mosquitto binds it: the
-        first start then tries another one."""
-        why = ""
-        for _ in range(1 if self.port else 5):
-            port = self.port or free_port()
-            log = self.root / "mosquitto.log"
-            self.proc = subprocess.Popen([mosquitto_bin(), "-c", str(self._conf(port))], stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL)
-            t0 = time.monotonic()
-            while time.monotonic() - t0 < 10 and self.proc.poll() is None:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                    self.port = port
-                    return
-                except OSError:
-                    time.sleep(0.05)
-            self.stop()
-            why = log.read_text()[-500:] if log.exists() else "it did not listen"
-        raise RuntimeError("mosquitto would not start: %s" % why)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
 
 
 @pytest.fixture()

@@ -34,18 +34,20 @@ def mosquitto_bin() -> str:
     return path
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 class Broker:
-    """mosquitto on 127.0.0.1:port with persistence in `root`; a restart keeps the port."""
+    """mosquitto on 127.0.0.1:port with persistence in `root`; a restart keeps the port. `extra`: the listener's
+    options (anonymous access, or TLS, passwords and an ACL: the MQTT tests use this class too)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, extra: str = "allow_anonymous true\n") -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self.extra = extra
         self.proc: subprocess.Popen | None = None
         self.port = 0
         self.restarts = 0
@@ -53,10 +55,10 @@ class Broker:
     def start(self) -> None:
         why = ""
         for _ in range(1 if self.port else 5):  # a port found free may be taken before mosquitto binds it
-            port = self.port or _free_port()
+            port = self.port or free_port()
             conf = self.root / "mosquitto.conf"
-            conf.write_text("listener %d 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location %s/\n"
-                            "log_dest file %s\nuser %s\n" % (port, self.root, self.root / "mosquitto.log",
+            conf.write_text("listener %d 127.0.0.1\n%spersistence true\npersistence_location %s/\n"
+                            "log_dest file %s\nuser %s\n" % (port, self.extra, self.root, self.root / "mosquitto.log",
                                                               getpass.getuser()))
             self.proc = subprocess.Popen([mosquitto_bin(), "-c", str(conf)], stdout=subprocess.DEVNULL,
                                          stderr=subprocess.DEVNULL)
@@ -70,7 +72,7 @@ class Broker:
                     time.sleep(0.05)
             self.stop()
             log = self.root / "mosquitto.log"
-            why = log.read_text()[-300:] if log.exists() else "it did not listen"
+            why = log.read_text()[-500:] if log.exists() else "it did not listen"
         raise BrokerError("mosquitto would not start: %s" % why)
 
     def restart(self, down_s: float = 1.0) -> None:
