@@ -105,6 +105,11 @@ class Node:
         self.notes = []  # boot-time error lines (a bad model, /node.json or /plant.json): sent once the link is up
         self.upd = None  # a model update's receiver (firmware/update.py), from the first UPDATE frame on
         self._prof_model = prof.get("model") or "draft.mbf"  # the profile's model file: where an update goes
+        self._prof = (prof["name"], prof["flavour"])  # what a code package must be built for
+        # a code update's trial boot (firmware/codeslot.py): it commits once the gateway adopts our HELLO, or
+        # rolls back if it has not by then
+        self.code_trial = _exists("/code.json") and _exists("/code.switch")
+        self.trial_end = (now + c["code_trial_s"] * 1000) & MASK30
         if key_note:
             self.notice(key_note)
         self.clock = WallClock(now)  # the lines' timestamps (a described plant's; the simulator keeps its own)
@@ -255,7 +260,9 @@ class Node:
                 path = model_path({"model": self._prof_model}, self.cfg) or "/" + self._prof_model
             except ValueError:  # named in node.json but not on the board
                 path = "/" + self._prof_model
-            self.upd = Receiver(path)
+            self.upd = Receiver(path, self._prof[0], self._prof[1])
+        if self.code_trial:  # a BEGIN can come in the poll that adopted the gateway: commit before it is read
+            self._code_commit()
         try:
             line = self.upd.on_frame(buf, off, n)
         except OSError as e:  # a full or failing file system: said, and the gateway begins again later
@@ -265,6 +272,24 @@ class Node:
         if line:
             print("NODE " + line)
             self.notice(line)
+
+    def _code_commit(self):
+        from firmware import codeslot
+
+        self.code_trial = False
+        line = codeslot.commit()
+        print("NODE " + line)
+        self.notice(line)
+
+    def _code_trial(self, now):
+        if self.lk.established:
+            self._code_commit()
+        elif ticks_diff(now, self.trial_end) > 0:  # new code that never reached the gateway: the old one did
+            from firmware import codeslot
+
+            print("NODE " + codeslot.rollback(codeslot._read(codeslot.MARK) or {}, "it did not reach the gateway "
+                                               "in %d s" % self.cfg["code_trial_s"]))
+            codeslot.reset()
 
     def _update_stat(self):
         u = self.upd
@@ -526,6 +551,8 @@ class Node:
                 break
             self.notes_sent += 1
         self._maybe_report(now)  # before the lines: a backlog that lasts never starves the report
+        if self.code_trial:
+            self._code_trial(now)
         if self.upd is not None:
             self._update_stat()
         self._send_logs(now)
@@ -579,6 +606,7 @@ def model_path(prof, cfg):
 
 
 UPDATE_MARK = "/update.json"  # firmware/update.py MARK: a model received over the link waits for its trial
+CODE_NOTE = "/code.note"  # firmware/codeslot.py NOTE
 
 
 def make_drafter(prof, cfg):
@@ -655,6 +683,10 @@ def main(config=CONFIG):
         notes.append("NODE config error: %s; running logs-only with the defaults" % e)
         cfg = {"model": None}
     uart = boardcfg.open_link(prof)
+    if _exists(CODE_NOTE):  # the outcome of a code update's trial, written by firmware/codeslot.py
+        with open(CODE_NOTE) as f:
+            notes.append(f.read())
+        os.remove(CODE_NOTE)
     if _exists(UPDATE_MARK):
         notes.append(__import__("firmware.update", None, None, ("trial",)).trial(prof, cfg, make_drafter))
     d, vocab, tok = None, 0, None

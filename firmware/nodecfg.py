@@ -18,7 +18,8 @@ faults the simulator develops, the demo's early events), plant "/plant.json" (th
 `edgetwin deploy --plant` writes: with it the node logs that plant's inputs, without it the simulator),
 key_path "/link.key" (the link key `edgetwin deploy --node` provisions: with it every frame is signed; without
 it the node runs unsigned, which a gateway refuses unless started with --insecure), counter_path "/link.ctr"
-(where the signed-frame counter is reserved ahead, so it grows across reboots).
+(where the signed-frame counter is reserved ahead, so it grows across reboots), code_trial_s 600 (a code update's
+trial boot that has not reached the gateway this many seconds after boot is rolled back: firmware/codeslot.py).
 
 Every value is checked (RULES; docs/NODE.md): a bad /node.json is a ConfigError naming the file and the key,
 and the node then runs logs-only with the defaults and says why (firmware/node.py main). Boot time only:
@@ -37,6 +38,7 @@ DEFAULTS.update({"spill_bytes": -1, "spill_path": "/spill", "write_ahead": True,
                  "uid_path": "/node.uid"})  # identity
 DEFAULTS["plant"] = "/plant.json"  # the compiled plant description (docs/PLANT.md); absent: the simulator
 DEFAULTS.update({"key_path": "/link.key", "counter_path": "/link.ctr"})  # the link's key, its frame counter
+DEFAULTS["code_trial_s"] = 600  # a code update's trial: its time to reach the gateway
 
 
 
@@ -56,7 +58,8 @@ RULES = {"seed": ("int", 0, 0xFFFFFFFF), "machines": ("int", 1, 16), "sample_eve
          "spill_path": ("path", 0, 0), "uid_path": ("path", 0, 0), "tokenizer": ("bool", 0, 0),
          "stop_ids": ("ids", 0, 16),
          "episodes": ("int", 1, 64), "summary_s": ("int", 0, 86400), "faults": ("faults", 0, 8),
-         "plant": ("path", 0, 0), "key_path": ("path", 0, 0), "counter_path": ("path", 0, 0)}
+         "plant": ("path", 0, 0), "key_path": ("path", 0, 0), "counter_path": ("path", 0, 0),
+         "code_trial_s": ("int", 10, 86400)}
 STREAM_MODES = ("resident", "layer", "phase", "matrix")  # shared/memplan.MODES, without importing the planner
 CONFIG_MAX = const(4096)  # bytes: a longer /node.json is refused before it is parsed
 

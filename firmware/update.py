@@ -12,6 +12,14 @@ falls back at the boot after. If the model loads and drafts one step, commit() m
 over the old filesystem copy) and `/update.done` records the outcome for the gateway's next BEGIN; if not,
 rollback() deletes it and the previous model runs. Imported only when an update frame arrives or a marker
 is there: the node that never updates carries none of this on its heap.
+
+A BEGIN with the CODE flag (protocol 1.4) carries the node's code instead: a package of lib/
+(host/codepkg.py), unpacked into /lib.new as it arrives, only the files that differ from /lib written
+(firmware/ustar.py: each file's hash checked against its line of CODE.sums, whose hash with CODE.json's is
+the BEGIN's; UNFIT when this node could not run it; the resume point, the end of the last whole file, kept
+in CODE_PART every 8 KB), then marked in firmware/codeslot.py's MARK. The boot stub (/codeslot.mpy, which
+main.py runs first) switches to it at the next boot and rolls it back if it fails. A node whose code is
+frozen into its firmware, or that has no boot stub, answers REFUSED.
 """
 import json
 import os
@@ -19,9 +27,13 @@ import os
 from shared import frame
 
 MARK = "/update.json"  # the verified file waiting for the next boot: {"id", "sha", "model", "tries"}
+CODE_MARK = "/code.json"  # firmware/codeslot.py MARK: a verified code package unpacked in /lib.new
 DONE = "/update.done"  # the last outcome: {"id", "sha", "state"} (RUNNING or ROLLED_BACK)
 STAT_EVERY = 8192  # bytes between RECEIVING reports (the gateway's progress and resume point)
 MARGIN = 16384  # flash kept free beside the second slot (littlefs needs blocks to work in)
+CODE_PART = "/code.part"  # a code package under way: {"sha", "size", "at": where its last whole file ended, "n":
+# the files whole there}
+STUBS = ("/codeslot.mpy", "/codeslot.py")  # the boot stub a code update needs (the build puts it at the root)
 
 
 def _size(path):
@@ -78,13 +90,28 @@ def sha256_file(path, n):
     return h.digest()
 
 
-class Receiver:
-    """The node's end of a model update; `model` is the path of the model it runs (or the profile's)."""
+def code_refusal():
+    """Why this node cannot take its code over the link, or None."""
+    if not __file__.startswith("/"):  # frozen modules have no filesystem path
+        return "this node's code is frozen into its firmware: flash a new firmware"
+    for p in STUBS:
+        if _size(p) >= 0:
+            return None
+    return "this node has no code slot (/codeslot.mpy, put there by a deploy of 1.4 or later): deploy it again"
 
-    def __init__(self, model):
-        self.slot = model[4:] if model.startswith("/rom/") else model  # ROMFS is read-only: the copy goes beside
-        self.new = self.slot + ".new"
-        self.part = self.slot + ".part"  # id, size and hash of the transfer in .new (resuming needs them)
+
+class Receiver:
+    """The node's end of an update; `model` is the path of the model it runs (or the profile's); `board` and
+    `flavour` are what a code package must be made for."""
+
+    def __init__(self, model, board="", flavour=""):
+        self.model = model[4:] if model.startswith("/rom/") else model  # ROMFS is read-only: the copy goes beside
+        self.board = board
+        self.flavour = flavour
+        self.code = False  # what the transfer under way carries: a code package (into self.up), or a model
+        self.up = None  # the code package's firmware.ustar.Unpacker while one arrives
+        self.room = 0  # a code package: the flash its files take, checked once CODE.json has come
+        self._slot(self.model)
         self.id = -1
         self.size = 0
         self.sha = b""
@@ -94,6 +121,11 @@ class Receiver:
         self.stat = bytearray(frame.UPSTAT_SIZE)
         self.stat_due = False
         self.reset_due = False  # VERIFIED with UP_REBOOT: reset once the link has acknowledged the UPSTAT
+
+    def _slot(self, path):
+        self.slot = path
+        self.new = path + ".new"
+        self.part = path + ".part"  # id, size and hash of the transfer in .new (resuming needs them)
 
     def _say(self, state, off):
         b = self.stat
@@ -107,6 +139,8 @@ class Receiver:
         if self.f is not None:
             self.f.close()
             self.f = None
+        if self.up is not None:
+            self.up.close()
 
     def on_frame(self, buf, off, n):
         """An UPDATE body (checked by the link); returns a line to log, or None."""
@@ -120,25 +154,38 @@ class Receiver:
             self._say(frame.US_ABORTED, 0)  # not ours (a BEGIN this boot never saw): the gateway begins again
             return None
         if op == frame.UP_ABORT:
-            self._close()
-            _remove(self.new)
-            _remove(self.part)
+            if self.code:
+                self._drop_code(frame.US_ABORTED)
+            else:
+                self._close()
+                _remove(self.new)
+                _remove(self.part)
+                self._say(frame.US_ABORTED, 0)
             self.size = 0
-            self._say(frame.US_ABORTED, 0)
             return "UPDATE aborted id=%d" % uid
-        if self.f is None or at != self.got:  # out of step (a resend after a resume): say where we are
+        if self.f is None and self.up is None or at != self.got:  # out of step (a resend after a resume)
             self._say(frame.US_RECEIVING, self.got)
             return None
         k = n - frame.UP_DATA
         if self.got + k > self.size:
             k = self.size - self.got
-        self.f.write(memoryview(buf)[off + frame.UP_DATA:off + frame.UP_DATA + k])
+        mv = memoryview(buf)[off + frame.UP_DATA:off + frame.UP_DATA + k]
+        if self.up is not None:
+            line = self._feed(mv)
+            if line:
+                return line
+        else:
+            self.f.write(mv)
         before = self.got
         self.got += k
         if self.got >= self.size:
             return self._finish()
         if self.got // STAT_EVERY != before // STAT_EVERY:
-            self.f.flush()
+            if self.up is not None:
+                _write_json(CODE_PART, {"sha": _hex(self.sha), "size": self.size, "at": self.up.at,
+                                        "n": self.up.done})
+            else:
+                self.f.flush()
             self._say(frame.US_RECEIVING, self.got)
         return None
 
@@ -150,10 +197,23 @@ class Receiver:
         if done is not None and done.get("sha") == hx:  # this update already ran its trial boot
             self._say(frame.US_RUNNING if done.get("state") == "running" else frame.US_ROLLED_BACK, size)
             return None
-        mark = _read_json(MARK)
+        code = bool(flags & frame.UP_CODE)
+        if code:
+            why = code_refusal()
+            if why:
+                self._say(frame.US_REFUSED, 0)
+                return "UPDATE refused id=%d: %s" % (uid, why)
+        mark = _read_json(CODE_MARK if code else MARK)
         if mark is not None and mark.get("sha") == hx:
             self._say(frame.US_VERIFIED, size)
             return None
+        if code != self.code:  # the other kind than the last transfer
+            self._close()
+            self.f = self.up = None
+            self.code = code
+            self.sha = b""
+        if code:
+            return self._begin_code(uid, size, sha, hx)
         if self.f is not None and self.sha == sha and self.size == size:
             self._say(frame.US_RECEIVING, self.got)  # the same transfer, begun again (a gateway restart)
             return None
@@ -183,6 +243,8 @@ class Receiver:
         return line
 
     def _finish(self):
+        if self.up is not None:
+            return self._finish_code()
         self._close()
         if sha256_file(self.new, self.size) != self.sha:
             _remove(self.new)
@@ -194,6 +256,100 @@ class Receiver:
         self._say(frame.US_VERIFIED, self.size)
         self.reset_due = bool(self.flags & frame.UP_REBOOT)
         return "UPDATE verified id=%d size=%d: %s at the next boot" % (self.id, self.size, self.slot)
+
+    # ---- a code package (protocol 1.4) ----
+
+    def _begin_code(self, uid, size, sha, hx):
+        from firmware import codeslot, ustar
+
+        if self.up is not None and self.sha == sha and self.size == size:
+            self._say(frame.US_RECEIVING, self.got)  # the same transfer, begun again (a gateway restart)
+            return None
+        self._close()
+        self.sha = sha
+        self.size = size
+        self.room = 0
+        self.up = ustar.Unpacker(codeslot.NEW, hx, self.board, self.flavour, codeslot.CODE)
+        part = _read_json(CODE_PART)
+        line = None
+        if part is not None and part.get("sha") == hx and part.get("size") == size and 0 < part.get("at", 0) < size:
+            try:  # a transfer cut short: its files up to `at` are in /lib.new, CODE.json and CODE.sums among them
+                self.up.resume(part["at"], part.get("n", 0))
+                self.got = part["at"]
+                self.room = 1  # checked when it began: what it wrote since is on flash already
+                line = "UPDATE code resumed id=%d at %d of %d" % (uid, self.got, size)
+            except (OSError, ValueError):
+                self.up.close()
+                self.up = ustar.Unpacker(codeslot.NEW, hx, self.board, self.flavour, codeslot.CODE)
+        if line is None:
+            codeslot.rmtree(codeslot.NEW)
+            free = free_bytes()
+            if MARGIN > free:  # what its files take is known once CODE.sums has come (_feed)
+                self.up = None
+                self._say(frame.US_NO_ROOM, free)
+                return "UPDATE refused id=%d: %d bytes free: no room for any code" % (uid, free)
+            os.mkdir(codeslot.NEW)
+            _write_json(CODE_PART, {"sha": hx, "size": size, "at": 0, "n": 0})
+            self.got = 0
+            line = "UPDATE code begun id=%d size=%d sha=%s into %s" % (uid, size, hx[:16], codeslot.NEW)
+        self._say(frame.US_RECEIVING, self.got)
+        return line
+
+    def _feed(self, mv):
+        # the package's next bytes into its files; a line when it cannot go on
+        from firmware import ustar
+
+        try:
+            self.up.feed(mv)
+        except ustar.BadHash as e:
+            self._drop_code(frame.US_BAD_HASH)
+            return "UPDATE code id=%d: %s; the gateway sends it again" % (self.id, e)
+        except ustar.Unfit as e:
+            self._drop_code(frame.US_UNFIT)
+            return "UPDATE code package id=%d refused: %s" % (self.id, e)
+        if self.up.sums is not None and not self.room:  # CODE.sums is whole: the flash its files take
+            try:
+                bs = os.statvfs("/")[0]
+            except (OSError, AttributeError):
+                bs = 4096
+            try:
+                self.room = self.up.need(bs) + MARGIN
+            except (ustar.Unfit, ValueError, IndexError) as e:
+                self._drop_code(frame.US_UNFIT)
+                return "UPDATE code package id=%d refused: %s" % (self.id, e)
+            free = free_bytes()
+            if self.room > free:
+                n = self.up.changed
+                self._drop_code(frame.US_NO_ROOM, free)
+                return "UPDATE refused id=%d: the files it changes (%d) take %d bytes of flash with the margin, %d " \
+                       "free" % (self.id, n, self.room, free)
+        return None
+
+    def _drop_code(self, state, off=0):
+        from firmware import codeslot
+
+        self._close()
+        self.up = None
+        codeslot.rmtree(codeslot.NEW)
+        _remove(CODE_PART)
+        self._say(state, off)
+
+    def _finish_code(self):
+        from firmware import codeslot, ustar
+
+        try:
+            n = self.up.finish()
+        except ustar.Unfit as e:
+            self._drop_code(frame.US_UNFIT)
+            return "UPDATE code package id=%d refused: %s" % (self.id, e)
+        self.up = None
+        _write_json(CODE_MARK, {"id": self.id, "sha": _hex(self.sha), "tries": 0})
+        _remove(CODE_PART)
+        self._say(frame.US_VERIFIED, self.size)
+        self.reset_due = bool(self.flags & frame.UP_REBOOT)
+        changed = len(codeslot.files(codeslot.NEW)) - len(codeslot.META)  # CODE.json and CODE.sums are there too
+        return "UPDATE code verified id=%d: %d files, %d changed, in /lib.new; switched to at the next boot" % (
+            self.id, n, changed)
 
 
 def _hex(b):

@@ -1,4 +1,5 @@
-"""`edgetwin update --node NAME --model FILE --db DB`: a new draft model for a node, sent over its link.
+"""`edgetwin update --node NAME --model FILE --db DB`: a new draft model for a node, sent over its link;
+`--code BUILD` the node's code instead (a board build's lib/, host/codepkg.py).
 
 The update is queued in the log store (meta 'update:NODE', host/store.py); the gateway serving the node
 sends it in UPDATE frames while the node keeps logging (docs/PROTOCOL.md 3.12). The node writes it to a
@@ -7,7 +8,10 @@ second slot beside the model it runs, checks its SHA-256, and switches to it at 
 (firmware/update.py). A transfer cut by a link cut, a node reboot or a gateway restart goes on from
 what the node holds. The command waits and shows progress until the node runs the new model (or has it
 verified, without `--reboot`), unless `--no-wait`; `--status` shows where the node's update stands and
-`--cancel` drops a queued one. docs/GATEWAY.md "Model updates" says how much flash each board needs.
+`--cancel` drops a queued one. The code goes the same way (protocol 1.4: a node of 1.4 or later, whose code is
+on its filesystem): into /lib.new, switched to at the next boot by the boot stub main.py runs first, kept
+once the new code reaches the gateway, rolled back if it raises, hangs or does not reach it
+(firmware/codeslot.py). docs/GATEWAY.md "Updates over the link" says how much flash each board needs.
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import random
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -23,17 +26,20 @@ from pathlib import Path
 from host.cliargs import check_store
 from host.errors import UserError
 
-HELP = "send a new draft model to a node over its link (second slot, hash checked, rollback)"
+HELP = "send a new draft model or new code to a node over its link (second slot, hash checked, rollback)"
 FINAL_OK = ("running",)
 FINAL_BAD = ("failed", "no_room", "rolled_back")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node", required=True, metavar="NAME", help="the node, by its name in the store")
-    p.add_argument("--model", type=Path, metavar="FILE", help="the new draft model (.mbf, edgetwin convert)")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--model", type=Path, metavar="FILE", help="the new draft model (.mbf, edgetwin convert)")
+    what.add_argument("--code", type=Path, metavar="BUILD", help="the node's new code: a folder `edgetwin build "
+                                                                 "BOARD --node` made (its lib/ is sent)")
     p.add_argument("--db", default="edgetwin.db", help="the gateway's log store (default edgetwin.db)")
-    p.add_argument("--reboot", action="store_true", help="the node resets into the new model once it has it "
-                                                         "(default: it switches at its next boot)")
+    p.add_argument("--reboot", action="store_true", help="the node resets into the new model or code once it has "
+                                                         "it (default: it switches at its next boot)")
     p.add_argument("--no-wait", action="store_true", help="queue it and return")
     p.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
                    help="longest wait (default 3600 s: a model takes minutes at 115200 baud)")
@@ -95,36 +101,45 @@ def run(args: argparse.Namespace) -> int:
             store.set_update_job(args.node, None)
             print("update of node %s dropped%s" % (args.node, "" if job else " (there was none)"))
             return 0
-        if args.model is None:
-            raise UserError("give --model FILE (or --status, --cancel)")
+        if args.model is None and args.code is None:
+            raise UserError("give --model FILE or --code BUILD (or --status, --cancel)")
         if job is not None and job.get("state") in ("queued", "sending"):
             raise UserError("an update of node %s is under way (%s): wait for it, or --cancel it"
                             % (args.node, _line(job)))
-        data = _check_model(args.model)
-        sha = hashlib.sha256(data).hexdigest()
+        if args.code is not None:
+            from host import codepkg
+
+            board = next((n["board_id"] for n in store.nodes() if n["name"] == args.node), "")
+            data, sha, _ = codepkg.pack(args.code, board)  # its hash is CODE.json's (host/codepkg.py)
+            what, suffix, src = "code", ".tar", args.code
+        else:
+            data, what, suffix, src = _check_model(args.model), "model", ".mbf", args.model
+            sha = hashlib.sha256(data).hexdigest()
         # a copy beside the store: the gateway reads it while it sends, whatever happens to the original
         spool = db.parent / (db.name + ".updates")
         spool.mkdir(mode=0o750, exist_ok=True)
-        kept = spool / (sha[:16] + ".mbf")
+        kept = spool / (sha[:16] + suffix)
         if not kept.is_file() or kept.stat().st_size != len(data):
-            shutil.copyfile(args.model, kept)
+            tmp = kept.with_name(kept.name + ".tmp")
+            tmp.write_bytes(data)
+            tmp.replace(kept)
         job = {"id": random.randint(1, 0xFFFF), "file": str(kept.resolve()), "sha": sha, "size": len(data),
                "reboot": bool(args.reboot), "state": "queued", "offset": 0, "tries": 0,
-               "queued_ms": int(time.time() * 1000), "model": str(args.model)}
+               "queued_ms": int(time.time() * 1000), "kind": what, what: str(src)}
         try:
             store.set_update_job(args.node, job)
         except StoreError as e:
             raise UserError(str(e)) from None
-        print("update %d of node %s queued: %s (%s bytes, sha256 %s...)" % (
-            job["id"], args.node, args.model, format(len(data), ","), sha[:16]), file=sys.stderr, flush=True)
+        print("update %d of node %s queued: %s %s (%s bytes, sha256 %s...)" % (
+            job["id"], args.node, what, src, format(len(data), ","), sha[:16]), file=sys.stderr, flush=True)
         if args.no_wait:
             return 0
-        return _wait(store, args.node, job["id"], args.timeout, args.reboot)
+        return _wait(store, args.node, job["id"], args.timeout, args.reboot, what)
     finally:
         store.close()
 
 
-def _wait(store, node: str, uid: int, timeout: float, reboot: bool) -> int:
+def _wait(store, node: str, uid: int, timeout: float, reboot: bool, what: str = "model") -> int:
     end = time.monotonic() + timeout
     said = ""
     step = -1
@@ -139,8 +154,8 @@ def _wait(store, node: str, uid: int, timeout: float, reboot: bool) -> int:
             print(line, file=sys.stderr, flush=True)
             said, step = line, pct // 10 if st == "sending" else step
         if st in FINAL_OK or st == "verified" and not reboot:
-            print("node %s: %s" % (node, "runs the new model" if st == "running" else
-                                   "has the new model, verified; it switches at its next boot"))
+            print("node %s: %s" % (node, "runs the new %s" % what if st == "running" else
+                                   "has the new %s, verified; it switches at its next boot" % what))
             return 0
         if st in FINAL_BAD:
             print("edgetwin update: error: node %s: %s" % (node, line), file=sys.stderr)

@@ -286,7 +286,7 @@ class Session:
 
     def _update_poll(self) -> None:
         lk = self.link
-        if not self.name or not lk.established or lk.peer_minor < frame.MINOR_UPDATE:
+        if not self.name or not lk.established:
             return
         if self._upd is None:
             now = time.monotonic()
@@ -296,21 +296,34 @@ class Session:
             job = self.store.update_job(self.name)
             if job is None or job.get("state") not in UPDATE_ACTIVE:
                 return
+            what = job.get("kind", "model")
+            need = frame.MINOR_CODE if what == "code" else frame.MINOR_UPDATE
+            if lk.peer_minor < need:
+                self._upd = job
+                if what == "code" and job["state"] == "verified":  # it booted the package: older code and protocol
+                    self._update_end(job, "running", "the node runs the package's code (protocol 1.%d)"
+                                     % lk.peer_minor)
+                else:
+                    self._update_end(job, "failed", "the node speaks protocol 1.%d: it takes %s over the link from 1.%d "
+                                     "on; deploy it at the bench (`edgetwin deploy --node`)"
+                                     % (lk.peer_minor, "code" if what == "code" else "a model", need))
+                return
             try:
                 self._upd_file = open(job["file"], "rb")
             except OSError as e:
                 self._upd = job
-                self._update_end(job, "failed", "the model file %s cannot be read: %s" % (job["file"], e.strerror))
+                self._update_end(job, "failed", "the %s file %s cannot be read: %s" % (what, job["file"], e.strerror))
                 return
             self._upd, self._upd_begun, self._upd_next = job, False, None
-            self.notices.append("node %s: sending model update %d (%d bytes, sha256 %s...)"
-                                % (self.name, job["id"], job["size"], job["sha"][:16]))
+            self.notices.append("node %s: sending %s update %d (%d bytes, sha256 %s...)"
+                                % (self.name, what, job["id"], job["size"], job["sha"][:16]))
         job = self._upd
         if not self._upd_begun:
             if lk.free_slots() > 2:
+                flags = (frame.UP_REBOOT if job.get("reboot") else 0) | (
+                    frame.UP_CODE if job.get("kind") == "code" else 0)
                 body = frame_host.pack_body(frame.UPDATE, id=job["id"], op=frame.UP_BEGIN, offset=job["size"],
-                                            flags=frame.UP_REBOOT if job.get("reboot") else 0,
-                                            data=bytes.fromhex(job["sha"]))
+                                            flags=flags, data=bytes.fromhex(job["sha"]))
                 self._upd_begun = lk.send(frame.UPDATE, body)
             return
         if self._upd_next is None or job["state"] not in ("queued", "sending"):
@@ -321,7 +334,7 @@ class Session:
             f.seek(self._upd_next)
             data = f.read(n)
             if not data:
-                self._update_end(job, "failed", "the model file %s is shorter than queued" % job["file"])
+                self._update_end(job, "failed", "the file %s is shorter than queued" % job["file"])
                 return
             body = frame_host.pack_body(frame.UPDATE, id=job["id"], op=frame.UP_CHUNK, flags=0,
                                         offset=self._upd_next, data=data)
@@ -335,6 +348,7 @@ class Session:
         if job is None or f["id"] != job["id"]:
             return
         st, off = f["state"], f["offset"]
+        what = job.get("kind", "model")
         if st == frame.US_RECEIVING:
             if self._upd_next is None:
                 self._upd_next = off  # where the node's copy ends: 0, or the resume point
@@ -343,8 +357,8 @@ class Session:
         elif st == frame.US_VERIFIED:
             job.update(state="verified", offset=job["size"])
             self.store.set_update_job(self.name, job)
-            self.notices.append("node %s: model update %d verified on the node; it switches at its next boot"
-                                % (self.name, job["id"]))
+            self.notices.append("node %s: %s update %d verified on the node; it switches at its next boot"
+                                % (self.name, what, job["id"]))
         elif st == frame.US_BAD_HASH:
             job["tries"] = job.get("tries", 0) + 1
             if job["tries"] >= 3:
@@ -354,15 +368,21 @@ class Session:
                 self.store.set_update_job(self.name, job)
                 self._upd_begun, self._upd_next = False, None
         elif st == frame.US_NO_ROOM:
-            self._update_end(job, "no_room", "the node has %d bytes free, the model needs %d and a margin"
-                             % (off, job["size"]))
+            self._update_end(job, "no_room", "the node has %d bytes free, the %s needs about %d and a margin"
+                             % (off, what, job["size"]))
         elif st == frame.US_RUNNING:
-            self._update_end(job, "running", "the node runs the new model")
+            self._update_end(job, "running", "the node runs the new %s" % what)
         elif st == frame.US_ROLLED_BACK:
-            self._update_end(job, "rolled_back", "the new model failed its trial on the node; the previous one runs")
+            self._update_end(job, "rolled_back", "the new %s failed its trial on the node; the previous one runs (the "
+                             "node's UPDATE line says why)" % what)
         elif st == frame.US_REFUSED:
-            self._update_end(job, "failed", "the node runs the logs-only package (no model, no update code): "
+            self._update_end(job, "failed", "the node cannot take code over the link (its code is frozen into its "
+                             "firmware, or it has no code slot: its UPDATE line says which)" if what == "code" else
+                             "the node runs the logs-only package (no model, no update code): "
                              "deploy it with --node and a model first")
+        elif st == frame.US_UNFIT:
+            self._update_end(job, "failed", "the node cannot run this code package (another board, .mpy version or "
+                             "architecture: its UPDATE line says which); nothing changed on it")
         elif st == frame.US_ABORTED and job["state"] in UPDATE_ACTIVE:
             self._upd_begun, self._upd_next = False, None  # the node lost the transfer (a reboot): begin again
 
@@ -372,7 +392,8 @@ class Session:
         if self._upd_file is not None:
             self._upd_file.close()
         self._upd, self._upd_file, self._upd_next, self._upd_begun = None, None, None, False
-        self.notices.append("node %s: model update %d %s: %s" % (self.name, job["id"], state.replace("_", " "), why))
+        self.notices.append("node %s: %s update %d %s: %s" % (self.name, job.get("kind", "model"), job["id"],
+                                                              state.replace("_", " "), why))
 
     def _commit(self) -> bool:
         """Commit what arrived (before any byte is written); False when the store had no room (_hold)."""

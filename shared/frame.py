@@ -33,13 +33,15 @@ annotator write bodies but no frames, so they import this module only.
 """
 from shared.compat import MASK30, const  # positions, counts and timestamps travel mod 2**30 (small ints)
 
-# major 1, minor 3 (1.1: LOG bodies carry a line sequence number; 1.2: CMD frames, operators' alarm commands;
-# 1.3: UPDATE / UPSTAT frames, a new model sent to the node over the link)
-VERSION = const(0x13)
+# major 1, minor 4 (1.1: LOG bodies carry a line sequence number; 1.2: CMD frames, operators' alarm commands;
+# 1.3: UPDATE / UPSTAT frames, a new model sent to the node over the link; 1.4: UPDATE's CODE flag, the node's
+# code sent the same way, and UPSTAT's UNFIT)
+VERSION = const(0x14)
 VERSION_MAJOR = const(1)
-MINOR = const(3)  # this side's minor; a peer's is the low nibble of its HELLO's version byte
+MINOR = const(4)  # this side's minor; a peer's is the low nibble of its HELLO's version byte
 MINOR_CMD = const(2)  # the first minor that takes CMD frames
 MINOR_UPDATE = const(3)  # the first minor that takes UPDATE frames (and sends UPSTAT)
+MINOR_CODE = const(4)  # the first minor that takes a code package in UPDATE (flag CODE; UPSTAT UNFIT)
 MAX_FRAME = const(1024)  # default cap on a decoded frame (header + body + trailer + CRC)
 MIN_FRAME = const(64)
 MAX_FRAME_LIMIT = const(16384)
@@ -176,6 +178,7 @@ UP_BEGIN = const(1)
 UP_CHUNK = const(2)
 UP_ABORT = const(3)
 UP_REBOOT = const(1)  # flags bit 0 (BEGIN): reset into the new model once it is verified
+UP_CODE = const(2)  # flags bit 1 (BEGIN, 1.4): the file is a code package (a ustar archive of lib/), not a model
 UP_SHA = const(32)
 # UPSTAT body: id u16, state u8, flags u8 (0), offset u32 (u30): the bytes held from 0 (RECEIVING, VERIFIED,
 # RUNNING), or the free bytes the file system has (NO_ROOM)
@@ -190,8 +193,9 @@ US_NO_ROOM = const(4)
 US_RUNNING = const(5)  # booted into it: it loaded and drafted
 US_ROLLED_BACK = const(6)  # booted into it: it failed to load or to draft; the previous model runs
 US_ABORTED = const(7)
-US_REFUSED = const(8)  # this node takes no model (a logs-only package: no model, no update code)
-US_LAST = const(8)
+US_REFUSED = const(8)  # this node takes no model (a logs-only package: no model, no update code), or no code
+US_UNFIT = const(9)  # 1.4: a code package this node cannot run (not a package, another .mpy version or arch)
+US_LAST = const(9)
 # DRAFT body
 _DR_BLOCK = const(0)
 _DR_BASE = const(2)
@@ -327,12 +331,12 @@ def check_body(t, buf, off, n, minor=MINOR):
     if t == CMD:
         return _check_cmd(buf, off, n)
     if t == UPDATE:
-        return _check_update(buf, off, n)
+        return _check_update(buf, off, n, minor)
     if t == UPSTAT:
         if n < UPSTAT_SIZE:
             return BODY_SHORT
         st = buf[off + US_STATE]
-        if st < 1 or st > US_LAST or buf[off + 3] or buf[off + US_OFF + 3] & 0xC0:
+        if st < 1 or st > (US_LAST if minor >= MINOR_CODE else US_REFUSED) or buf[off + 3] or buf[off + US_OFF + 3] & 0xC0:
             return BODY_FIELD
         return BODY_OK if n == UPSTAT_SIZE else BODY_TRAILING
     if t == KVSNAP:
@@ -372,11 +376,12 @@ def _check_cmd(buf, off, n):
     return BODY_OK
 
 
-def _check_update(buf, off, n):
+def _check_update(buf, off, n, minor):
     if n < UP_DATA:
         return BODY_SHORT
     op = buf[off + UP_OP]
-    if op < UP_BEGIN or op > UP_ABORT or buf[off + UP_FLAGS] & 0xFE or buf[off + UP_OFF + 3] & 0xC0:
+    known = UP_REBOOT | UP_CODE if minor >= MINOR_CODE else UP_REBOOT
+    if op < UP_BEGIN or op > UP_ABORT or buf[off + UP_FLAGS] & ~known & 0xFF or buf[off + UP_OFF + 3] & 0xC0:
         return BODY_FIELD
     if op == UP_BEGIN:
         if u32s(buf, off + UP_OFF) == 0:

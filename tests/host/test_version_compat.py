@@ -1,11 +1,11 @@
 """A rollout, both ways: this tree's gateway with the previous release's node, and that release's gateway
 with this tree's node (docs/GATEWAY.md "Rolling out a new version").
 
-The previous release (protocol 1.2; its nodes run unsigned, its gateway takes anything) is
-tests/host/fixtures/release-1.2.tar.xz, made by tools/board/release_fixture.py from git: its logs-only
+The previous release (protocol 1.3: link keys provisioned by deploy, model updates, no code updates) is
+tests/host/fixtures/release-1.3.tar.xz, made by tools/board/release_fixture.py from git: its logs-only
 node package runs on a virtual board of this tree (its sources on the board's filesystem, its own
-/board.json), its gateway is its own `python -m host.cli gateway` run from the extracted tree. The tests
-hold whatever protocol minor this tree speaks: the link negotiates by the minor in HELLO.
+/board.json), unkeyed ("old") and with a key provisioned as its deploy did ("oldkeyed"); its gateway is its
+own `python -m host.cli gateway` run from the extracted tree. The link negotiates by the minor in HELLO.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from shared import frame  # noqa: E402
 from tools.board.vboard import VirtualBoard  # noqa: E402
 
 pytestmark = pytest.mark.slow
-RELEASE = Path(__file__).resolve().parent / "fixtures" / "release-1.2.tar.xz"
-RELEASE_COMMIT = "6e860df"
+RELEASE = Path(__file__).resolve().parent / "fixtures" / "release-1.3.tar.xz"
+RELEASE_COMMIT = "9cfe7d3"
 NODE_CFG = {"tick_ms": 100, "sample_every": 2, "report_ms": 500}
 HEAP = 2 * 196608  # the drafting profile's heap on this 64-bit port (as tests/host/test_link_auth.py)
 REFUSED = "its frames are not signed"  # this gateway's one line for an unsigned node (host/session.py)
@@ -40,7 +40,7 @@ REFUSED = "its frames are not signed"  # this gateway's one line for an unsigned
 @pytest.fixture(scope="module")
 def release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The previous release, extracted: what its node and its gateway run."""
-    root = tmp_path_factory.mktemp("release-1.2")
+    root = tmp_path_factory.mktemp("release-1.3")
     with tarfile.open(RELEASE) as t:
         assert t.pax_headers.get("comment", "").startswith(RELEASE_COMMIT)  # git archive's commit id
         if hasattr(tarfile, "data_filter"):  # Python 3.10.12+, 3.11.4+: nothing outside root, no links out
@@ -56,10 +56,10 @@ def _minor(tree: Path) -> int:
 
 class OldNode:
     """The release's logs-only node on a virtual board: the files its mip package (package-logs.json) puts
-    on a board, its board profile as /board.json, booted into firmware/node.py unsigned (nothing
-    provisioned keys then)."""
+    on a board, its board profile as /board.json, booted into firmware/node.py; unsigned, or with a key in
+    `keys` as that release's `deploy --node` provisioned one (the key file and the unique id are as they were)."""
 
-    def __init__(self, release: Path, root: Path, link_path: Path) -> None:
+    def __init__(self, release: Path, root: Path, link_path: Path, keys: Path | None = None) -> None:
         for _, src in json.loads((release / "package-logs.json").read_text())["urls"]:
             dst = root / "lib" / src
             dst.parent.mkdir(parents=True, exist_ok=True)
@@ -67,6 +67,11 @@ class OldNode:
         shutil.copyfile(release / "boards" / "rp2040_pico.json", root / "board.json")
         (root / "node.json").write_text(json.dumps(dict(NODE_CFG, model=None)))
         (root / "main.py").write_text("import firmware.node as n\nn.main()\n")
+        if keys is not None:
+            from host.linkkeys import KeyFile
+            from tools.board.vnode import provision
+
+            provision(root, KeyFile(keys), root.name)
         self.vb = VirtualBoard("rp2040_pico", root=root, heap_bytes=HEAP)
         self.vb.start()  # boots into main.py: the node runs
         try:
@@ -81,12 +86,12 @@ class OldNode:
 
 
 class OldGateway(gwkit.GatewayProc):
-    """The release's own `edgetwin gateway`, run from the extracted tree (its CLI takes no --keys)."""
+    """The release's own `edgetwin gateway`, run from the extracted tree."""
 
-    def __init__(self, release: Path, ports: list[str], db: Path, status: Path) -> None:
+    def __init__(self, release: Path, ports: list[str], db: Path, status: Path, extra: list[str]) -> None:
         self.release = release
         self.args = [sys.executable, "-m", "host.cli", "gateway", "--db", str(db), "--status", str(status),
-                     "--baud", "921600"]
+                     "--baud", "921600", *extra]
         for p in ports:
             self.args += ["--port", p]
         self.status_path = status
@@ -101,16 +106,18 @@ class OldGateway(gwkit.GatewayProc):
 
 @pytest.fixture(scope="module")
 def nodes(release: Path, tmp_path_factory: pytest.TempPathFactory):
-    """Three virtual boards for the module: the release's node ("old"), this tree's node provisioned with a
-    key ("keyed", in keys.json) and this tree's node deployed without one ("bare")."""
+    """Four virtual boards for the module: the release's node unkeyed ("old") and keyed ("oldkeyed", in
+    keys.json), this tree's node provisioned with a key ("keyed", in keys.json) and this tree's node deployed
+    without one ("bare")."""
     d = tmp_path_factory.mktemp("nodes")
     made = {}
     try:
         made["old"] = OldNode(release, d / "fsOld", d / "old")
+        made["oldkeyed"] = OldNode(release, d / "fsOldkeyed", d / "oldkeyed", keys=d / "keys.json")
         made["keyed"] = gwkit.VNode("rp2040_pico", d / "fsKeyed", d / "keyed", NODE_CFG, heap=HEAP,
                                     keys=d / "keys.json")
         made["bare"] = gwkit.VNode("rp2040_pico", d / "fsBare", d / "bare", NODE_CFG, heap=HEAP)
-        yield {"dir": d, "keys": d / "keys.json", **made}
+        yield {"dir": d, "keys": d / "keys.json", "release": release, **made}
     finally:
         for n in made.values():
             n.close()
@@ -150,8 +157,9 @@ def _stop(gw: gwkit.GatewayProc) -> str:
 
 def test_the_fixture_is_the_previous_minor(release: Path) -> None:
     old = _minor(release)
-    assert old == 2 and frame.MINOR >= old  # 1.2 against this tree's 1.2 (before the bump) or later
-    assert not (release / "host" / "linkkeys.py").exists()  # a release without link keys
+    assert old == 3 and frame.MINOR == old + 1  # the release before this tree's protocol minor
+    assert (release / "host" / "linkkeys.py").exists()  # a release with link keys
+    assert "UP_CODE" not in (release / "shared" / "frame.py").read_text()  # and without code updates
 
 
 def test_this_gateway_refuses_the_previous_node_unless_insecure(nodes: dict, tmp_path: Path) -> None:
@@ -200,6 +208,13 @@ def test_this_gateway_takes_a_keyed_new_node_and_an_unkeyed_old_one_with_insecur
     try:
         st = gw.wait_status(lambda st: _session(st, "old")["logs"] >= 10 and _session(st, "keyed")["logs"] >= 10,
                             timeout=20, what="both nodes' lines")
+        # new code for the old node: it speaks a protocol that takes none, so the update ends at once, said
+        env = dict(os.environ, PYTHONPATH=str(gwkit.ROOT))
+        r = subprocess.run([sys.executable, "-m", "host.cli", "update", "--node", "old", "--db", str(db), "--code",
+                            str(gwkit.x64_build("rp2040_pico")), "--timeout", "30"], cwd=str(gwkit.ROOT), env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1 and "speaks protocol 1.%d: it takes code over the link from 1.%d on" % (
+            _minor(nodes["release"]), frame.MINOR_CODE) in r.stderr, r.stderr
     finally:
         out = _stop(gw)
     assert st["insecure"], st
@@ -215,29 +230,45 @@ def test_this_gateway_takes_a_keyed_new_node_and_an_unkeyed_old_one_with_insecur
         stored.close()
 
 
-def test_the_previous_gateway_takes_an_unkeyed_new_node_not_a_keyed_one(nodes: dict, release: Path,
-                                                                         tmp_path: Path) -> None:
-    db = tmp_path / "old.db"
-    sent = nodes["keyed"].ip.bytes_to_gw
-    gw = OldGateway(release, ["bare=%s" % (nodes["dir"] / "bare"), "keyed=%s" % (nodes["dir"] / "keyed")], db,
-                    tmp_path / "st.json")
+def test_this_gateway_takes_the_previous_node_by_the_key_its_deploy_provisioned(nodes: dict, tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    gw = gwkit.GatewayProc(["oldkeyed=%s" % (nodes["dir"] / "oldkeyed")], db, tmp_path / "st.json",
+                           keys=nodes["keys"])
     try:
-        # a few of the keyed node's HELLO rounds (every 0.5 s) besides the bare node's lines
-        st = gw.wait_status(lambda st: _session(st, "bare")["logs"] >= 20 and st["uptime_s"] >= 3, timeout=20,
-                            what="the new unkeyed node's lines in the previous gateway")
+        st = gw.wait_status(lambda st: _session(st, "oldkeyed")["logs"] >= 10, timeout=20,
+                            what="the previous release's keyed node's lines")
     finally:
         out = _stop(gw)
-    assert "insecure" not in st  # the release's own gateway ran (it knows no link keys)
-    bare, keyed = _session(st, "bare"), _session(st, "keyed")
-    assert bare["established"] and bare["bad_frames"] == 0, bare
-    assert _old_lines(db, "bare") >= 20
-    # a signed node: its frames reach the release's gateway, whose link drops what it holds no key for,
-    # without a word (only the port's line at start names it)
-    assert nodes["keyed"].ip.bytes_to_gw - sent > 100
-    assert not keyed["established"] and keyed["logs"] == 0, keyed
-    assert _old_lines(db, "keyed") == 0
-    assert [ln for ln in out.splitlines() if "keyed" in ln and "plant simulator" not in ln] == [], out
-    assert "node bare connected" in out
+    s = _session(st, "oldkeyed")
+    assert not st["insecure"] and s["auth_unsigned"] == s["auth_bad_key"] == s["auth_replayed"] == 0, s
+    assert REFUSED not in out and _lines(db, "oldkeyed") >= 10
+    stored = LogStore(db, readonly=True)
+    try:  # its lines came signed: the counter of its key is kept
+        assert stored.peer_counter("oldkeyed") is not None
+    finally:
+        stored.close()
+
+
+def test_the_previous_gateway_takes_new_nodes_by_their_keys_and_unkeyed_ones_with_insecure(
+        nodes: dict, release: Path, tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    gw = OldGateway(release, ["bare=%s" % (nodes["dir"] / "bare"), "keyed=%s" % (nodes["dir"] / "keyed")], db,
+                    tmp_path / "st.json", ["--keys", str(nodes["keys"]), "--insecure"])
+    try:
+        st = gw.wait_status(lambda st: _session(st, "bare")["logs"] >= 20 and _session(st, "keyed")["logs"] >= 20,
+                            timeout=20, what="this tree's nodes' lines in the previous gateway")
+    finally:
+        out = _stop(gw)
+    assert st["insecure"], st  # the release's own gateway ran, with link keys
+    for name in ("bare", "keyed"):
+        s = _session(st, name)
+        # the keyed node signs every frame, and only a gateway that holds its key establishes a link with it and
+        # stores its lines. (It talked to another gateway before: the frames still in its window when this one
+        # starts, before its HELLO names the key to check them with, count once as auth_bad_key or replayed,
+        # and go again.)
+        assert s["established"] and s["bad_frames"] == 0 and s["auth_unsigned"] == 0, s
+        assert _old_lines(db, name) >= 20
+        assert "node %s connected" % name in out, out
 
 
 def test_the_fixture_is_what_its_script_makes_from_git(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

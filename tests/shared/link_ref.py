@@ -44,7 +44,7 @@ def ref_cobs(data):
         start = z + 1
 
 
-def ref_frame(ftype, body, seq, ack, epoch, peer, txoff, limit, version=0x13):
+def ref_frame(ftype, body, seq, ack, epoch, peer, txoff, limit, version=0x14):
     """Version-1 frame (header + body + CRC) with struct, epoch and peer as ints."""
     hdr = struct.pack("<BBHHHIIHH", version, ftype, len(body), seq, ack, epoch, peer, txoff, limit)
     raw = hdr + bytes(body)

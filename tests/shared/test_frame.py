@@ -262,9 +262,10 @@ def test_doc_vectors_match_encoder_and_reference():
         saw_full_block = saw_full_block or 0xFF in wire[:2]
     assert saw_zero_run and saw_full_block, "vectors should cover zero runs and a full 254-byte COBS block"
     assert len(names) == len(vectors)
-    # the current version (UPDATE, UPSTAT), 1.2 (CMD), 1.1 (the frames they did not change) and a 1.0 peer's LOG
-    assert versions == set((frame.VERSION, 0x12, 0x11, 0x10)), versions
-    assert {"update_begin", "upstat_receiving"} <= names
+    # the current version (a code package's BEGIN, UNFIT), 1.3 (UPDATE, UPSTAT), 1.2 (CMD), 1.1 (the frames they
+    # did not change) and a 1.0 peer's LOG
+    assert versions == set((frame.VERSION, 0x13, 0x12, 0x11, 0x10)), versions
+    assert {"update_begin", "upstat_receiving", "update_begin_code", "upstat_unfit"} <= names
     # the same line as a 1.1 and a 1.0 body: the 1.1 one carries its line seq, the 1.0 one reads as seq 0
     assert logs["log_signed"]["lseq"] == 42 and logs["log_signed"]["boot"] == 1
     assert logs["log_v10"]["lseq"] == 0 and logs["log_v10"]["text"] == logs["log_signed"]["text"]
@@ -382,7 +383,7 @@ def test_unknown_version_is_dropped_counted_and_reported():
     assert got == [] and dec.err_version == 1 and dec.last_version == 0x21
     e = testkit.raises(frame.FrameError, frame_host.parse, bytes(raw))
     assert "version 0x21" in str(e)
-    raw[0] = 0x13  # a newer minor of major 1 is accepted
+    raw[0] = 0x15  # a newer minor of major 1 is accepted
     crc = binascii.crc32(bytes(raw[:-4]))
     for i in range(4):
         raw[len(raw) - 4 + i] = (crc >> (8 * i)) & 0xFF
@@ -592,8 +593,8 @@ def test_update_bodies_are_checked():
         b[frame.UP_DATA:] = data
         return b
 
-    def chk(b, t=frame.UPDATE):
-        return frame.check_body(t, b, 0, len(b))
+    def chk(b, t=frame.UPDATE, minor=frame.MINOR):
+        return frame.check_body(t, b, 0, len(b), minor)
 
     assert chk(ub()) == frame.BODY_OK and chk(ub(flags=frame.UP_REBOOT)) == frame.BODY_OK
     assert chk(ub(op=frame.UP_CHUNK, data=b"x")) == frame.BODY_OK and chk(ub(op=frame.UP_ABORT, data=b"")) == frame.BODY_OK
@@ -601,7 +602,10 @@ def test_update_bodies_are_checked():
     assert chk(ub(data=bytes(31))) == frame.BODY_SHORT and chk(ub(data=bytes(33))) == frame.BODY_TRAILING
     assert chk(ub(op=frame.UP_CHUNK, data=b"")) == frame.BODY_SHORT
     assert chk(ub(op=frame.UP_ABORT, data=b"x")) == frame.BODY_TRAILING
-    assert chk(ub(op=0)) == frame.BODY_FIELD and chk(ub(op=4)) == frame.BODY_FIELD and chk(ub(flags=2)) == frame.BODY_FIELD
+    assert chk(ub(op=0)) == frame.BODY_FIELD and chk(ub(op=4)) == frame.BODY_FIELD and chk(ub(flags=4)) == frame.BODY_FIELD
+    # CODE (1.4): a code package; a 1.3 gateway cannot have sent it, and a 1.3 node's check refuses it
+    assert chk(ub(flags=frame.UP_CODE | frame.UP_REBOOT)) == frame.BODY_OK
+    assert chk(ub(flags=frame.UP_CODE), minor=3) == frame.BODY_FIELD and chk(ub(flags=1), minor=3) == frame.BODY_OK
     assert chk(ub(off=1 << 30)) == frame.BODY_FIELD and chk(ub()[:7]) == frame.BODY_SHORT
     s = bytearray(frame.UPSTAT_SIZE)
     for st in range(1, frame.US_LAST + 1):
@@ -610,6 +614,8 @@ def test_update_bodies_are_checked():
     for bad in (0, frame.US_LAST + 1):
         s[frame.US_STATE] = bad
         assert chk(s, frame.UPSTAT) == frame.BODY_FIELD
+    s[frame.US_STATE] = frame.US_UNFIT  # 1.4's: from a 1.3 node it is no state at all
+    assert chk(s, frame.UPSTAT) == frame.BODY_OK and chk(s, frame.UPSTAT, 3) == frame.BODY_FIELD
     s[frame.US_STATE] = 1
     s[3] = 1
     assert chk(s, frame.UPSTAT) == frame.BODY_FIELD

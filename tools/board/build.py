@@ -117,7 +117,8 @@ DRAFTING = {"shared/llama.py", "shared/bpe.py", "shared/sptok.py", "shared/unica
             "shared/fixedmath.py", "shared/drafter.py", "shared/mbf.py", "shared/memplan.py", "shared/memfit.py",
             "shared/model_load.py", "shared/ringkv.py", "shared/ringkv_viper.py", "shared/kvsnap.py",
             "shared/specdec.py", "shared/episode.py", "shared/lruk.py", "firmware/annotator.py",
-            "firmware/episodes.py", "firmware/selftest.py", "firmware/update.py"}
+            "firmware/episodes.py", "firmware/selftest.py", "firmware/update.py", "firmware/ustar.py",
+            "firmware/codeslot.py"}  # the update code: the logs-only package takes no update (codeslot.mpy at the root)
 
 
 def sources(flavour: str | None = None, root: Path = ROOT, drafting: bool = True) -> list[Path]:
@@ -152,7 +153,31 @@ def can_draft(prof: dict) -> bool:
     return True
 
 
-NODE_MAIN = "import firmware.node as node\nnode.main()\n"
+# main.py runs the code-update boot stub (firmware/codeslot.py, at the root as codeslot.mpy: an update replaces
+# files under /lib, not it) before the node's code loads, then drops it (about 3 KB of a board's heap), and
+# hands it what the node raised during a trial. A board without the stub (a frozen firmware's code copied by
+# hand) runs the node as before.
+NODE_MAIN = """import sys
+try:
+    import codeslot  # a code update received over the link: switched to, or rolled back
+    codeslot.boot()
+    del codeslot
+except ImportError:
+    pass
+sys.modules.pop("codeslot", None)
+try:
+    import firmware.node as node
+    node.main()
+except Exception as e:
+    try:
+        from codeslot import failed
+    except ImportError:
+        failed = None
+    if failed:
+        failed(e)  # in a code update's trial: the previous code comes back and the board resets
+    raise
+"""
+CODESLOT = ROOT / "firmware" / "codeslot.py"
 # CircuitPython runs code.py at every boot (and main.py only when there is no code.py: the drive's own
 # code.py comes first). boot.py runs before USB is up: remounting CIRCUITPY writable there lets the node
 # write its spill ring and keep its state, and makes the drive read-only to the computer (docs/BOARDS.md:
@@ -298,6 +323,7 @@ def _build_into(out: Path, prof: dict, arch: str, exe: str | None, node_cfg: dic
     (out / "board.json").write_text(json.dumps(board, indent=2) + "\n")
     if node_cfg is not None:
         _add_node(out, prof, node_cfg, model, manifest)
+        manifest["codeslot"] = _add_codeslot(out, arch, exe)
     if plant is not None:
         (out / "plant.json").write_bytes(plant[0])
         manifest["plant"] = plant[1]
@@ -330,6 +356,18 @@ def _compile(src: Path, out: Path, arch: str, exe: str) -> dict:
     hdr = read_mpy_header(dest)
     return {"path": str(dest.relative_to(out)), "bytes": dest.stat().st_size, "native": has_native_code(src),
             "mpy_version": f"{hdr.version}.{hdr.sub_version}", "mpy_arch": hdr.arch}
+
+
+def _add_codeslot(out: Path, arch: str, exe: str | None) -> str:
+    """The code-update boot stub at the build's root (deploy copies it to the board's): its name."""
+    if exe is None:
+        shutil.copyfile(CODESLOT, out / CODESLOT.name)
+        return CODESLOT.name
+    res = subprocess.run([exe, f"-march={arch}", "-o", str(out / "codeslot.mpy"), "-s", "codeslot.py", str(CODESLOT)],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        raise BuildError(f"mpy-cross failed on {CODESLOT.name}:\n{res.stderr.strip()}")
+    return "codeslot.mpy"
 
 
 def _add_native(out: Path, prof: dict, arch: str, manifest: dict) -> None:

@@ -47,7 +47,7 @@ from host.board_profile import venv_exe
 TOOLS = ("mpremote", "ampy")
 # Files at the root of a build folder that go to the board's root (plus any *.mbf model file).
 KEY_PATH = "/link.key"  # the node's link key (firmware/nodecfg.py key_path's default)
-TOP_FILES = ("board.json", "main.py", "code.py", "boot.py", "node.json", "plant.json")
+TOP_FILES = ("board.json", "main.py", "code.py", "boot.py", "node.json", "plant.json", "codeslot.mpy", "codeslot.py")
 REPORT_MARK = "@@EDGETWIN-DEPLOY "
 FROZEN_STALE = ("/lib/shared", "/lib/firmware")  # the packages a frozen firmware carries
 NATIVE_MODULE = "/lib/q4nat.mpy"  # the C kernels (tools/board/build.py): linked at import, never frozen

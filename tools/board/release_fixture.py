@@ -1,18 +1,18 @@
 """The previous release as a test fixture: what its node and its gateway run, from git, in one .tar.xz.
 
 tests/host/test_version_compat.py runs a gateway of this tree against that release's node and the reverse;
-a clean clone has no git history, so the release travels as a file (tests/host/fixtures/release-1.2.tar.xz).
+a clean clone has no git history, so the release travels as a file (tests/host/fixtures/release-1.3.tar.xz).
 It holds, as `git archive` gives them (the commit id is in the archive's pax header):
 
 - the node: the logs-only package the release shipped (its package-logs.json, the mip manifest of
   shared/ and firmware/ sources) and its board profile boards/rp2040_pico.json (a board's /board.json).
   Sources, not its .mpy build: MicroPython compiles them on the board, so the fixture outlives a change of
   the .mpy format;
-- the gateway: host/cli.py and what `edgetwin gateway --port ... --db ... --status ...` imports (logs only:
-  no --model, no --ui, no MQTT), its shared/ modules, and the tools/*/commands.py its pyproject.toml
-  registers, so its CLI loads nothing from the tree it runs beside.
+- the gateway: host/cli.py and what `edgetwin gateway --port ... --db ... --status ... --keys ... --insecure`
+  imports (logs only: no --model, no --ui, no MQTT), its shared/ modules, and the tools/*/commands.py its
+  pyproject.toml registers, so its CLI loads nothing from the tree it runs beside.
 
-    python -m tools.board.release_fixture [--commit 6e860df] [--out tests/host/fixtures/release-1.2.tar.xz]
+    python -m tools.board.release_fixture [--commit 9cfe7d3] [--out tests/host/fixtures/release-1.3.tar.xz]
 
 Run it again only to make the fixture of another release (the file lists below are that release's).
 """
@@ -29,8 +29,8 @@ import tarfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMIT = "6e860df"  # protocol 1.2: link signing existed, nothing provisioned keys (its nodes run unsigned)
-OUT = ROOT / "tests" / "host" / "fixtures" / "release-1.2.tar.xz"
+COMMIT = "9cfe7d3"  # protocol 1.3: link keys provisioned by deploy, model updates over the link, no code updates
+OUT = ROOT / "tests" / "host" / "fixtures" / "release-1.3.tar.xz"
 NODE_MANIFEST = "package-logs.json"  # the release's logs-only package: [target, source] pairs under "urls"
 BOARD = "boards/rp2040_pico.json"
 # What the release's `gateway` imports for a logs-only run (traced with sys.modules on that commit),
@@ -38,12 +38,14 @@ BOARD = "boards/rp2040_pico.json"
 GATEWAY = (
     "pyproject.toml",  # its CLI's development commands (entry points), so they load from here
     "host/__init__.py", "host/board_profile.py", "host/cli.py", "host/cliargs.py", "host/errors.py",
-    "host/usage.py", "host/gateway.py", "host/session.py", "host/store.py", "host/plantdesc.py",
-    "host/plantlines.py", "host/mqtt_topics.py", "host/opcua_args.py", "host/ui/__init__.py", "host/ui/serve.py",
+    "host/usage.py", "host/gateway.py", "host/gateway_config.py", "host/linkkeys.py", "host/sdnotify.py",
+    "host/session.py", "host/store.py", "host/plantdesc.py", "host/plantlines.py", "host/mqtt_topics.py",
+    "host/opcua_args.py", "host/ui/__init__.py", "host/ui/serve.py",
     # host/cli.py imports every product command to build its parser
     "host/cmd_ack.py", "host/cmd_ask.py", "host/cmd_doctor.py", "host/cmd_fleet.py", "host/cmd_gateway.py",
-    "host/cmd_import.py", "host/cmd_plan.py", "host/cmd_plant.py", "host/cmd_ui.py",
-    "shared/crc32_binascii.py", "shared/episode.py", "shared/frame_host.py",
+    "host/cmd_import.py", "host/cmd_plan.py", "host/cmd_plant.py", "host/cmd_store.py", "host/cmd_ui.py",
+    "host/cmd_update.py",
+    "shared/crc32_binascii.py", "shared/episode.py", "shared/frame_host.py", "shared/sha256.py",
     "shared/plant_sim.json",  # the built-in simulator's plant description (no --plant: what the node logs)
     "tools/__init__.py", "tools/bench/__init__.py", "tools/bench/commands.py", "tools/board/__init__.py",
     "tools/board/commands.py", "tools/demo/__init__.py", "tools/demo/commands.py", "tools/formats/__init__.py",
