@@ -30,7 +30,9 @@ package("shared", files=(
 ), base_path="..")
 package("firmware", files=(
     "annotator.py",
+    "codeslot.py",
     "episodes.py",
     "selftest.py",
     "update.py",
+    "ustar.py",
 ), base_path="..")

@@ -37,9 +37,15 @@ def make_ring(path, blocks, block):
                     k = 512 if left >= 512 else left
                     f.write(z if k == 512 else z[:k])
                     left -= k
-    for n in os.listdir(path):
-        if n.isdigit() and int(n) >= blocks:
-            os.remove("%s/%s" % (path, n))
+    # the blocks of a larger ring before, numbered on from `blocks`: found one by one, not by listing the folder
+    # (a 2 MB ring's listing is 512 names at once, a peak of about 20 KB on a board that has just booted)
+    b = blocks
+    while True:
+        try:
+            os.remove("%s/%d" % (path, b))
+        except OSError:
+            break
+        b += 1
 
 
 def start_spill(path, size, block=BLOCK, opener=None):

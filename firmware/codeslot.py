@@ -109,6 +109,11 @@ def files(top, rel=""):
     return out
 
 
+def read_mark():
+    """The marker of the package waiting or under trial ({} when none or unreadable)."""
+    return _read(MARK) or {}
+
+
 def in_trial():
     """True while this boot runs a code package that has not committed yet."""
     return _exists(MARK) and _exists(JOURNAL)
@@ -142,7 +147,7 @@ def boot():
         _switch()
     except Exception as e:  # a file system error: keep (or restore) the code that ran before
         try:
-            rollback(_read(MARK) or {}, "the switch failed: %r" % (e,))
+            rollback(read_mark(), "the switch failed: %r" % (e,))
         except Exception:
             pass
 
@@ -176,7 +181,7 @@ def failed(e):
     if not in_trial():
         return
     try:
-        rollback(_read(MARK) or {}, "it raised %s: %s" % (type(e).__name__, e))
+        rollback(read_mark(), "it raised %s: %s" % (type(e).__name__, e))
     except Exception:
         return
     reset()

@@ -104,12 +104,11 @@ class Node:
             self.eq = EpisodeQueue(c["episodes"], c["summary_s"])
         self.notes = []  # boot-time error lines (a bad model, /node.json or /plant.json): sent once the link is up
         self.upd = None  # a model update's receiver (firmware/update.py), from the first UPDATE frame on
-        self._prof_model = prof.get("model") or "draft.mbf"  # the profile's model file: where an update goes
-        self._prof = (prof["name"], prof["flavour"])  # what a code package must be built for
-        # a code update's trial boot (firmware/codeslot.py): it commits once the gateway adopts our HELLO, or
-        # rolls back if it has not by then
-        self.code_trial = _exists("/code.json") and _exists("/code.switch")
-        self.trial_end = (now + c["code_trial_s"] * 1000) & MASK30
+        self._prof = prof  # what an update must fit: its model file (where a model goes), board and flavour (code)
+        # a code update's trial boot (firmware/codeslot.py): the tick by which the gateway must have adopted our
+        # HELLO, or it rolls back (firmware/update.py code_trial); None: no trial
+        self.code_trial = (now + c["code_trial_s"] * 1000) & MASK30 if _exists("/code.switch") and _exists(
+            "/code.json") else None
         if key_note:
             self.notice(key_note)
         self.clock = WallClock(now)  # the lines' timestamps (a described plant's; the simulator keeps its own)
@@ -256,13 +255,15 @@ class Node:
                 b[frame.US_STATE] = frame.US_REFUSED
                 self.send(frame.UPSTAT, b, frame.UPSTAT_SIZE)
                 return
+            prof = self._prof
+            model = prof.get("model") or "draft.mbf"
             try:  # the model it runs (on the filesystem or in ROMFS), else the profile's
-                path = model_path({"model": self._prof_model}, self.cfg) or "/" + self._prof_model
+                path = model_path({"model": model}, self.cfg) or "/" + model
             except ValueError:  # named in node.json but not on the board
-                path = "/" + self._prof_model
-            self.upd = Receiver(path, self._prof[0], self._prof[1])
-        if self.code_trial:  # a BEGIN can come in the poll that adopted the gateway: commit before it is read
-            self._code_commit()
+                path = "/" + model
+            self.upd = Receiver(path, prof["name"], prof.get("flavour", ""))
+        if self.code_trial is not None:  # a BEGIN can come in the poll that adopted the gateway: commit before it is read
+            __import__("firmware.update", None, None, ("code_trial",)).code_trial(self, ticks_ms())
         try:
             line = self.upd.on_frame(buf, off, n)
         except OSError as e:  # a full or failing file system: said, and the gateway begins again later
@@ -272,24 +273,6 @@ class Node:
         if line:
             print("NODE " + line)
             self.notice(line)
-
-    def _code_commit(self):
-        from firmware import codeslot
-
-        self.code_trial = False
-        line = codeslot.commit()
-        print("NODE " + line)
-        self.notice(line)
-
-    def _code_trial(self, now):
-        if self.lk.established:
-            self._code_commit()
-        elif ticks_diff(now, self.trial_end) > 0:  # new code that never reached the gateway: the old one did
-            from firmware import codeslot
-
-            print("NODE " + codeslot.rollback(codeslot._read(codeslot.MARK) or {}, "it did not reach the gateway "
-                                               "in %d s" % self.cfg["code_trial_s"]))
-            codeslot.reset()
 
     def _update_stat(self):
         u = self.upd
@@ -551,8 +534,8 @@ class Node:
                 break
             self.notes_sent += 1
         self._maybe_report(now)  # before the lines: a backlog that lasts never starves the report
-        if self.code_trial:
-            self._code_trial(now)
+        if self.code_trial is not None:
+            __import__("firmware.update", None, None, ("code_trial",)).code_trial(self, now)
         if self.upd is not None:
             self._update_stat()
         self._send_logs(now)

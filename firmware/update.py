@@ -356,6 +356,26 @@ def _hex(b):
     return "".join("%02x" % x for x in b)
 
 
+# ---- a code update's trial boot ----
+
+def code_trial(node, now):
+    """Called from the node's loop while its boot is a code update's trial (firmware/codeslot.py switched the
+    files in): the new code is kept once the gateway has adopted our HELLO (it can still be told what to do),
+    and rolled back, the board reset, if that has not happened by the tick node.code_trial."""
+    from firmware import codeslot
+    from shared.compat import ticks_diff
+
+    if node.lk.established:
+        node.code_trial = None
+        line = codeslot.commit()
+        print("NODE " + line)
+        node.notice(line)
+    elif ticks_diff(now, node.code_trial) > 0:  # new code that never reached the gateway: the old one did
+        print("NODE " + codeslot.rollback(codeslot.read_mark(), "it did not reach the gateway in %d s"
+                                           % node.cfg["code_trial_s"]))
+        codeslot.reset()
+
+
 # ---- boot ----
 
 def boot_model():

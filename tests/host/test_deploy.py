@@ -163,6 +163,11 @@ def test_deploy_with_mpremote_then_import_on_the_board(vb: VirtualBoard, x64_bui
     stale.parent.mkdir(parents=True)
     stale.write_text("raise ImportError('stale source')\n")
     (vb.fs_root / "notes.txt").write_text("user file outside the package folders: kept\n")
+    # a code update in its trial (firmware/codeslot.py): its rollback would move the old files back over these
+    (vb.fs_root / "lib.old" / "firmware").mkdir(parents=True)
+    (vb.fs_root / "lib.old" / "firmware" / "node.mpy").write_bytes(b"M\x06 the code before the trial")
+    (vb.fs_root / "code.json").write_text('{"id": 1, "sha": "", "tries": 1}')
+    (vb.fs_root / "code.switch").write_text("+firmware/node.mpy\n")
     lines: list[str] = []
     report = deploy.deploy(x64_build, vb.repl_port, progress=lines.append)
     n = len(report["files"])
@@ -171,7 +176,9 @@ def test_deploy_with_mpremote_then_import_on_the_board(vb: VirtualBoard, x64_bui
             ((remote, local.stat().st_size) for local, remote in deploy.build_files(x64_build)[1]), 1)]
     assert "removed stale /lib/shared/profile.py" in lines
     manifest = json.loads((x64_build / "MANIFEST.json").read_text())
-    assert report["removed"] == ["/lib/shared/profile.py"] and not stale.exists()
+    assert report["removed"] == ["/lib/shared/profile.py", "/lib.old/firmware/node.mpy", "/code.json",
+                                 "/code.switch"] and not stale.exists()
+    assert not (vb.fs_root / "lib.old").exists() and not (vb.fs_root / "code.json").exists()
     assert (vb.fs_root / "notes.txt").exists()
     assert {f["path"] for f in report["files"]} == {"/" + f["path"] for f in manifest["files"]} | {"/board.json"}
     for f in report["files"]:  # byte for byte what the build holds

@@ -88,6 +88,20 @@ def test_lines_come_back_in_order_and_survive_a_reopen():
         _rm(p)
 
 
+def test_a_smaller_ring_removes_the_blocks_past_it_and_a_larger_one_adds_them():
+    p = _path("resize")
+    try:
+        bootonce.make_ring(p, 8, BLOCK)
+        assert sorted(int(n) for n in os.listdir(p)) == list(range(8))
+        bootonce.make_ring(p, 3, BLOCK)
+        assert sorted(int(n) for n in os.listdir(p)) == [0, 1, 2]
+        bootonce.make_ring(p, 5, BLOCK)
+        assert sorted(int(n) for n in os.listdir(p)) == list(range(5))
+        assert all(os.stat(p + "/" + n)[6] == BLOCK for n in os.listdir(p))
+    finally:
+        _rm(p)
+
+
 def test_full_ring_gives_up_the_oldest_lines_and_counts_them():
     p = _path("full")
     try:

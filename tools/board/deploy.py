@@ -11,7 +11,9 @@ tools, in as few invocations as the tool allows:
 
 Before copying, files under the build's package folders on the board (/lib/shared, /lib/firmware) that
 the build does not contain are removed: a stale ``.py`` would otherwise shadow the new ``.mpy`` (the
-import system tries ``.py`` first). Afterwards every file is listed back from the board and its size
+import system tries ``.py`` first), and so is any code update received over the link that waits for its
+trial or is in it (/lib.new, /lib.old and their markers: firmware/codeslot.py), which a trial's rollback would
+otherwise move back over the deployed code. Afterwards every file is listed back from the board and its size
 compared with the build; the report also carries the board's heap use after a collect.
 
 `run_on_board(port, code)` runs a snippet and returns what it printed.
@@ -47,6 +49,7 @@ from host.board_profile import venv_exe
 TOOLS = ("mpremote", "ampy")
 # Files at the root of a build folder that go to the board's root (plus any *.mbf model file).
 KEY_PATH = "/link.key"  # the node's link key (firmware/nodecfg.py key_path's default)
+CODESLOT_FILES = ("/codeslot.mpy", "/codeslot.py")  # the code-update boot stub (firmware/codeslot.py)
 TOP_FILES = ("board.json", "main.py", "code.py", "boot.py", "node.json", "plant.json", "codeslot.mpy", "codeslot.py")
 REPORT_MARK = "@@EDGETWIN-DEPLOY "
 FROZEN_STALE = ("/lib/shared", "/lib/firmware")  # the packages a frozen firmware carries
@@ -107,6 +110,19 @@ def _clean(d, keep):
 _keep = set(%(keep)r)
 for _d in %(dirs)r:
     _clean(_d, _keep)
+# a code update received over the link, waiting or in its trial (firmware/codeslot.py): this code replaces it
+for _d in ('/lib.new', '/lib.old'):
+    _clean(_d, ())
+    try:
+        os.rmdir(_d)
+    except OSError:
+        pass
+for _p in ('/code.json', '/code.switch', '/code.switch.tmp', '/code.part'):
+    try:
+        os.remove(_p)
+        print('removed', _p)
+    except OSError:
+        pass
 del _clean, _keep
 """
 
@@ -498,9 +514,10 @@ def _deploy(build_dir, port, tool, timeout, clean, force, progress, frozen, rom,
     manifest, files = build_files(Path(build_dir))
     if key_file is not None:
         files.append((key_file, KEY_PATH))
-    if frozen:  # the firmware carries the code, but not the C kernels: a native module is linked at import
+    if frozen:  # the firmware carries the code, but not the C kernels: a native module is linked at import.
+        # Nor the code-update boot stub: frozen code is replaced by flashing, never over the link
         files = [(local, remote) for local, remote in files
-                 if not remote.startswith("/lib/") or remote == NATIVE_MODULE]
+                 if not remote.startswith("/lib/") and remote not in CODESLOT_FILES or remote == NATIVE_MODULE]
     tool_exe(tool)  # fails early, with install advice
     check_port(port)
     expected = {remote: local.stat().st_size for local, remote in files}
