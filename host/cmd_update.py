@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
             from host import codepkg
 
             board = next((n["board_id"] for n in store.nodes() if n["name"] == args.node), "")
-            data, sha, _ = codepkg.pack(args.code, board)  # its hash is CODE.json's (host/codepkg.py)
+            data, sha, _ = codepkg.pack(args.code, board)  # its hash: CODE.json's and CODE.sums's bytes
             what, suffix, src = "code", ".tar", args.code
         else:
             data, what, suffix, src = _check_model(args.model), "model", ".mbf", args.model

@@ -60,6 +60,8 @@ def pack(build: Path, board: str = "") -> tuple[bytes, str, dict]:
     for p in files:
         if not p.startswith("lib/") or ".." in Path(p).parts:
             raise UserError("--code %s: MANIFEST.json names %s, outside lib/: rebuild" % (build, p))
+        if not p.isprintable() or any(c.isspace() for c in p):  # a CODE.sums line is three words
+            raise UserError("--code %s: MANIFEST.json names %r, a path with spaces: rename it" % (build, p))
         try:
             datas.append((p, (build / p).read_bytes()))
         except OSError as e:

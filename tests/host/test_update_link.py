@@ -267,10 +267,14 @@ def test_code_command_mistakes_are_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "badman"
     bad.mkdir()
     (bad / "MANIFEST.json").write_text("{not json")
+    spaced = tmp_path / "spaced"
+    shutil.copytree(base, spaced)
+    (spaced / "MANIFEST.json").write_text(json.dumps(dict(man, files=man["files"] + [{"path": "lib/a b.mpy"}])))
     for argv, want in ((["--code", str(tmp_path / "none")], "not a board build"),
                        (["--code", str(bad)], "MANIFEST.json cannot be read"),
                        (["--code", str(esp)], "built for board esp32s3_devkitc; the node is rp2040_pico"),
                        (["--code", str(logs)], "logs-only package"),
+                       (["--code", str(spaced)], "a path with spaces"),
                        (["--code", str(base), "--model", str(base)], "not allowed with")):
         r = _run_update(db, *argv, timeout=60)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and want in r.stderr, (argv, r.stderr)
