@@ -368,8 +368,9 @@ class Session:
                 self.store.set_update_job(self.name, job)
                 self._upd_begun, self._upd_next = False, None
         elif st == frame.US_NO_ROOM:
-            self._update_end(job, "no_room", "the node has %d bytes free, the %s needs about %d and a margin"
-                             % (off, what, job["size"]))
+            self._update_end(job, "no_room", "the node has %d bytes free, %s" % (off, (
+                "too few for the files the package changes (its UPDATE line says what they take)" if what == "code"
+                else "the model needs %d and a margin" % job["size"])))
         elif st == frame.US_RUNNING:
             self._update_end(job, "running", "the node runs the new %s" % what)
         elif st == frame.US_ROLLED_BACK:
