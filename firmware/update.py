@@ -17,7 +17,7 @@ A BEGIN with the CODE flag (protocol 1.4) carries the node's code instead: a pac
 (host/codepkg.py), unpacked into /lib.new as it arrives, only the files that differ from /lib written
 (firmware/ustar.py: each file's hash checked against its line of CODE.sums, whose hash with CODE.json's is
 the BEGIN's; UNFIT when this node could not run it; the resume point, the end of the last whole file, kept
-in CODE_PART every 8 KB), then marked in firmware/codeslot.py's MARK. The boot stub (/codeslot.mpy, which
+in codeslot.PART every 8 KB), then marked in firmware/codeslot.py's MARK. The boot stub (/codeslot.mpy, which
 main.py runs first) switches to it at the next boot and rolls it back if it fails. A node whose code is
 frozen into its firmware, or that has no boot stub, answers REFUSED.
 """
@@ -27,12 +27,9 @@ import os
 from shared import frame
 
 MARK = "/update.json"  # the verified file waiting for the next boot: {"id", "sha", "model", "tries"}
-CODE_MARK = "/code.json"  # firmware/codeslot.py MARK: a verified code package unpacked in /lib.new
 DONE = "/update.done"  # the last outcome: {"id", "sha", "state"} (RUNNING or ROLLED_BACK)
 STAT_EVERY = 8192  # bytes between RECEIVING reports (the gateway's progress and resume point)
 MARGIN = 16384  # flash kept free beside the second slot (littlefs needs blocks to work in)
-CODE_PART = "/code.part"  # a code package under way: {"sha", "size", "at": where its last whole file ended, "n":
-# the files whole there}
 STUBS = ("/codeslot.mpy", "/codeslot.py")  # the boot stub a code update needs (the build puts it at the root)
 
 
@@ -181,9 +178,11 @@ class Receiver:
         if self.got >= self.size:
             return self._finish()
         if self.got // STAT_EVERY != before // STAT_EVERY:
-            if self.up is not None:
-                _write_json(CODE_PART, {"sha": _hex(self.sha), "size": self.size, "at": self.up.at,
-                                        "n": self.up.done})
+            if self.up is not None:  # the resume point: where the last whole file ended, and the files whole there
+                from firmware import codeslot
+
+                _write_json(codeslot.PART, {"sha": _hex(self.sha), "size": self.size, "at": self.up.at,
+                                            "n": self.up.done})
             else:
                 self.f.flush()
             self._say(frame.US_RECEIVING, self.got)
@@ -198,12 +197,16 @@ class Receiver:
             self._say(frame.US_RUNNING if done.get("state") == "running" else frame.US_ROLLED_BACK, size)
             return None
         code = bool(flags & frame.UP_CODE)
+        path = MARK
         if code:
             why = code_refusal()
             if why:
                 self._say(frame.US_REFUSED, 0)
                 return "UPDATE refused id=%d: %s" % (uid, why)
-        mark = _read_json(CODE_MARK if code else MARK)
+            from firmware import codeslot
+
+            path = codeslot.MARK
+        mark = _read_json(path)
         if mark is not None and mark.get("sha") == hx:
             self._say(frame.US_VERIFIED, size)
             return None
@@ -270,7 +273,7 @@ class Receiver:
         self.size = size
         self.room = 0
         self.up = ustar.Unpacker(codeslot.NEW, hx, self.board, self.flavour, codeslot.CODE)
-        part = _read_json(CODE_PART)
+        part = _read_json(codeslot.PART)
         line = None
         if part is not None and part.get("sha") == hx and part.get("size") == size and 0 < part.get("at", 0) < size:
             try:  # a transfer cut short: its files up to `at` are in /lib.new, CODE.json and CODE.sums among them
@@ -289,7 +292,7 @@ class Receiver:
                 self._say(frame.US_NO_ROOM, free)
                 return "UPDATE refused id=%d: %d bytes free: no room for any code" % (uid, free)
             os.mkdir(codeslot.NEW)
-            _write_json(CODE_PART, {"sha": hx, "size": size, "at": 0, "n": 0})
+            _write_json(codeslot.PART, {"sha": hx, "size": size, "at": 0, "n": 0})
             self.got = 0
             line = "UPDATE code begun id=%d size=%d sha=%s into %s" % (uid, size, hx[:16], codeslot.NEW)
         self._say(frame.US_RECEIVING, self.got)
@@ -331,7 +334,7 @@ class Receiver:
         self._close()
         self.up = None
         codeslot.rmtree(codeslot.NEW)
-        _remove(CODE_PART)
+        _remove(codeslot.PART)
         self._say(state, off)
 
     def _finish_code(self):
@@ -343,8 +346,8 @@ class Receiver:
             self._drop_code(frame.US_UNFIT)
             return "UPDATE code package id=%d refused: %s" % (self.id, e)
         self.up = None
-        _write_json(CODE_MARK, {"id": self.id, "sha": _hex(self.sha), "tries": 0})
-        _remove(CODE_PART)
+        _write_json(codeslot.MARK, {"id": self.id, "sha": _hex(self.sha), "tries": 0})
+        _remove(codeslot.PART)
         self._say(frame.US_VERIFIED, self.size)
         self.reset_due = bool(self.flags & frame.UP_REBOOT)
         changed = len(codeslot.files(codeslot.NEW)) - len(codeslot.META)  # CODE.json and CODE.sums are there too
