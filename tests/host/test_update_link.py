@@ -44,11 +44,24 @@ def _lines(db: Path, like: str = "") -> list[str]:
         s.close()
 
 
-def _update(db: Path, model: Path, *extra: str) -> subprocess.Popen:
+def _update(db: Path, *argv: str) -> subprocess.Popen:
+    """`edgetwin update --node a --db DB --timeout 120 ARGV...`, running."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.Popen([sys.executable, "-m", "host.cli", "update", "--node", "a", "--model", str(model), "--db",
-                             str(db), "--timeout", "120", *extra], cwd=str(ROOT), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, "-m", "host.cli", "update", "--node", "a", "--db", str(db), "--timeout",
+                             "120", *argv], cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _run_update(db: Path, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """The same, run to its end."""
+    p = _update(db, *argv)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        raise
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
 def _wait(pred, what: str, timeout: float = 60.0):
@@ -77,7 +90,7 @@ def test_model_update_resumes_after_a_link_cut_and_a_power_cut_runs_and_rolls_ba
         gw = gwkit.GatewayProc(["a=%s" % (tmp_path / "a")], db, tmp_path / "st.json", keys=keys)
         gw.wait_status(lambda st: st["sessions"][0]["logs"] > 5, timeout=60, what="the node's lines")
         # 1. a small model: sent, verified, switched to at the next boot, the node logging all along
-        p = _update(db, new)
+        p = _update(db, "--model", str(new))
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
         assert "has the new model, verified" in out and "queued" in err, (out, err)
@@ -89,7 +102,7 @@ def test_model_update_resumes_after_a_link_cut_and_a_power_cut_runs_and_rolls_ba
         assert any(t.startswith("UPDATE model /draft.mbf running") for t in _lines(db, "UPDATE")), _lines(db, "UPDATE")
         assert len(_lines(db)) > n0
         # 2. a big one, its transfer cut twice: the link (unplugged 2 s), then the node's power
-        p = _update(db, big, "--no-wait")
+        p = _update(db, "--model", str(big), "--no-wait")
         assert p.wait(60) == 0
         _wait(lambda: _job(db).get("offset", 0) >= 16384, "the first 16 KB")
         nd.ip.unplug()
@@ -144,12 +157,6 @@ def test_update_command_mistakes_are_one_line(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "host.cli", "update", "--db", str(db), "--node", "a", "--status"],
                        cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "no update for node a" in r.stdout
-
-
-def _run_update(db: Path, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "host.cli", "update", "--node", "a", "--db", str(db), *argv],
-                          cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def _variant(base: Path, out: Path, node_src: str) -> Path:
@@ -209,10 +216,7 @@ def test_code_update_runs_refuses_an_unfit_package_and_rolls_back_code_that_rais
         # 3. good code, with --reboot, its transfer cut by a power cut: sent while the node logs, resumed at the
         # last whole file, verified, switched to, kept once it reaches us
         n0 = len(_lines(db))
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        p = subprocess.Popen([sys.executable, "-m", "host.cli", "update", "--node", "a", "--db", str(db), "--code",
-                              str(good), "--reboot", "--timeout", "120"], cwd=str(ROOT), env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = _update(db, "--code", str(good), "--reboot")
         _wait(lambda: _job(db).get("offset", 0) >= 65536, "the first 64 KB of the code")
         nd.reboot()
         out, err = p.communicate(timeout=120)
