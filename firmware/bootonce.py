@@ -4,7 +4,7 @@
 import os
 from array import array
 
-from firmware.spill import BLOCK, K_BOOT, K_LINE, K_MARK, K_PLANT, Spill, _u32, rec_size
+from firmware.spill import BLOCK, GROUP_BITS, K_BOOT, K_LINE, K_MARK, K_PLANT, Spill, _u32, block_name, rec_size
 
 
 def _isdir(path):
@@ -15,10 +15,12 @@ def _isdir(path):
 
 
 def make_ring(path, blocks, block):
-    """The ring's folder with a file per block, each made at full size (zeros) when it is missing, so the
-    room is held from the first boot on; a block file in use holds its records and is left as it is. A
-    single-file ring of an earlier release at `path` is removed first (its lines are not read again), and
-    block files past `blocks` (a smaller budget than before) are removed."""
+    """The ring's folder with a file per block (firmware/spill.block_name), each made at full size (zeros)
+    when it is missing, so the room is held from the first boot on; a block file in use holds its records and
+    is left as it is. A single-file ring of an earlier release at `path` is removed first (its lines are not
+    read again); the block files of a release that kept them all in the folder itself (`path`/b) are moved
+    into their subfolders, records and all; block files past `blocks` (a smaller budget than before) are
+    removed, and the subfolders they leave empty."""
     d = _isdir(path)
     if d is False:
         os.remove(path)
@@ -27,9 +29,16 @@ def make_ring(path, blocks, block):
         os.mkdir(path)
     z = bytearray(512)
     for b in range(blocks):
-        name = "%s/%d" % (path, b)
+        name = block_name(path, b)
+        if b & ((1 << GROUP_BITS) - 1) == 0 and _isdir(name[:name.rindex("/")]) is None:
+            os.mkdir(name[:name.rindex("/")])
         try:
             os.stat(name)
+            continue
+        except OSError:
+            pass
+        try:
+            os.rename("%s/%d" % (path, b), name)  # the flat folder of the release before: its records move along
         except OSError:
             with open(name, "wb") as f:
                 left = block
@@ -37,15 +46,26 @@ def make_ring(path, blocks, block):
                     k = 512 if left >= 512 else left
                     f.write(z if k == 512 else z[:k])
                     left -= k
-    # the blocks of a larger ring before, numbered on from `blocks`: found one by one, not by listing the folder
-    # (a 2 MB ring's listing is 512 names at once, a peak of about 20 KB on a board that has just booted)
+    # the blocks of a larger ring before, numbered on from `blocks` (either layout): found one by one, not by
+    # listing the folder (a 2 MB ring's listing is 512 names at once, a peak of about 20 KB on a board that has
+    # just booted)
     b = blocks
     while True:
         try:
-            os.remove("%s/%d" % (path, b))
+            os.remove(block_name(path, b))
+        except OSError:
+            try:
+                os.remove("%s/%d" % (path, b))
+            except OSError:
+                break
+        b += 1
+    g = (blocks + (1 << GROUP_BITS) - 1) >> GROUP_BITS
+    while True:
+        try:
+            os.rmdir("%s/g%d" % (path, g))
         except OSError:
             break
-        b += 1
+        g += 1
 
 
 def start_spill(path, size, block=BLOCK, opener=None):

@@ -19,10 +19,27 @@ def _path(name):
 def _rm(p):
     try:
         for n in os.listdir(p):
-            os.remove(p + "/" + n)
+            if n[0] == "g":  # a subfolder of block files
+                for m in os.listdir(p + "/" + n):
+                    os.remove(p + "/" + n + "/" + m)
+                os.rmdir(p + "/" + n)
+            else:
+                os.remove(p + "/" + n)
         os.rmdir(p)
     except OSError:
         pass
+
+
+def _blocks(p):
+    """The ring's block numbers on disk, each checked to be where block_name() says, and its subfolders."""
+    got = []
+    groups = sorted(os.listdir(p))
+    for g in groups:
+        for n in os.listdir(p + "/" + g):
+            b = (int(g[1:]) << spill.GROUP_BITS) + int(n)
+            assert spill.block_name(p, b) == p + "/" + g + "/" + n
+            got.append(b)
+    return sorted(got), len(groups)
 
 
 def _line(i, buf):
@@ -91,13 +108,38 @@ def test_lines_come_back_in_order_and_survive_a_reopen():
 def test_a_smaller_ring_removes_the_blocks_past_it_and_a_larger_one_adds_them():
     p = _path("resize")
     try:
-        bootonce.make_ring(p, 8, BLOCK)
-        assert sorted(int(n) for n in os.listdir(p)) == list(range(8))
+        bootonce.make_ring(p, 40, BLOCK)
+        assert _blocks(p) == (list(range(40)), 3)  # sixteen to a subfolder
+        bootonce.make_ring(p, 20, BLOCK)
+        assert _blocks(p) == (list(range(20)), 2)  # the emptied subfolder goes too
         bootonce.make_ring(p, 3, BLOCK)
-        assert sorted(int(n) for n in os.listdir(p)) == [0, 1, 2]
+        assert _blocks(p) == ([0, 1, 2], 1)
         bootonce.make_ring(p, 5, BLOCK)
-        assert sorted(int(n) for n in os.listdir(p)) == list(range(5))
-        assert all(os.stat(p + "/" + n)[6] == BLOCK for n in os.listdir(p))
+        assert _blocks(p) == (list(range(5)), 1)
+        assert all(os.stat(spill.block_name(p, b))[6] == BLOCK for b in range(5))
+    finally:
+        _rm(p)
+
+
+def test_a_flat_ring_of_the_release_before_moves_into_subfolders_with_its_lines():
+    # the release before kept block b at `path`/b: its block files are moved whole, and their unread lines
+    # come out as they would have
+    p = _path("flat")
+    try:
+        sp = bootonce.start_spill(p, 20 * BLOCK, BLOCK)
+        _fill(sp, 1, 60)
+        sp.close()
+        for b in range(20):
+            os.rename(spill.block_name(p, b), "%s/%d" % (p, b))
+        os.rmdir(p + "/g0")
+        os.rmdir(p + "/g1")
+        for b in (20, 21):  # and that ring was larger
+            with open("%s/%d" % (p, b), "wb") as f:
+                f.write(bytes(BLOCK))
+        sp = bootonce.start_spill(p, 20 * BLOCK, BLOCK)
+        assert sorted(os.listdir(p)) == ["g0", "g1"] and _blocks(p) == (list(range(20)), 2)
+        assert sp.recovered == 60 and _drain(sp) == list(range(1, 61))
+        sp.close()
     finally:
         _rm(p)
 
