@@ -152,10 +152,16 @@ class Rig:
 
     def step(self) -> None:
         with self._lock:
-            self.plant.step()
-            self.lines += [(self.plant.tick, ln) for ln in self.plant.lines()]
+            self.lines += self._advance()
             self._snapshot()
         self._drive_board()
+
+    def _advance(self) -> list[tuple[int, str]]:
+        """One simulated second; the plant's log lines of it as (tick, line). A rig over another simulator
+        (tools/plants/serve.py) overrides this, `_map_machines` and `_snapshot` (which fills `_values` and
+        `_state`, a shared/plant.py PLC state per machine id)."""
+        self.plant.step()
+        return [(self.plant.tick, ln) for ln in self.plant.lines()]
 
     def _drive_board(self) -> None:
         b = self.board
