@@ -2,12 +2,16 @@
 
 Candidates: the store's FTS5 windows (host/store.py); the top K of them by the PRISM reranker
 (host/prism/engine.py); then the target model (SmolLM2 by default) streams an answer that cites the
-windows as [n], and the windows it cited are listed with their node and time span.
+windows as [n]; the answer is checked against the plant's record before it is shown (host/answercheck.py:
+what no line confirms is listed under "Not confirmed by the log", a "nothing of the kind" of the model's is
+replaced by the record's finding), and the windows it cited are listed with their node and time span.
+`--json` prints all of it as one object instead (docs/GATEWAY.md, "Asking").
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -39,6 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "nearest its hit)" % PROMPT_BUDGET)
     p.add_argument("--no-answer", action="store_true", help="only rank and list the windows (no target model)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout and nothing else: the "
+                   "question, the answer, the cited windows with their lines, the claims no log line confirms")
 
 
 def _reranker_dir(arg: str | None) -> str:
@@ -101,6 +107,47 @@ def _span(s, zones: dict) -> str:
                                     s.span().split(" ", 1)[1])
 
 
+def _print_end(out, res: dict, span) -> None:
+    """After the answer: what no line of the log confirms, then where the answer comes from."""
+    out.write("\n\n")
+    if res["unconfirmed"]:
+        out.write("Not confirmed by the log:\n")
+        for c in res["unconfirmed"]:
+            out.write("  - %s: %s\n" % (c.kind, c.describe()))
+    chosen, cited = res["chosen"], res["cited"]
+    if res["by_record"] and res["answer"].startswith("Nothing of the kind"):
+        out.write("Answered from the plant's record: the store holds no line of that kind (%s).\n" % res["how"])
+    elif res["by_record"]:  # a count, the alarms still active, a summary (host/askrecord.py): its lines first
+        rested = chosen[:res.get("pinned", 0)]
+        out.write("Answered from the plant's record (%s)%s\n" % (res["how"].split(": ", 1)[-1],
+                                                                 "; the lines it rests on:" if rested else "."))
+        for s in rested:
+            out.write("  [%d] %s\n" % (s.n, span(s)))
+    elif cited:
+        out.write("Sources cited:\n")
+        for s in cited:
+            out.write("  [%d] %s\n" % (s.n, span(s)))
+    else:
+        out.write("The answer cites no window; it was given [1]..[%d] above.\n" % len(chosen))
+
+
+def _as_json(res: dict, span) -> dict:
+    """`ask --json`'s one object: the question, the answer (checked; null with --no-answer) and the model's own
+    text, the cited windows with their lines (the windows it was given, "cited": false, where it cites none),
+    the claims no line confirms, every claim, how the windows were found, the timings."""
+    cited = res["cited"]
+
+    def source(s, was_cited: bool) -> dict:
+        return {"n": s.n, "node": s.node, "span": span(s), "cited": was_cited, "relevance": round(s.prob, 3),
+                "lines": [ln for ln in s.text.strip().splitlines() if ln.strip()]}
+
+    return {"question": res["question"], "answer": res["answer"], "said": res["said"],
+            "sources": [source(s, True) for s in cited] or [source(s, False) for s in res["chosen"]],
+            "unconfirmed": [c.as_dict() for c in res["unconfirmed"]],
+            "claims": [c.as_dict() for c in res["claims"]],
+            "by_record": res["by_record"], "matched": res["matched"], "how": res["how"], "times": res["times"]}
+
+
 def run(args: argparse.Namespace) -> int:
     import time
 
@@ -143,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     def report(kind: str, data) -> None:
         if kind == "progress":
             progress(data)
-        elif kind == "chosen":
+        elif kind == "chosen" and not args.json:
             found, chosen, ranking = data
             if not found.matched:
                 out.write("note: %s\n" % found.how)
@@ -157,11 +204,9 @@ def run(args: argparse.Namespace) -> int:
                 out.write("  [%d] %s  (relevance %.3f)\n" % (s.n, span(s), s.prob))
                 out.write(_window_text(s.text))
             out.flush()
-        elif kind == "text":
-            if not state["answer_started"]:
-                out.write("\nAnswer: ")
-                state["answer_started"] = True
-            out.write(data)
+        elif kind == "text" and not args.json:  # the answer, checked against the record ("draft": the model's)
+            out.write("\nAnswer: %s" % data)
+            state["answer_started"] = True
             out.flush()
 
     try:
@@ -174,23 +219,18 @@ def run(args: argparse.Namespace) -> int:
             prism.close()
     except (qa.QAError, PrismModelError, PrismInputError) as e:
         raise UserError(str(e)) from None
+    if args.json:
+        out.write(json.dumps(_as_json(res, span), ensure_ascii=False) + "\n")
+        out.flush()
+    elif target is not None:
+        if not state["answer_started"]:
+            out.write("\nAnswer: ")
+        _print_end(out, res, span)
     if target is None:
         return 0
-    if not state["answer_started"]:
-        out.write("\nAnswer: ")
-    out.write("\n\n")
-    chosen, cited = res["chosen"], res["cited"]
-    if res["by_record"]:
-        out.write("Answered from the plant's record: the store holds no line of that kind (%s).\n" % res["how"])
-    elif cited:
-        out.write("Sources cited:\n")
-        for s in cited:
-            out.write("  [%d] %s\n" % (s.n, span(s)))
-    else:
-        out.write("The answer cites no window; it was given [1]..[%d] above.\n" % len(chosen))
     t = res["times"]
     progress("answered in %.1f s: retrieval %.2f s, rerank %.2f s, waiting for the target %.2f s, prompt %d tokens "
-             "(%d lines) in %.2f s, %d answer tokens in %.2f s (ended: %s)"
+             "(%d lines) in %.2f s, %d answer tokens in %.2f s (ended: %s), checked in %.2f s"
              % (time.perf_counter() - t_start, t["retrieve_s"], t["rerank_s"], t["wait_target_s"], t["prompt_tokens"],
-                t["prompt_lines"], t["prefill_s"], t["answer_tokens"], t["decode_s"], t["ended"]))
+                t["prompt_lines"], t["prefill_s"], t["answer_tokens"], t["decode_s"], t["ended"], t["check_s"]))
     return 0

@@ -4,7 +4,7 @@
     chosen, ranking = rerank(prism, question, found.windows, k, labels=found.labels)   # PRISM top K
     answerer = Answerer.from_gguf(path)                          # SmolLM2 (or any llama GGUF with a GPT-2 BPE)
     text = answerer.answer(question, chosen, on_text=print)      # greedy, streamed piece by piece
-    res = ask(question, store_path, prism, lambda: answerer)     # all of it, with progress events
+    res = ask(question, store_path, prism, lambda: answerer)     # all of it, checked, with progress events
 
 The prompt numbers the windows [1]..[K] with their node and time span and asks the model to cite them;
 cited_sources() maps the [n] in the answer back to the windows. The target's tokenizer is built on the host
@@ -30,6 +30,20 @@ bearing temperature alarm; AHU-2 never tripped), that is the answer (Retrieval.a
 in the log since ..."), given without the target: three windows cannot show an absence, and the target,
 shown another alarm of the machine, took it for the fault.
 
+Operator's words (host/askintent.py, host/asktime.py, host/askrecord.py): the question is read with typos
+mended and machines named by a head word and a number ("conveyor two", "the second pump"); a count ("how many
+trips today?"), what is still in alarm, what a machine did in a span, a summary of a shift or a morning, the
+first or last of something, whether it happened at all and a machine's state are answered by the record itself
+(Retrieval.answer, the windows of the lines it rests on pinned first), in site time, relative to the log's
+newest line. Open questions (why, how) keep the target, their windows kept to the time and machines asked
+about (_in_scope).
+
+Check (host/answercheck.py): the target's answer is held against the plant's record before anyone reads it
+(check_answer): every machine, event, time and value it states is looked for in the windows it cites and the
+store's lines, what no line confirms is returned as such ("unconfirmed"), and a sentence of the model's saying
+that something did not happen is replaced by the record's finding. Only the record may say that something did
+not happen; the model's text ("said") streams as "draft" reports only, never as the answer.
+
 Fallback: when no log line holds the question's words (nothing has tripped yet, a word the logs never use),
 retrieve() returns the most recent alarm/state windows instead (or the most recent lines, if there are no
 events at all), says so (Retrieval.matched False, .how), and the prompt tells the target.
@@ -52,6 +66,9 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import numpy as np
+
+from host import askintent, askrecord, asktime
+from host.record import descriptions, fmt_ms, nothing, vocabulary  # noqa: F401 (qa's own names too)
 
 SYSTEM = ("You are the assistant of a plant's control room. Answer the operator's question in two or three "
           "sentences using only the numbered log windows. Cite the windows you use as [1], [2].")
@@ -88,11 +105,6 @@ class Source:
         return "%s %s to %s UTC" % (self.node, fmt_ms(self.t0_ms), fmt_ms(self.t1_ms, time_only=True))
 
 
-def fmt_ms(ms: int, time_only: bool = False) -> str:
-    t = time.gmtime(ms // 1000)
-    return time.strftime("%H:%M:%S" if time_only else "%Y-%m-%d %H:%M:%S", t)
-
-
 # ---------------------------------------------------------------------------------------------- retrieval + rerank
 
 
@@ -108,42 +120,12 @@ def _open_store(store_path: str | Path, question: str):
         raise QAError(str(e)) from None
 
 
-def descriptions(store) -> list:
-    """The descriptions of the lines the store holds (host/plantdesc.PlantDesc): every one it keeps, and those
-    each node's first and latest lines name (LogStore.plant: a line that names none, as every line of a node
-    without a description and of a store made before descriptions, is the built-in simulator's)."""
-    kept = store.plants()
-    named: list = []
-    with store._lock:  # noqa: SLF001 (a read of the store's own connection)
-        db = store._db  # noqa: SLF001
-        if "plant" not in {r[1] for r in db.execute("PRAGMA table_info(logs)").fetchall()}:
-            named.append(None)
-        else:
-            for (nid,) in db.execute("SELECT id FROM nodes").fetchall():
-                for o in ("ASC", "DESC"):  # one index seek each (logs_node_time), not a scan of the lines
-                    row = db.execute("SELECT plant FROM logs WHERE node=? ORDER BY wall_ms %s, id %s LIMIT 1"
-                                     % (o, o), (nid,)).fetchone()
-                    if row is not None and row[0] not in named and row[0] not in kept:
-                        named.append(row[0])
-    if not kept and not named:
-        named.append(None)  # no line yet: the simulator's words
-    out = [store.plant(h) for h in sorted(named, key=lambda h: h or "")] + list(kept.values())
-    return list({d.hash: d for d in out if d is not None}.values())
-
-
-def vocabulary(store):
-    """What the words of a question mean in the plants of the store's lines (host/logwords.Vocabulary)."""
-    from host import logwords
-
-    return logwords.Vocabulary.of(descriptions(store))
-
-
 def _windows(store, question: str, limit: int, lines: int, vocab) -> list:
     """The store's windows for the question in the log's words, its machines and minutes first (host/logwords)."""
     from host import logwords
 
     return store.windows(logwords.expand(question, vocab), limit=limit, lines=lines,
-                         minutes=logwords.minutes(question), machines=logwords.named_ids(question, vocab))
+                         minutes=logwords.minutes(question), machines=askintent.of_kind(question, vocab))
 
 
 def candidates(store_path: str | Path, question: str, limit: int = 20, lines: int = 8) -> list:
@@ -169,7 +151,7 @@ class Retrieval:
     how: str
     labels: dict
     pinned: int = 0  # the first `pinned` windows were found by an alarm's own record: rerank always keeps them
-    answer: str = ""  # the plant's record answers it already (no such trip or fault alarm): no target needed
+    answer: str = ""  # the plant's record answers it already (no such trip; a count, a summary): no target needed
     vocab: object = None  # the words of the plants searched (host/logwords.Vocabulary): fit_sources reads them
 
 
@@ -228,15 +210,6 @@ def _with_sole_ids(store, question: str, vocab) -> str:
     return logwords.with_sole_ids(question, sole, vocab) if sole else question
 
 
-def _nothing(store, machine: str, what: str) -> str:
-    """The record's answer when `machine` logged nothing of the kind: since when the log says so."""
-    since = store.since_ms(machine)
-    if since is None:
-        return "Nothing of the kind in the log: no line names %s." % machine
-    return "Nothing of the kind in the log since %s UTC on %s: %s." % (
-        fmt_ms(since, time_only=True)[:5], fmt_ms(since)[:10], what)
-
-
 def _by_record(store, question: str, lines: int, vocab):
     """(the window of the line that answers by the plant's record, what it is, "") or (None, what, the answer)
     when the record proves that nothing of the kind happened, or None: the ACK or CLEAR line of the one alarm
@@ -258,11 +231,51 @@ def _by_record(store, question: str, lines: int, vocab):
         if f["tags"] is None:
             return None
         signals = " or ".join(f["signals"])  # in the description's words, as the operator knows them
-        return None, "no %s alarm of %s" % (signals, m), _nothing(store, m, "%s raised no %s alarm" % (m, signals))
+        return None, "no %s alarm of %s" % (signals, m), nothing(store, m, "%s raised no %s alarm" % (m, signals))
     m = logwords.trip(question, vocab)
     if m is not None and not store.tripped(m):
-        return None, "no trip of %s" % m, _nothing(store, m, "no trip of %s" % m)
+        return None, "no trip of %s" % m, nothing(store, m, "no trip of %s" % m)
     return None
+
+
+def _overlaps(w, windows) -> bool:
+    """Whether window w shares lines with one of `windows` (they would repeat lines in the prompt's budget)."""
+    return any(w.node == x.node and w.first_id <= x.last_id and x.first_id <= w.last_id for x in windows)
+
+
+def _record_windows(store, cited, lines: int) -> list:
+    """The windows around the lines a record answer rests on (host/askrecord.Found.lines), one per line that no
+    earlier one holds."""
+    out: list = []
+    held: list = []  # (node id, first line id, last line id)
+    with store._lock:  # noqa: SLF001 (the store's own window reader)
+        for nid, lid in cited:
+            if not any(n == nid and a <= lid <= b for n, a, b in held):
+                w = store._record_window(nid, lid, lines)  # noqa: SLF001
+                held.append((nid, w.first_id, w.last_id))
+                out.append(w)
+    return out
+
+
+def _in_scope(store, question: str, found: list, vocab) -> list:
+    """An open question's windows (why, how) kept to the time it asks about (host/asktime.span) where any are,
+    those whose alarm or state lines name the machines it asks about (host/askintent.of_kind) first, then those
+    naming them at all, in retrieval's order otherwise."""
+    ids = askintent.of_kind(question, vocab)
+    first, now = askrecord.bounds(store)
+    span = None if now is None else asktime.span(question, now, first, askrecord.zone(vocab, ids))
+    if span is not None:
+        found = [w for w in found if w.t0_ms <= span.t1_ms and span.t0_ms <= w.t1_ms] or found
+    if not ids:
+        return found
+    marks = [" %s " % i for i in ids]
+
+    def scope(w) -> tuple:
+        lines = [" %s " % ln for ln in w.text.splitlines()]
+        events = [ln for ln in lines if any(" %s " % v in ln[:40] for v in ("ALARM", "STATE", "ACK", "CLEAR"))]
+        return (not any(m in ln for ln in events for m in marks), not any(m in ln for ln in lines for m in marks))
+
+    return sorted(found, key=scope)
 
 
 def retrieve(store_path: str | Path, question: str, limit: int = 20, lines: int = 8) -> Retrieval:
@@ -273,8 +286,16 @@ def retrieve(store_path: str | Path, question: str, limit: int = 20, lines: int 
     try:
         labels = node_labels(store)
         vocab = vocabulary(store)
-        question = _with_sole_ids(store, question, vocab)
-        found = _windows(store, question, limit, lines, vocab)
+        said = question
+        question = _with_sole_ids(store, askintent.normalize(question, vocab), vocab)
+        told = askrecord.answer(store, question, vocab)
+        if told is not None:  # a count, what is in alarm, what a machine did, a summary: the record answers it
+            rested = _record_windows(store, told.lines, lines)
+            found = rested + [w for w in _in_scope(store, said, _windows(store, question, limit, lines, vocab), vocab)
+                              if not _overlaps(w, rested)]
+            return Retrieval(found[:max(limit, len(rested))], True, "the plant's record answers it: %s" % told.what,
+                             labels, pinned=len(rested), answer=told.text, vocab=vocab)
+        found = _in_scope(store, said, _windows(store, question, limit, lines, vocab), vocab)
         record = _by_record(store, question, lines, vocab)
         if record is not None and record[0] is None:
             _, what, answer = record
@@ -285,8 +306,7 @@ def retrieve(store_path: str | Path, question: str, limit: int = 20, lines: int 
         if record is not None:
             w0, what, _ = record
             # windows overlapping it would repeat its lines in the prompt's budget
-            found = [w0] + [w for w in found if not (w.node == w0.node and w.first_id <= w0.last_id
-                                                      and w0.first_id <= w.last_id)][:limit - 1]
+            found = [w0] + [w for w in found if not _overlaps(w, [w0])][:limit - 1]
             return Retrieval(found, True, "%s (by the plant's record) and %d windows holding the question's words"
                              % (what, len(found) - 1), labels, pinned=1, vocab=vocab)
         if found:
@@ -559,6 +579,25 @@ class Answerer:
         return text
 
 
+def check_answer(text: str, chosen: Sequence[Source], store_path: str | Path, question: str = "", vocab=None):
+    """The target's answer held against the plant's record (host/answercheck.check): the windows it cites first,
+    then the rest it was given, then the store's lines."""
+    from host import answercheck
+    from host.store import LogStore, StoreError
+
+    cited = cited_sources(text, chosen)
+    try:
+        store = LogStore(store_path, readonly=True)
+    except StoreError as e:
+        raise QAError(str(e)) from None
+    try:
+        return answercheck.check(text, cited + [s for s in chosen if s not in cited], store, vocab, question)
+    except (StoreError, sqlite3.Error) as e:
+        raise QAError(str(e)) from None
+    finally:
+        store.close()
+
+
 class Background:
     """A model loaded in a thread while retrieval and ranking run: get() waits for it (and raises its error)."""
 
@@ -588,7 +627,10 @@ def ask(question: str, store_path: str | Path, prism, answerer: Optional[Callabl
     """The whole question: retrieve, rank, answer. answer() is called for the Answerer (None: rank only).
 
     report(kind, data) sees it happen: ("progress", line), ("chosen", (retrieval, chosen, ranking)) before the
-    answer starts, ("text", piece) as the answer streams. Returns the answer, the windows and the timings."""
+    answer starts, ("draft", piece) as the target's own text streams (for a progress view only: it is not the
+    answer), then ("text", answer) once, the answer checked against the plant's record (check_answer). Returns
+    the answer, the model's own text ("said"), the windows, the claims found in it (host/answercheck.Claim), those
+    no line confirms ("unconfirmed") and the timings."""
     rep = report or (lambda kind, data: None)
     t0 = time.perf_counter()
     rep("progress", "retrieval: searching the log store")
@@ -604,15 +646,16 @@ def ask(question: str, store_path: str | Path, prism, answerer: Optional[Callabl
     rep("progress", "reranked in %.2f s" % (t2 - t1))
     rep("chosen", (found, chosen, ranking))
     res = {"question": question, "matched": found.matched, "how": found.how, "candidates": len(found.windows),
-           "chosen": chosen, "ranking": ranking, "answer": None, "cited": [], "by_record": bool(found.answer),
+           "chosen": chosen, "ranking": ranking, "answer": None, "said": None, "cited": [], "claims": [],
+           "unconfirmed": [], "by_record": bool(found.answer), "pinned": found.pinned,
            "times": {"retrieve_s": round(t1 - t0, 3), "rerank_s": round(t2 - t1, 3)}}
     if answerer is None:
         res["times"]["total_s"] = round(time.perf_counter() - t0, 3)
         return res
-    if found.answer:  # the record proves the absence; a target reading three windows cannot
+    if found.answer:  # the record proves the absence, counts, summarises; a target reading three windows cannot
         rep("text", found.answer)
         res["answer"] = found.answer
-        res["times"].update(wait_target_s=0.0, answer_s=0.0, total_s=round(time.perf_counter() - t0, 3),
+        res["times"].update(wait_target_s=0.0, answer_s=0.0, check_s=0.0, total_s=round(time.perf_counter() - t0, 3),
                             prompt_tokens=0, answer_tokens=0, prefill_s=0.0, decode_s=0.0, prompt_lines=0,
                             ended="the plant's record")
         return res
@@ -622,10 +665,16 @@ def ask(question: str, store_path: str | Path, prism, answerer: Optional[Callabl
     t3 = time.perf_counter()
     rep("progress", "generating the answer (at most %d tokens)" % max_tokens)
     text = answerer.answer(question, chosen, max_tokens=max_tokens, budget=budget,
-                           on_text=lambda piece: rep("text", piece), note="" if found.matched else NO_MATCH_NOTE,
+                           on_text=lambda piece: rep("draft", piece), note="" if found.matched else NO_MATCH_NOTE,
                            vocab=found.vocab)
     t4 = time.perf_counter()
-    res.update(answer=text, cited=cited_sources(text, chosen))
-    res["times"].update(wait_target_s=round(t3 - t2, 3), answer_s=round(t4 - t3, 3), total_s=round(t4 - t0, 3))
+    rep("progress", "checking the answer against the plant's record")
+    checked = check_answer(text, chosen, store_path, question, found.vocab)
+    t5 = time.perf_counter()
+    rep("text", checked.answer)
+    res.update(answer=checked.answer, said=text, cited=cited_sources(checked.answer, chosen), claims=checked.claims,
+               unconfirmed=checked.unconfirmed)
+    res["times"].update(wait_target_s=round(t3 - t2, 3), answer_s=round(t4 - t3, 3), check_s=round(t5 - t4, 3),
+                        total_s=round(t5 - t0, 3))
     res["times"].update({k2: v for k2, v in answerer.last.items()})
     return res

@@ -187,7 +187,8 @@ class Dashboard:
         example = "why did %s trip?" % ids[0] if ids else "why did it trip?"  # a machine of this plant
         ask = ('<section id="ask"><h2>Ask</h2><form id="ask-form"><input id="question" name="q" autocomplete="off" '
                'placeholder="%s" size="60"><button type="submit">Ask</button></form>'
-               '<div id="ask-progress"></div><div id="answer"></div><ol id="windows"></ol></section>'
+               '<div id="ask-progress"></div><div id="answer"></div><div id="unconfirmed"></div>'
+               '<ol id="windows"></ol></section>'
                % escape(example) if self.asker is not None else "")
         return ("<!doctype html><html><head><meta charset='utf-8'><title>%s</title>"
                 "<link rel='stylesheet' href='/static/dashboard.css'></head><body data-node='%s'>"

@@ -4,8 +4,9 @@ The reranker and the target load once, at the first question (seconds), and stay
 at a time (the models are not shared between threads), a second waits its turn. Each question runs in its
 own thread and hands what happens to `emit(kind, data)`, which the app turns into server-sent events:
 ("progress", line), ("windows", [window, ...]) before the answer starts (each with n, node, span, relevance
-and its log text), ("text", piece) as the answer streams, then ("done", {"answer", "cited": [n, ...]}) or
-("error", line).
+and its log text), ("text", answer) once it is checked against the plant's record (host/answercheck.py; the
+model's own text is never shown as it is), then ("done", {"answer", "cited": [n, ...], "unconfirmed": [claim,
+...]}) or ("error", line); an unconfirmed claim is {"kind", "text", "machine", "why", ...} (Claim.as_dict).
 """
 
 from __future__ import annotations
@@ -74,4 +75,4 @@ class Asker:
             emit("error", "%s: %s" % (type(e).__name__, e) if not isinstance(e, (ValueError, OSError)) else str(e))
             return
         emit("done", {"answer": res["answer"], "cited": [s.n for s in res["cited"]],
-                      "total_s": res["times"].get("total_s")})
+                      "unconfirmed": [c.as_dict() for c in res["unconfirmed"]], "total_s": res["times"].get("total_s")})

@@ -72,7 +72,9 @@ def test_bench_prism_json_has_every_key(bench):
 def test_bench_prism_curve(bench):
     curve = bench["curve"]
     assert [c["candidates"] for c in curve] == [6, 8]
-    assert curve[0]["questions"] == 2 and curve[1]["questions"] == 4  # 8 is the main run
+    # 8 is the main run; at 6, a question the record answers keeps only the windows of the time it asks about,
+    # which can leave too few to rank
+    assert 1 <= curve[0]["questions"] <= 2 and curve[1]["questions"] == 4
     for c in curve:
         for key in ("latency_ratio", "torch_latency_ratio", "peak_mem_ratio", "torch_peak_mem_ratio"):
             assert c[key] > 0, (c["candidates"], key)

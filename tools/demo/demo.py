@@ -23,9 +23,10 @@ Steps:
    gateway's streams (NodeStream.hook) feeds the view: log lines, PROMPTs, verdicts (accepted draft
    tokens vs the target's correction) and finished notes decoded with the target's tokenizer.
 4. stop the nodes and the gateway (every interpreter killed, every pty closed), then ask the operator
-   questions (host/qa.py: store windows -> PRISM top K -> the target streams an answer), each printed
-   beside that run's ground truth (tools/demo/truth.py: the faults the simulators were given and the event
-   lines their own logs hold), and print a summary (or the JSON object, which carries both).
+   questions (host/qa.py: store windows -> PRISM top K -> the target's answer, checked against the plant's
+   record by host/answercheck.py, what no line confirms said so), each printed beside that run's ground
+   truth (tools/demo/truth.py: the faults the simulators were given and the event lines their own logs
+   hold), and print a summary (or the JSON object, which carries both).
 """
 
 from __future__ import annotations
@@ -432,7 +433,7 @@ class Demo:
             for q in self.questions:
                 self.note("asking: %s" % q)
                 # what the plant simulators know happened, printed beside the answer (and in the JSON)
-                entry: dict = {"question": q, "answer": "", "cited": [], "given": [],
+                entry: dict = {"question": q, "answer": "", "cited": [], "given": [], "unconfirmed": [],
                                "ground_truth": truth.truth_for(q, evs, DEMO_FAULTS)}
                 try:
                     # ask's own retrieval and its defaults: the record's window first, the fallback if no words match
@@ -463,9 +464,15 @@ class Demo:
                     text = found.answer
                     entry["by_record"] = True
                 else:
-                    text = self.models.answerer.answer(q, chosen, max_tokens=self.max_answer, on_text=show,
+                    said = self.models.answerer.answer(q, chosen, max_tokens=self.max_answer,
                                                        note="" if found.matched else qa.NO_MATCH_NOTE,
                                                        vocab=found.vocab)
+                    # held against the plant's record before it is shown, as `ask` does (host/answercheck.py)
+                    checked = qa.check_answer(said, chosen, self.db, q, found.vocab)
+                    text = checked.answer
+                    show(text)
+                    entry["said"] = said.strip()
+                    entry["unconfirmed"] = [c.as_dict() for c in checked.unconfirmed]
                 entry["answer"] = text.strip()
                 cited = qa.cited_sources(text, chosen)
                 entry["cited_by_answer"] = bool(cited)
@@ -495,6 +502,9 @@ class Demo:
         from rich.console import Console
 
         c = Console()
+        for u in entry.get("unconfirmed", []):  # what no log line confirms (host/answercheck.py)
+            why = " (%s)" % u["why"] if u["why"] else ""
+            c.print("[yellow]not confirmed by the log:[/yellow] %s: %s" % (u["kind"], _esc(u["text"] + why)))
         what = "cited" if entry.get("cited_by_answer") else "no \\[n] citation in the answer; it was given"
         c.print("[green]%s:[/green] %s" % (what, "; ".join("%s %s..%s" % (x["node"], x["t0"][11:], x["t1"][11:])
                                                           for x in entry["cited"])))

@@ -55,6 +55,7 @@
     progress.textContent = "asking...";
     answer.textContent = "";
     answer.className = "streaming";
+    document.getElementById("unconfirmed").innerHTML = "";
     windows.innerHTML = "";
     var es = new EventSource("/ask?q=" + encodeURIComponent(q));
     es.addEventListener("progress", function (e) { progress.textContent = JSON.parse(e.data); });
@@ -78,6 +79,21 @@
       var d = JSON.parse(e.data);
       es.close();
       answer.className = "done";
+      if (d.answer !== null && d.answer !== undefined) answer.textContent = d.answer;
+      var doubts = document.getElementById("unconfirmed");
+      doubts.innerHTML = "";
+      if (d.unconfirmed && d.unconfirmed.length) {  // what no log line confirms, said to the operator
+        var head = document.createElement("div");
+        head.textContent = "Not confirmed by the log:";
+        doubts.appendChild(head);
+        var ul = document.createElement("ul");
+        d.unconfirmed.forEach(function (c) {
+          var li = document.createElement("li");
+          li.textContent = c.kind + ": " + c.text + (c.why ? " (" + c.why + ")" : "");
+          ul.appendChild(li);
+        });
+        doubts.appendChild(ul);
+      }
       d.cited.forEach(function (n) {
         var w = document.getElementById("window-" + n);
         if (w) w.classList.add("cited");

@@ -1,0 +1,358 @@
+"""What an operator's question asks, in the words of the plants in the store: which machines (by id, words,
+aliases, "conveyor two", "the second pump", typos and all), which events (trips, alarms of a level or signal,
+acknowledgements, starts, stops), which time (host/asktime.py) and what kind of answer (a count, what is still
+in alarm, what a machine did, a summary, the first or last of something, whether it happened at all).
+
+    q = askintent.normalize("how many trpis did the convyor two have?", vocab)   # "... trips ... conveyor 2 ..."
+    ids = askintent.machines(question, vocab)                                   # the plant's second conveyor
+    intent = askintent.read(question, vocab)                                    # Intent or None
+
+No plant's names are here: a machine's words come from its description (host/logwords.Vocabulary), and what is
+read as a machine's "head" word ("conveyor", "pump", "tower") is its kind, the kind's last word and its own
+one-word words. Typos are mended against the plant's words and the asking words below (LEXICON): a word of 5 or
+more letters that is neither, nor a common word (COMMON: "value" stays, though a plant has a "valve"), becomes
+the one word within 1 edit (5-6 letters) or 2 edits (7 or more; a swap of two letters is one edit), when exactly
+one is that close. host/askrecord.py answers the Intent from the store.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+from host import logwords
+
+NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
+           "ten": 10, "eleven": 11, "twelve": 12}
+ORDINALS = {"first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7, "eighth": 8,
+            "ninth": 9, "tenth": 10, "1st": 1, "2nd": 2, "3rd": 3, "4th": 4, "5th": 5, "6th": 6}
+# the words of asking that operators misspell: what a word is mended to, besides the plant's own words
+LEXICON = set("""
+alarm alarms alarmed alarming acknowledge acknowledged acknowledgement acknowledgements active afternoon between
+cleared clearing currently earlier evening events happen happened happening history interlock interlocks latest
+minutes morning overnight overview previous raised recap restart restarted restarts running shift shifts started
+starting stopped stopping summarise summarize summary today tonight tripped tripping trips yesterday outstanding
+standing unacked unacknowledged shutdown shutdowns pressure temperature vibration status""".split())
+# common words of 5+ letters that are never mended, however close to a plant's word they are ("value", "valve")
+COMMON = set("""
+about above accept across actual after again against ahead alarm allow almost alone along already also although
+always among amount another answer anyone anything anyway anywhere apart appear apply area around asked aside
+avoid aware awful badly based basic basis became because become been before began begin begun behind being below
+besides better beyond bigger black block board bottom brief bring broad broke broken brought build built bunch
+called calls came cannot careful carry cases catch cause caused causes center certain chance change changed
+changes check checked clean clear clearly close closed closer comes coming common compare could count counted
+couple course cover crazy cycle daily dates dealt doing doubt dozen drive driven early eight either elapsed else
+empty ended ending enough entire error errors equal event every exact exactly except exist exists faster fault
+faults fewer field final finally fine first fixed floor focus follow force forget found fourth frame front full
+further given gives going gotten great greater group guess happy hardly heard heavy hello help hence highest
+hourly hours house however human ideal inside issue issues items itself kinds known labor large later latter
+least leave level levels light likely limit limits listed little local logged longer looked looking lower lowest
+major maybe means meant might minor minus missed month months moved moving multiple named nearly needed never
+night noted notes nothing noticed number often older order other others ought outside overall owner paper parts
+passed place plain plant plants please point points power press prior probably problem problems proper quick
+quickly quiet quite raise range rather reach react ready really reason recent recently record reading readings
+refer remain report reset right round rules safety seems seen sense seven shall short should showed shown shows
+since single sixth small sound speak spent start state states stays still stuff sudden super sure taken takes
+talked tasks teams tells tenth terms thanks their theirs them then there these thick thing things think third
+those though three through times title today total touch toward tower track tried tries truly under unless until
+upper usual usually value values water weeks weird were whatever when where whether which while white whole whom
+whose why wider within without woman words work worked working world worse worst would write wrong years young
+yours
+""".split())
+_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*[A-Za-z]|[A-Za-z]")
+
+# event words -> what they mean in the log grammar (docs/PLANT.md)
+EVENTS = (
+    ("trip", re.compile(r"\btrip\w*|\binterlock\w*")),
+    ("ack", re.compile(r"acknowledg\w*|\back(?:s|ed|ked)?\b")),
+    ("clear", re.compile(r"\bclear\w*|return\w* to normal|back to normal")),
+    ("start", re.compile(r"\b(?:re)?start(?:s|ed|ing)?\b(?! (?:\w+ing|to|showing))|\bstart-?ups?\b")),
+    ("stop", re.compile(r"\bstop(?:s|ped|ping)?\b|\bshut ?downs?\b|\bshut (?:it )?down\b")),
+    ("state", re.compile(r"\bstate changes?\b|\bchanges? of state\b")),
+    ("alarm", re.compile(r"\balarm\w*|\balerts?\b|\bwent (?:high|low)\b")),
+)
+_LEVEL = re.compile(r"\b(high-high|hihi|hi-hi|very high|low-low|lolo|lo-lo|very low|bad|high|hi|low|lo)\b"
+                    r"(?=[\w\s-]*\b(?:alarm|alert|limit|level)|\s*$|\s*\?)")
+LEVELS = {"high-high": "HIHI", "hihi": "HIHI", "hi-hi": "HIHI", "very high": "HIHI", "low-low": "LOLO",
+          "lolo": "LOLO", "lo-lo": "LOLO", "very low": "LOLO", "bad": "BAD", "high": "HI", "hi": "HI", "low": "LO",
+          "lo": "LO"}
+
+
+def _any(*alternatives: str) -> re.Pattern:
+    """One pattern of the alternatives, each a way operators put it."""
+    return re.compile("|".join(alternatives))
+
+
+ACTIVE = _any(r"\bstill (?:in )?alarm", r"\bstill (?:active|open|standing|up|on)\b",
+              r"\bin alarm (?:now|right now|at the moment|currently|still)",
+              r"\b(?:active|standing|open|outstanding|current|live) alarms?\b",
+              r"\balarms? (?:are |is )?(?:still )?(?:active|standing|open|outstanding)\b",
+              r"\bwhat(?:'s| is) (?:alarming|in alarm)", r"\bcurrently (?:in )?alarm",
+              r"\b(?:not|never) (?:yet )?(?:been )?cleared",
+              r"\b(?:has|have|had)(?:n'?t| not) (?:yet )?(?:been )?cleared",
+              r"\bun-?ack\w*", r"\bnot (?:yet )?(?:been )?acknowledged\b", r"\balarms? (?:right )?now\b")
+COUNT = _any(r"\bhow many\b", r"\bhow often\b", r"\bnumber of\b", r"\bcount\b", r"\bhow much trip")
+SUMMARY = _any(r"\bsumm\w*", r"\brecap\b", r"\boverview\b", r"\bbrief me\b", r"\bwhat (?:has )?happened\b",
+               r"\bwhat went on\b", r"\bwhat(?:'s| has) been going on\b", r"\banything (?:\w+ )?happen",
+               r"\brun-?down\b",
+               r"\bhand-?over\b", r"\bhow did the \w+ (?:shift )?go\b", r"\bhow was the\b",
+               r"\bgive me (?:a|the) report\b", r"\b(?:any|the|all) events?\b",
+               r"\banything (?:unusual|odd|abnormal|special|notable|interesting)\b",
+               r"\bany (?:problems?|issues?|trouble)\b", r"\bwhat (?:was|has been) (?:logged|going on)\b",
+               r"\bshow me (?:the )?(?:log|events)\b")
+# "how did the night shift go?" is a summary, "how did the pump trip?" an open question
+HOW_WENT = re.compile(r"\bhow (?:did|was|were|has|have|is)\s+(?:it |things |everything )?(?:go(?:ne|ing)? )?(?:on )?"
+                      r"(?:the |last |this |our |today'?s? )?(?:day |late |night |early |morning |afternoon |evening )?"
+                      r"(?:shift|night|morning|afternoon|evening|day)\b(?:\s+(?:go|been|going))?\W*$")
+STATUS = _any(r"^\s*(?:is|are)\s+.*\b(?:running|stopped|tripped|down|up|on|off|working)\b", r"\bstatus\b",
+              r"\bwhat state is\b", r"\bwhat(?:'s| is) the state\b", r"\bcurrent state\b", r"\bstate now\b")
+ACTIVITY = _any(r"\bwhat did .+ do\b", r"\bwhat (?:the )?[\w -]+ did\b", r"\bwhat (?:has|was) .+ (?:done|doing)\b",
+                r"\bwhat happened (?:to|with|on|at)\b", r"\bhistory of\b", r"\bactivity\b",
+                r"\bevents? (?:of|for|on)\b",
+                r"\bwhat went on with\b", r"\bwhat (?:did|has) .+ (?:get up to|been up to)\b", r"\bwalk me through\b")
+FIRST = re.compile(r"\bfirst\b|\bearliest\b|\binitial\b")
+# "the first HI alarm on the pump": the target answers, and host/answercheck holds its time to the first HI line
+THE_FIRST = re.compile(r"\bthe (?:very )?(?:first|earliest|initial)\b")
+LAST = re.compile(r"\blast\b(?!\s+(?:\d+\s+|\w+\s+)?(?:hours?|hrs?|minutes?|mins?|night|shift)\b)|\blatest\b|"
+                  r"\bmost recent(?:ly)?\b")
+WHEN = re.compile(r"^\s*(?:and\s+)?(?:when|at what time|what time|which time)\b")
+YESNO = re.compile(r"^\s*(?:so\s+)?(?:did|does|do|has|have|had|was|were|is|are|any|were there|was there|is there|"
+                   r"are there|has there|have there|did any)\b")
+LIST = re.compile(r"^\s*(?:which|what|list|show|give)\b.*\b(?:alarms|trips|acknowledgements|acks|starts|stops|"
+                  r"state changes|events)\b")
+OPEN = re.compile(r"^\s*(?:why|how come|how did|how does|what caused|what made|what was the cause|what is the cause|"
+                  r"explain|what led)\b|\bwhy\b")
+
+ANCHOR = re.compile(r"(?i)\b(?:after|since|before)\s+(?:the|its|it)\s+(?:trip\w*|alarm|start\w*|stop\w*)")
+
+
+@dataclass(frozen=True)
+class Intent:
+    """What the question asks: `what` is count, active, activity, summary, first, last, ever, list or status."""
+
+    what: str
+    machines: tuple[str, ...]
+    events: tuple[str, ...]  # trip, alarm, ack, clear, start, stop, state (empty: every event)
+    level: Optional[str] = None
+    tags: tuple[str, ...] = ()  # the alarm tags of the signals it names (empty: any)
+    signals: tuple[str, ...] = ()  # what people call those signals
+    question: str = field(default="", compare=False)
+
+
+def _osa(a: str, b: str, cap: int) -> int:
+    """Optimal string alignment distance (a swap of neighbours is one edit), or cap + 1 once it exceeds cap."""
+    if abs(len(a) - len(b)) > cap:
+        return cap + 1
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        cur = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = a[i - 1] != b[j - 1]
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        if min(cur) > cap:
+            return cap + 1
+        prev2, prev = prev, cur
+    return prev[-1]
+
+
+@functools.lru_cache(maxsize=16)
+def _plant_words(vocab: logwords.Vocabulary) -> frozenset:
+    """Every word of the plants' machines and signals, lowered (what a typo is mended to)."""
+    out: set[str] = set()
+    for d in vocab.descs:
+        for m in d.machines:
+            for text in (m.kind, *m.words, *m.aliases):
+                out.update(w.lower() for w in _WORD.findall(text))
+            for s in m.signals:
+                out.update(w.lower() for text in (*s.words, s.tag.replace("_", " ")) for w in _WORD.findall(text))
+    return frozenset(out)
+
+
+@functools.lru_cache(maxsize=16)
+def heads(vocab: logwords.Vocabulary) -> dict:
+    """head word -> the ids of the machines it heads, in the first description's order that has them: a
+    machine's kind, its kind's last word and its one-word words ("pump", "tower", "agitator")."""
+    out: dict[str, list[str]] = {}
+    for d in vocab.descs:
+        per: dict[str, list[str]] = {}
+        for m in d.machines:
+            hs = {m.kind.lower(), m.kind.lower().split()[-1]} | {w.lower() for w in m.words if " " not in w.strip()}
+            for h in hs:
+                if len(h) >= 3 and not re.search(r"\d", h):
+                    per.setdefault(h, []).append(m.id)
+        for h, ids in per.items():
+            out.setdefault(h, ids)
+    return out
+
+
+def _heads_re(vocab: logwords.Vocabulary) -> Optional[str]:
+    hs = sorted(heads(vocab), key=len, reverse=True)
+    return "|".join(re.escape(h).replace(r"\ ", r"\s+") for h in hs) if hs else None
+
+
+@functools.lru_cache(maxsize=16)
+def _stems(known: frozenset) -> frozenset:
+    return frozenset(logwords._stem(w) for w in known | LEXICON | COMMON)  # noqa: SLF001 (the one stemmer)
+
+
+def _mend(word: str, known: frozenset) -> str:
+    low = word.lower()
+    if len(low) < 5 or low in known or low in LEXICON or low in COMMON or "'" in low or \
+            logwords._stem(low) in _stems(known):  # noqa: SLF001
+        return word  # a word of the plant, of asking or of English, or another form of one ("vibrating")
+    cap = 1 if len(low) <= 6 else 2
+    best: list[str] = []
+    top = cap + 1
+    for k in known | LEXICON:
+        if abs(len(k) - len(low)) > cap or len(k) < 4:
+            continue
+        d = _osa(low, k, cap)
+        if d < top:
+            best, top = [k], d
+        elif d == top:
+            best.append(k)
+    # one word that close, or several forms of one ("alarm", "alarms"): the shortest form
+    if best and len({logwords._stem(k) for k in best}) == 1:  # noqa: SLF001
+        return min(best, key=len)
+    return word
+
+
+def normalize(question: str, vocab: logwords.Vocabulary) -> str:
+    """The question with typos mended (against the plant's and the asking words), number words after a head
+    word as digits ("conveyor two": "conveyor 2") and ordinals before one as its number ("the second pump":
+    "the pump 2")."""
+    known = _plant_words(vocab)
+    ids = {i.lower() for i in vocab.ids}
+    q = _WORD.sub(lambda m: m.group(0) if m.group(0).lower() in ids else _mend(m.group(0), known), question)
+    hre = _heads_re(vocab)
+    if hre is None:
+        return q
+    nums = "|".join(NUMBERS)
+    q = re.sub(r"(?i)\b(%s)(\s+(?:no\.?\s*|number\s*|#\s*)?)(%s)\b" % (hre, nums),
+               lambda m: "%s%s%d" % (m.group(1), m.group(2), NUMBERS[m.group(3).lower()]), q)
+    q = re.sub(r"(?i)\b(%s)\s+(%s)\b" % ("|".join(ORDINALS), hre),
+               lambda m: "%s %d" % (m.group(2), ORDINALS[m.group(1).lower()]), q)
+    return q
+
+
+def machines(question: str, vocab: logwords.Vocabulary) -> list[str]:
+    """The machine ids the question names: by id, words, aliases, kind and number (host/logwords), in its own
+    words or mended (normalize), and by a head word and number ("conveyor 2": the plant's second conveyor)."""
+    ids = logwords.named_ids(question, vocab)
+    q = normalize(question, vocab)
+    if q != question:
+        ids += [i for i in logwords.named_ids(q, vocab) if i not in ids]
+    hre = _heads_re(vocab)
+    if hre is not None:
+        taken = vocab.read(q).spans
+        for m in re.finditer(r"(?i)\b(%s)(?:e?s)?\s*(?:no\.?\s*|number\s*|#\s*)?(\d{1,2})\b(?![:.]\d)" % hre, q):
+            if any(a <= m.start() and m.end() <= b for a, b in taken):
+                continue  # a whole word of a machine already ("Conveyor 1")
+            h = re.sub(r"\s+", " ", m.group(1).lower())
+            group, n = heads(vocab).get(h, []), int(m.group(2))
+            if 0 < n <= len(group) and group[n - 1] not in ids:
+                ids.append(group[n - 1])
+    return ids[:16]
+
+
+def of_kind(question: str, vocab: logwords.Vocabulary) -> list[str]:
+    """The machines the question names (machines()), else those its head words name together ("the tower":
+    every tower of the plant): what an open question's windows are kept to."""
+    ids = machines(question, vocab)
+    if ids:
+        return ids
+    hre = _heads_re(vocab)
+    if hre is None:
+        return []
+    out: list[str] = []
+    for m in re.finditer(r"(?i)\b(%s)(?:e?s)?\b" % hre, normalize(question, vocab)):
+        out += [i for i in heads(vocab).get(re.sub(r"\s+", " ", m.group(1).lower()), []) if i not in out]
+    return out[:16]
+
+
+def _by_word(question: str, vocab: logwords.Vocabulary, ids) -> tuple[list, list]:
+    """([(machine id, signal)], the question's words that found them): the signals one of whose words holds a
+    word of the question outside its machine names and head words ("temperature alarms": every signal called
+    "... temperature"), of `ids` where given; the grammar's and the levels' words are no signal's."""
+    taken = vocab.read(question).spans
+    said = {logwords._stem(t.group(0)): t.group(0) for t in re.finditer(r"[a-z]{4,}", question.lower())  # noqa
+            if not any(a <= t.start() < b for a, b in taken)}
+    heads_said = {logwords._stem(w) for h in heads(vocab) for w in h.split()}  # noqa: SLF001 ("the pump")
+    words = set(said) - {"alarm", "trip", "high", "clear", "raise"} - heads_said
+    if not words:
+        return [], []
+    out = []
+    for d in vocab.descs:
+        for m in d.machines:
+            if ids and m.id not in ids:
+                continue
+            for sig in m.signals:
+                held = {logwords._stem(w) for p in sig.words for w in re.findall(r"[a-z]+", p.lower())}  # noqa
+                if words & held:
+                    out.append((m.id, sig))
+    used = {logwords._stem(w) for _, sig in out for p in sig.words for w in re.findall(r"[a-z]+", p.lower())}  # noqa
+    return out, [said[w] for w in said if w in words & used]
+
+
+def events(question: str) -> tuple[str, ...]:
+    q = question.lower()
+    found = [name for name, pat in EVENTS if pat.search(q)]
+    if "trip" in found and "alarm" in found and re.search(r"\btrip\w* alarm", q):
+        found.remove("trip")  # "trip alarm": the alarm that tripped it
+    if "alarm" in found and ("ack" in found or "clear" in found):
+        found.remove("alarm")  # "alarms acknowledged": the acknowledgements
+    return tuple(found)
+
+
+def level(question: str) -> Optional[str]:
+    m = _LEVEL.search(question.lower())
+    return LEVELS[m.group(1)] if m else None
+
+
+def read(question: str, vocab: logwords.Vocabulary) -> Optional[Intent]:
+    """The Intent of a question the record can answer, or None (a why/how question, an alarm's own
+    acknowledgement or clearing, a start of running hot: host/logwords and the target answer those)."""
+    q = normalize(question, vocab)
+    low = q.lower()
+    ids = tuple(machines(question, vocab) or of_kind(question, vocab))
+    evs = events(ANCHOR.sub(" ", q))  # "after the trip" says when, not what
+    lv = level(q)
+    sigs = [x for found in vocab.signals(q, ids) for x in found]
+    names = tuple(dict.fromkeys(logwords.signal_name(s) for _, s in sigs))
+    if not sigs:
+        sigs, said = _by_word(q, vocab, ids)
+        names = tuple(said)  # "temperature", not every signal called so
+    tags = tuple(dict.fromkeys(s.tag for _, s in sigs))
+
+    def intent(what: str, evs=evs) -> Intent:
+        return Intent(what, ids, tuple(evs), lv, tags, names, question)
+
+    if ACTIVE.search(low) and not (OPEN.search(low) and not HOW_WENT.search(low)):
+        return intent("active", ("alarm",))
+    if OPEN.search(low) and not HOW_WENT.search(low):
+        return None
+    if STATUS.search(low) and ids and not COUNT.search(low) and not re.search(r"\b(?:ever|did|was|were)\b", low):
+        return intent("status", ())
+    if any(f(x, vocab) is not None for f in (logwords.alarm_follow, logwords.onset) for x in (question, q)):
+        return None  # an alarm's acknowledgement or clearing, a machine's first sign: host/qa._by_record's
+    if COUNT.search(low) and (evs or lv):
+        return intent("count", evs or ("alarm",))
+    if ACTIVITY.search(low) and ids:
+        return intent("activity", evs)
+    if SUMMARY.search(low):
+        return intent("activity" if ids and not re.search(r"\bshift\b|\bplant\b", low) else "summary", evs)
+    if (evs or lv) and (WHEN.search(low) or re.search(r"\b(?:time|at what)\b", low)) and FIRST.search(low) \
+            and not THE_FIRST.search(low):
+        return intent("first", evs or ("alarm",))
+    if (evs or lv) and (WHEN.search(low) or re.search(r"\btime\b", low)) and LAST.search(low):
+        return intent("last", evs or ("alarm",))
+    if (evs or lv) and (YESNO.search(low) or WHEN.search(low)) and not THE_FIRST.search(low):
+        return intent("ever", evs or ("alarm",))
+    if (evs or lv) and LIST.search(low) and not THE_FIRST.search(low):
+        return intent("list", evs or ("alarm",))
+    return None
