@@ -2,6 +2,15 @@
 
     python -m host.cli bench quality --json [--target stock|PATH.gguf|domain] [--notes 104] [--questions-n 60]
                                      [--dump FILE] [--questions FILE]
+                                     [--plant-questions 90] [--stock-questions 40] [--plants-only] [--quick]
+
+Seen and unseen (the JSON's "seen" and "unseen"): generated plants (tools/plants; seen: held-out seeds of the
+training kinds and naming schemes, unseen: the held-out kinds and schemes), a simulated day of each
+(tools/bench/plant_day.py) imported into a store as `edgetwin import` does, and held-out questions in an
+operator's words and in the benchmark's older style (tools/bench/ask_phrasings.py, which nothing trains on),
+each asked through host/qa.ask with the target, the first --stock-questions of each side with the stock target
+too, scored by ask_phrasings.score. The figures below ("corpus") follow: today's notes and questions of the
+built-in simulator's held-out streams.
 
 Notes: the held-out plant streams of tools/train/corpus.py (seeds >= 2000, never trained on nor used to choose
 checkpoints), each episode's note written greedily by the target over the node's stream with the rp2040_pico
@@ -288,31 +297,142 @@ def answer_figures(texts: list[str], qs: list[dict[str, Any]]) -> tuple[dict[str
     return fig, vs
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = Parser(prog="edgetwin bench quality", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", action="store_true", help="(the output is always one JSON object)")
-    ap.add_argument("--target", default="domain", help="stock, domain (default) or PATH.gguf; the baseline is "
-                    "always stock")
-    ap.add_argument("--notes", type=int, default=104, help="held-out episodes to annotate (default 104)")
-    ap.add_argument("--questions-n", type=int, default=60, help="held-out questions (default 60)")
-    ap.add_argument("--questions", help="read the questions from this file (the dump's format) instead")
-    ap.add_argument("--dump", help="write every note and answer with its window and ground truth (JSON lines)")
-    ap.add_argument("--max-tokens", type=int, default=64, help="longest answer (default 64, as ask)")
-    a = ap.parse_args(argv)
-    if a.notes < 1 or a.questions_n < 1 or a.max_tokens < 1:
-        ap.error("--notes, --questions-n and --max-tokens must be at least 1")
-    t_start = time.perf_counter()
+# ---------------------------------------------------------------------------------------------- plants: seen / unseen
+
+PLANT_GOALS = {"answer_accuracy": 0.8, "answer_accuracy_free": 0.75, "answer_citation_rate": 0.9}
+PLANT_MIN_QUESTIONS, FREE_SHARE_MIN = 80, 0.4
+PLANT_SEED0 = 2000  # held-out plant seeds, as tools/train/corpus.SPLITS holds out its seeds >= 2000
+PER_PLANT = 14  # questions a plant day gives at most (a mix of every kind, tools/bench/ask_phrasings.questions)
+
+
+def plant_days(split: str, n_questions: int, per_plant: int = PER_PLANT, hours: float | None = None):
+    """(day, questions) per plant of the split until n_questions: generated plants (tools/plants: "seen" held-out
+    seeds of the training kinds and schemes, "unseen" held-out kinds and schemes), a simulated day each with
+    faults (tools/bench/plant_day.py) and held-out questions about it (tools/bench/ask_phrasings.py)."""
+    import random
+
+    from tools.bench import ask_phrasings, plant_day
+    from tools.plants import generate
+
+    out, total, seed = [], 0, PLANT_SEED0
+    while total < n_questions:
+        desc = generate.plant(seed, split)
+        day = plant_day.day(desc, seed, **({"hours": hours} if hours else {}))
+        qs = ask_phrasings.questions(day, random.Random("edgetwin-bench/ask/%s/%d" % (split, seed)),
+                                     min(per_plant, n_questions - total))
+        out.append((day, qs))
+        total += len(qs)
+        seed += 1
+    return out
+
+
+def import_day(day, tmp: Path, name: str) -> Path:
+    """The day's log in a store of its own, as `edgetwin import --plant` makes it (host/cmd_import.import_log)."""
+    from host import cmd_import, plantdesc
+
+    (tmp / (name + ".json")).write_text(json.dumps(day.desc))
+    (tmp / (name + ".log")).write_text("\n".join(day.lines) + "\n")
+    db = tmp / (name + ".db")
+    cmd_import.import_log(tmp / (name + ".log"), db, "node-" + name, desc=plantdesc.load(tmp / (name + ".json")))
+    return db
+
+
+def ask_one(question: str, db: Path, prism, answerer, max_tokens: int) -> dict[str, Any]:
+    """`edgetwin ask`'s whole path (host/qa.ask: retrieval, PRISM, the record, the target, the answer check)."""
+    from host import qa
+    from tools.bench import ask_phrasings
+
+    t = time.perf_counter()
     try:
-        qs_file = read_questions(a.questions) if a.questions else None
-        if a.dump:
-            Path(a.dump).open("w").close()  # a bad path fails now, not after minutes
-        target = load_bench_target(a.target)
-        stock = target if a.target == "stock" else load_bench_target("stock")
-    except (QuestionsError, BenchTargetError, OSError) as e:
-        print("edgetwin bench quality: error: %s" % e, file=sys.stderr)
-        return 2
+        r = qa.ask(question, db, prism, answerer, max_tokens=max_tokens)
+    except qa.QAError as e:  # ask's own one-line refusal is the operator's answer
+        return {"answer": "%s%s)" % (ask_phrasings.REFUSED, e), "cited": [], "by_record": False,
+                "s": round(time.perf_counter() - t, 2)}
+    return {"answer": r["answer"] or "", "cited": [s.text for s in r["cited"]], "by_record": bool(r["by_record"]),
+            "s": round(time.perf_counter() - t, 2)}
+
+
+def plant_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """answer_accuracy (all), answer_accuracy_free (operator words), answer_citation_rate (where there is a line
+    to cite), per kind; rows: {"q": Question dict, "verdict": score()}."""
+    def acc(rs):
+        return _rate([r["verdict"]["right"] for r in rs])
+
+    cited = [r["verdict"]["cited"] for r in rows if r["verdict"]["cited"] is not None]
+    kinds: dict[str, list] = {}
+    for r in rows:
+        kinds.setdefault(r["q"]["kind"], []).append(r)
+    return {"questions": len(rows), "answer_accuracy": acc(rows),
+            "answer_accuracy_free": acc([r for r in rows if r["q"]["free"]]),
+            "answer_accuracy_templated": acc([r for r in rows if not r["q"]["free"]]),
+            "answer_citation_rate": _rate(cited), "by_record": _rate([r["by_record"] for r in rows]),
+            "by_kind": {k: {"n": len(x), "accuracy": acc(x)} for k, x in sorted(kinds.items())}}
+
+
+def plants_section(roles: list[tuple[str, Any]], n_questions: int, stock_n: int, max_tokens: int,
+                   dump: list | None = None, hours: float | None = None) -> dict[str, Any]:
+    """The seen and unseen figures: every question through ask with the domain target (roles[0]), the first
+    stock_n of each side with the stock target (roles[1]) as well."""
+    import tempfile
+
+    from host import qa
+    from tools.bench import ask_phrasings
     from tools.train import plant_text
 
+    prism = plant_text._prism()  # noqa: SLF001 (the shipped reranker, loaded once)
+    answerers = {role: qa.Answerer(bt.target, bt.tokenizer, bt.stop_ids) for role, bt in roles}
+    out: dict[str, Any] = {}
+    for split in ("seen", "unseen"):
+        t0 = time.perf_counter()
+        days = plant_days(split, n_questions, hours=hours)
+        rows: dict[str, list] = {role: [] for role, _ in roles}
+        with tempfile.TemporaryDirectory(prefix="bench-quality-%s-" % split) as tmp:
+            i = 0
+            for day, qs in days:
+                db = import_day(day, Path(tmp), "%s%d" % (split, day.seed))
+                start = [day.site(0).strftime("%H:%M"), day.utc(0).strftime("%H:%M")]
+                for q in qs:
+                    qd = q.as_dict()
+                    for role, bt in roles:
+                        if role != "target" and i >= stock_n:
+                            continue
+                        got = ask_one(q.text, db, prism, answerers[role], max_tokens)
+                        v = ask_phrasings.score(got["answer"], got["cited"], qd, day.desc, got["by_record"], start)
+                        rows[role].append({"q": qd, "verdict": v, "by_record": got["by_record"]})
+                        if dump is not None:
+                            dump.append({"type": "plant_answer", "split": split, "seed": day.seed, "role": role,
+                                         "target": bt.name, **qd, "answer": got["answer"], "cited": got["cited"],
+                                         "by_record": got["by_record"], "verdict": v, "s": got["s"]})
+                        say("%s (%s): %d of %d, %s %s in %.1f s" % (split, bt.name, i + 1, sum(len(x) for _, x in days),
+                                                                  q.kind, "right" if v["right"] else "wrong", got["s"]))
+                    i += 1
+        side: dict[str, Any] = {"plants": [d.desc["name"] for d, _ in days],
+                                "kinds": sorted({m["kind"] for d, _ in days for m in d.desc["machines"]}),
+                                "schemes": sorted({d.desc["title"].split("(")[1].split(" names")[0] for d, _ in days}),
+                                "free_share": _rate([q.free for _, qs in days for q in qs]),
+                                "none_share": _rate([bool(q.truth.get("none")) for _, qs in days for q in qs])}
+        for role, bt in roles:
+            f = plant_figures(rows[role])
+            side[role] = dict(f, target=bt.name)
+        side["questions"] = side[roles[0][0]]["questions"]
+        side["goals_met"] = {k: (side["target"][k] is not None and side["target"][k] >= g)
+                             for k, g in PLANT_GOALS.items()}
+        side["sizes_ok"] = side["questions"] >= PLANT_MIN_QUESTIONS and (side["free_share"] or 0) >= FREE_SHARE_MIN
+        side["seconds"] = round(time.perf_counter() - t0, 1)
+        say("%s: accuracy %s (free %s), citation %s over %d questions" % (
+            split, side["target"]["answer_accuracy"], side["target"]["answer_accuracy_free"],
+            side["target"]["answer_citation_rate"], side["questions"]))
+        out[split] = side
+    return out
+
+
+def corpus_section(a, target: BenchTarget, stock: BenchTarget, qs_file) -> dict[str, Any]:
+    """Today's figures on the built-in simulator's corpus: notes of held-out streams, held-out corpus questions
+    (tools/train/plant_text), for the target and the stock baseline (the object this bench printed before the
+    plant sections; now under "corpus")."""
+    from tools.train import plant_text
+
+    t_corpus = time.perf_counter()
     same = target is stock
     rows = note_rows(a.notes)
     seeds = sorted({r["seed"] for r in rows})
@@ -377,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     out["goals_met"] = met
     out["sizes_ok"] = len(rows) >= MIN_NOTES and len(qs) >= MIN_QUESTIONS and \
         out["questions_none"] <= 0.2 * len(qs)
-    out["times_s"] = dict(times, total_s=round(time.perf_counter() - t_start, 1))
+    out["times_s"] = dict(times, total_s=round(time.perf_counter() - t_corpus, 1))
     if a.dump:
         with open(a.dump, "w") as fh:
             for i, r in enumerate(rows):
@@ -392,6 +512,64 @@ def main(argv: list[str] | None = None) -> int:
                                      "target": texts["target"][1][i], "target_verdict": verdicts["target"][1][i],
                                      "stock": texts["stock"][1][i], "stock_verdict": verdicts["stock"][1][i]}) + "\n")
         say("dump: %s" % a.dump)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = Parser(prog="edgetwin bench quality", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", action="store_true", help="(the output is always one JSON object)")
+    ap.add_argument("--target", default="domain", help="stock, domain (default) or PATH.gguf; the baseline is "
+                    "always stock")
+    ap.add_argument("--notes", type=int, default=104, help="held-out episodes to annotate (default 104)")
+    ap.add_argument("--questions-n", type=int, default=60, help="held-out questions (default 60)")
+    ap.add_argument("--questions", help="read the questions from this file (the dump's format) instead")
+    ap.add_argument("--dump", help="write every note and answer with its window and ground truth (JSON lines)")
+    ap.add_argument("--max-tokens", type=int, default=64, help="longest answer (default 64, as ask)")
+    ap.add_argument("--plant-questions", type=int, default=90, metavar="N",
+                    help="held-out questions per side (seen, unseen) on generated plants (default 90)")
+    ap.add_argument("--stock-questions", type=int, default=40, metavar="N",
+                    help="of those, how many per side the stock target answers too (default 40: the first N)")
+    ap.add_argument("--plants-only", action="store_true",
+                    help="only the seen/unseen plant questions (no corpus notes and questions)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke run: 3 plant questions per side on a 6-hour day, 1 for stock, plants only (tests)")
+    a = ap.parse_args(argv)
+    if a.notes < 1 or a.questions_n < 1 or a.max_tokens < 1 or a.plant_questions < 1 or a.stock_questions < 0:
+        ap.error("--notes, --questions-n, --plant-questions and --max-tokens must be at least 1, "
+                 "--stock-questions at least 0")
+    if a.quick:
+        a.plant_questions, a.stock_questions, a.plants_only = 3, 1, True
+    t_start = time.perf_counter()
+    try:
+        qs_file = read_questions(a.questions) if a.questions else None
+        if a.dump:
+            Path(a.dump).open("w").close()  # a bad path fails now, not after minutes
+        target = load_bench_target(a.target)
+        stock = target if a.target == "stock" else load_bench_target("stock")
+    except (QuestionsError, BenchTargetError, OSError) as e:
+        print("edgetwin bench quality: error: %s" % e, file=sys.stderr)
+        return 2
+    same = target is stock
+    roles = [("target", target)] + ([] if same else [("stock", stock)])
+    dump: list | None = [] if a.dump else None
+    out: dict[str, Any] = {"bench": "quality", "target": a.target, "baseline": "stock", "baseline_same_run": True,
+                           "baseline_is_target": same}
+    # 1. the generated plants: held-out seeds of the training kinds (seen), held-out kinds and schemes (unseen)
+    out.update(plants_section(roles, a.plant_questions, a.stock_questions, a.max_tokens, dump,
+                              hours=6.0 if a.quick else None))
+    for side in ("seen", "unseen"):
+        out[side]["notes"] = None  # notes on generated plants: not measured yet
+        out[side]["stock_subset"] = "the first %d questions of the side" % min(a.stock_questions,
+                                                                              out[side]["questions"])
+    out["plant_goals"] = PLANT_GOALS
+    out["plant_sizes"] = {"questions_per_side": PLANT_MIN_QUESTIONS, "free_share": FREE_SHARE_MIN}
+    # 2. today's corpus figures (notes and questions of the built-in simulator's held-out streams)
+    out["corpus"] = None if a.plants_only else corpus_section(a, target, stock, qs_file)
+    if a.dump:
+        with open(a.dump, "a") as fh:
+            for row in dump or ():
+                fh.write(json.dumps(row) + "\n")
+    out["times_s"] = {"total_s": round(time.perf_counter() - t_start, 1)}
     print(json.dumps(out))
     return 0 if math.isfinite(out["times_s"]["total_s"]) else 1
 

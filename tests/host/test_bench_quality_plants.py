@@ -1,0 +1,149 @@
+"""edgetwin bench quality on generated plants (seen / unseen): the held-out questions stay held out, their truth
+is the simulator's, the scorer marks right and wrong answers as a reader would, and a --quick run prints the
+seen and unseen figures. (The full run takes minutes: its figures are in docs/QUALITY.md.)"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import random
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from tools.bench import ask_phrasings as ap
+from tools.bench import plant_day
+from tools.plants import generate
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _imports(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            out.add(node.module or "")
+            out.update("%s.%s" % (node.module or "", a.name) for a in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "ask_phrasings" in node.value:
+            out.add(node.value)  # importlib / "-m" by name
+    return out
+
+
+def test_no_training_module_reads_the_held_out_phrasings() -> None:
+    for path in sorted((ROOT / "tools" / "train").rglob("*.py")):
+        bad = [m for m in _imports(path) if "ask_phrasings" in m or "plant_day" in m]
+        assert not bad, "%s imports the benchmark's held-out questions: %s" % (path.relative_to(ROOT), bad)
+
+
+@pytest.fixture(scope="module")
+def days():
+    return {split: plant_day.day(generate.plant(2000, split), 2000, hours=8.0) for split in ("seen", "unseen")}
+
+
+def test_questions_carry_the_simulators_truth(days) -> None:
+    free = total = 0
+    for split, day in days.items():
+        qs = ap.questions(day, random.Random(1))
+        assert {q.kind for q in qs} >= {"first_alarm", "count", "still_alarm", "between", "never", "peak"}, split
+        lines = set(day.lines)
+        for q in qs:
+            assert q.kind in ap.KINDS
+            assert all(e in lines for e in q.evidence), q.text  # proof lines are the log's own
+            if q.truth.get("machine"):
+                assert q.truth["machine"] in {m["id"] for m in day.desc["machines"]}
+            if q.kind in ("first_alarm", "trip_when", "ack_when"):
+                tick = next(e["tick"] for e in day.events if e.get("line") == q.evidence[0])
+                assert q.truth["time"] == day.site(tick).strftime("%H:%M")
+            if q.kind == "never":
+                assert q.truth["none"] and not q.evidence
+        free += sum(q.free for q in qs)
+        total += len(qs)
+    assert free >= 0.4 * total
+
+
+def _trip(day):
+    e = next(e for e in day.events if e["event"] == "trip")
+    names = ap.Names(day.desc)
+    qd = ap._trip_why(day, names, e, 1, random.Random(3), False).as_dict()  # noqa: SLF001
+    qw = ap._trip_when(day, names, e, random.Random(3), False).as_dict()  # noqa: SLF001
+    return e, qd, qw
+
+
+def test_scorer_marks_right_and_wrong_answers(days) -> None:
+    day = days["unseen"]
+    start = [day.site(0).strftime("%H:%M"), day.utc(0).strftime("%H:%M")]
+    e, why_q, when_q = _trip(day)
+    mid, hhmm = e["machine"], day.site(e["tick"]).strftime("%H:%M")
+    cause = why_q["truth"]["causes"][1]  # the interlock's signal, in its words
+    window = "\n".join(day.lines[max(0, day.lines.index(e["line"]) - 2):day.lines.index(e["line"]) + 3])
+
+    def judge(answer, q, cited=(window,), by_record=False):
+        return ap.score(answer, list(cited), q, day.desc, by_record, start)
+
+    right = judge("%s tripped at %s on high %s [1]." % (mid, hhmm, cause), when_q)
+    assert right["right"] and right["cited"], right
+    assert judge("%s tripped at %s on %s [1]." % (mid, hhmm, cause), why_q)["right"]
+    h, m = map(int, hhmm.split(":"))
+    wrong_time = "%02d:%02d" % ((h + (m + 7) // 60) % 24, (m + 7) % 60)
+    v = judge("%s tripped at %s [1]." % (mid, wrong_time), when_q)
+    assert not v["right"] and "time" in v["why"][0], v
+    other = next(m["id"] for m in day.desc["machines"] if m["id"] != mid)
+    v = judge("%s tripped at %s on %s [1]." % (other, hhmm, cause), when_q)
+    assert not v["right"] and any("does not name" in w for w in v["why"]), v
+    v = judge("Nothing of the kind in the log: %s did not trip." % mid, when_q, cited=())
+    assert not v["right"] and any("absence" in w for w in v["why"]) and v["cited"] is False, v
+    assert judge("%s tripped at %s [2]." % (mid, hhmm), when_q, cited=("unrelated line",))["cited"] is False
+    # a machine that never tripped: the absence is right, an invented trip is not
+    calm = next(m["id"] for m in day.desc["machines"]
+                if not any(x["event"] == "trip" and x["machine"] == m["id"] for x in day.events))
+    none_q = ap.Question("why did %s trip?" % calm, "never", False, {"machine": calm, "none": True}).as_dict()
+    v = judge("Nothing of the kind in the log since %s: no trip of %s." % (start[0], calm), none_q, (), True)
+    assert v["right"] and v["cited"] is None, v
+    v = judge("%s tripped at %s on high vibration [1]." % (calm, hhmm), none_q)
+    assert not v["right"], v
+
+
+def test_scorer_reads_words_counts_and_values(days) -> None:
+    day = days["seen"]
+    names = ap.Names(day.desc)
+    mid = day.desc["machines"][0]["id"]
+    word = names.unique[mid][0]
+    q = {"question": "how many alarms on %s today?" % word, "kind": "count", "free": True,
+         "truth": {"count": 3, "machine": mid}, "evidence": []}
+    assert ap.score("The %s raised three alarms today." % word, [], q, day.desc)["right"]
+    assert not ap.score("The %s raised 4 alarms today." % word, [], q, day.desc)["right"]
+    key = day.desc["machines"][0]["signals"][0]["key"]
+    value, line = day.peaks[(mid, key)]
+    pq = ap._peak(day, names, mid, key, random.Random(1), True).as_dict()  # noqa: SLF001
+    assert ap.score("%s peaked at %s [1]." % (mid, value), [line], pq, day.desc)["right"]
+    assert not ap.score("%s peaked at %s [1]." % (mid, round(value * 1.5 + 10, 1)), [line], pq, day.desc)["right"]
+
+
+def test_quick_run_prints_seen_and_unseen(capsys) -> None:
+    from host import target_delta, weights
+    from tools.bench import quality
+
+    try:
+        weights.smollm2_gguf()
+    except OSError:
+        pytest.skip("no SmolLM2 GGUF in this checkout")
+    target = "domain" if target_delta.installed() else "stock"
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        rc = quality.main(["--quick", "--target", target])
+    assert rc == 0
+    out = json.loads(buf.getvalue())
+    assert out["corpus"] is None and out["plant_goals"] == quality.PLANT_GOALS
+    for side in ("seen", "unseen"):
+        s = out[side]
+        assert s["questions"] == 3 and s["target"]["questions"] == 3
+        for k in ("answer_accuracy", "answer_accuracy_free", "answer_citation_rate", "by_kind"):
+            assert k in s["target"], k
+        assert set(s["goals_met"]) == set(quality.PLANT_GOALS)
+        if target == "domain":
+            assert s["stock"]["questions"] == 1
+    assert "seen (" in capsys.readouterr().err  # progress on stderr
