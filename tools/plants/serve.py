@@ -28,5 +28,7 @@ class SimRig(rig.Rig):
                 self._values[(m["id"], sig["key"])] = self.plant.value(m["id"], sig["key"])
 
     def _advance(self) -> list[tuple[int, str]]:
+        # the machines' start-up lines are the simulator's before its first step (tick 0)
+        first = [(0, ln) for ln in self.plant.lines] if self.plant.tick == 0 else []
         self.plant.step()
-        return [(self.plant.tick, ln) for ln in self.plant.lines]
+        return first + [(self.plant.tick, ln) for ln in self.plant.lines]
