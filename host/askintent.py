@@ -1,7 +1,9 @@
 """What an operator's question asks, in the words of the plants in the store: which machines (by id, words,
 aliases, "conveyor two", "the second pump", typos and all), which events (trips, alarms of a level or signal,
 acknowledgements, starts, stops), which time (host/asktime.py) and what kind of answer (a count, what is still
-in alarm, what a machine did, a summary, the first or last of something, whether it happened at all).
+in alarm, what a machine did, a summary, the first or last of something, whether it happened at all, who
+acknowledged an alarm, a signal's highest or lowest reading: "how hot" is read through QUANTITIES, the units and
+words of physics, never a plant's names).
 
     q = askintent.normalize("how many trpis did the convyor two have?", vocab)   # "... trips ... conveyor 2 ..."
     ids = askintent.machines(question, vocab)                                   # the plant's second conveyor
@@ -125,12 +127,41 @@ LIST = re.compile(r"^\s*(?:which|what|list|show|give)\b.*\b(?:alarms|trips|ackno
 OPEN = re.compile(r"^\s*(?:why|how come|how did|how does|what caused|what made|what was the cause|what is the cause|"
                   r"explain|what led)\b|\bwhy\b")
 
+# "who acknowledged the HI alarm on the pump?", "which operator took it?", "did anyone ack it?"
+WHO = _any(r"\bwho\b.*\b(?:ack\w*|acknowledg\w*|took|take|handled?|answered|accepted|silenced)\b",
+           r"\bwhich (?:operator|person|user|one of us|tech\w*|engineer|shift lead)\b",
+           r"\b(?:anyone|anybody|someone|somebody|any ?one)\b.*\b(?:ack\w*|acknowledg\w*)",
+           r"\b(?:ack\w*|acknowledg\w*) by (?:whom|anyone|anybody|someone|somebody)\b", r"\bby whom\b")
+# "how hot did the kiln get?", "the highest pressure on the pump today", "lowest level between 2 and 4"
+PEAK = _any(r"\bhow (?:hot|warm|high|fast)\b", r"\b(?:highest|hottest|warmest|fastest|max(?:imum)?|peak(?:ed|s)?)\b",
+            r"\btop (?:temp\w*|press\w*|speed|flow|reading|value)")
+LOWEST = _any(r"\bhow (?:cold|cool|low|slow)\b",
+              r"\b(?:lowest|coldest|coolest|slowest|minimum|min(?= \w+ (?:of|on|for)\b))\b")
+# what a peak question's quantity word means in any plant: the units it is logged in (docs/PLANT.md: the unit
+# "as printed after the value") and the words of its tags; physics, not a plant's vocabulary
+QUANTITIES = (
+    (re.compile(r"\b(?:hot|hotter|hottest|warm|warmer|warmest|cold|colder|coldest|cool|cooler|coolest|temp|"
+                r"temps|temperatures?|heat)\b"),
+     frozenset("c f k degc degf degk".split()), "temp temperature".split()),
+    (re.compile(r"\bpress(?:ure|ures)?\b|\bpsi\b|\bbar\b|\bdraft\b"),
+     frozenset("bar mbar barg bara pa kpa kpag mpa psi psig psia inh2o inwc mmh2o mmwc mmhg inhg".split()),
+     "press pressure dp".split()),
+    (re.compile(r"\b(?:fast|faster|fastest|slow|slower|slowest|speed|rpm)\b"),
+     frozenset("rpm hz m/s m/min ft/min fpm".split()), "speed rpm".split()),
+    (re.compile(r"\bflows?\b|\bthroughput\b"),
+     frozenset("m3/h m3/min l/min l/s gpm kg/h t/h klb/h lb/h cfm scfm".split()), "flow throughput".split()),
+    (re.compile(r"\bvibrat\w*|\bshak\w*"), frozenset("mm/s in/s um mil".split()), "vibration vib".split()),
+    (re.compile(r"\bcurrent\b|\bamps?\b|\bamperage\b"), frozenset("a ma".split()), "current amps".split()),
+    (re.compile(r"\blevel\b|\bfull\b"), frozenset(), "level".split()),
+)
+
 ANCHOR = re.compile(r"(?i)\b(?:after|since|before)\s+(?:the|its|it)\s+(?:trip\w*|alarm|start\w*|stop\w*)")
 
 
 @dataclass(frozen=True)
 class Intent:
-    """What the question asks: `what` is count, active, activity, summary, first, last, ever, list or status."""
+    """What the question asks: `what` is count, active, activity, summary, first, last, ever, list, status, who
+    (who acknowledged an alarm), peak or lowest (a signal's highest or lowest sample)."""
 
     what: str
     machines: tuple[str, ...]
@@ -299,6 +330,29 @@ def _by_word(question: str, vocab: logwords.Vocabulary, ids) -> tuple[list, list
     return out, [said[w] for w in said if w in words & used]
 
 
+def quantity_signals(question: str, vocab: logwords.Vocabulary, ids) -> Optional[list]:
+    """[(machine id, signal)] of the quantity a peak question names by a word of physics ("how hot": the
+    signals logged in a temperature unit or whose tag or words say temperature), of `ids` where given; None
+    when it names no quantity."""
+    low = question.lower()
+    out: Optional[list] = None
+    for pat, units, stems in QUANTITIES:
+        if not pat.search(low):
+            continue
+        out = out or []
+        for d in vocab.descs:
+            for m in d.machines:
+                if ids and m.id not in ids:
+                    continue
+                for sig in m.signals:
+                    parts = sig.tag.lower().split("_") + [w for p in sig.words for w in re.findall(r"[a-z0-9]+",
+                                                                                                   p.lower())]
+                    if sig.unit.lower() in units or any(x == st or x.startswith(st) for x in parts for st in stems):
+                        if (m.id, sig) not in out:
+                            out.append((m.id, sig))
+    return out
+
+
 def events(question: str) -> tuple[str, ...]:
     q = question.lower()
     found = [name for name, pat in EVENTS if pat.search(q)]
@@ -332,6 +386,20 @@ def read(question: str, vocab: logwords.Vocabulary) -> Optional[Intent]:
     def intent(what: str, evs=evs) -> Intent:
         return Intent(what, ids, tuple(evs), lv, tags, names, question)
 
+    if WHO.search(low) and re.search(r"\balarm|\back|acknowledg", low):
+        return intent("who", ("ack",))
+    peak, lowest = PEAK.search(low), LOWEST.search(low)
+    if (peak or lowest) and not COUNT.search(low) and not OPEN.search(low):  # "what caused the peak?": the target's
+        by_quantity = quantity_signals(q, vocab, ids)
+        if by_quantity is not None:  # "how hot": the temperatures, those the question names by words first
+            sigs = [x for x in sigs if x in by_quantity] or by_quantity
+            names = tuple(dict.fromkeys(logwords.signal_name(s) for _, s in sigs))
+        if sigs:
+            tags = tuple(dict.fromkeys(s.tag for _, s in sigs))
+            # "how low did the level go": the lowest; "how hot ... lowest alarm": the word that comes first
+            low_first = lowest and (not peak or lowest.start() < peak.start())
+            return Intent("lowest" if low_first else "peak", ids or tuple(dict.fromkeys(m for m, _ in sigs)), (),
+                          None, tags, names, question)
     if ACTIVE.search(low) and not (OPEN.search(low) and not HOW_WENT.search(low)):
         return intent("active", ("alarm",))
     if OPEN.search(low) and not HOW_WENT.search(low):

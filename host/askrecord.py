@@ -1,8 +1,10 @@
 """Answers from the plant's record, for questions an operator asks in their own words (host/askintent.py reads
 them, host/asktime.py their times): counts, what is still in alarm, what a machine did, a summary, the first or
-last of something, whether it happened at all (or which did), a machine's state now. Deterministic: read from
-the store's event lines, never from a model; each answer names the lines it rests on (Found.lines), its times
-are hh:mm in site time (the plant description's timezone) and its machines are ids as the log writes them.
+last of something, whether it happened at all (or which did), a machine's state now, who acknowledged an alarm
+(the ACK line's by=NAME), a signal's highest or lowest sample in a span (the sample lines' KEY=valueUNIT).
+Deterministic: read from the store's event and sample lines, never from a model; each answer names the lines it
+rests on (Found.lines), its times are hh:mm in site time (the plant description's timezone) and its machines are
+ids as the log writes them.
 
     found = askrecord.answer(store, "how many trips on the night shift?", vocab)   # Found or None
     found.text, found.lines                                                     # the answer, [(node id, line id)]
@@ -10,12 +12,15 @@ are hh:mm in site time (the plant description's timezone) and its machines are i
 "Nothing of the kind in the log since ..." is said only where the record proves it: no event line of the kind
 asked in the span it states, which begins no earlier than the store's first line of the machine (of any machine,
 when the question names none); a span wholly before the log is said to be so. An alarm is "still in alarm" when its last line at the log's end leaves it RAISED, ACKED or
-SHELVED (docs/PLANT.md: a CLEAR's RTN_UNACK or NORMAL ends it).
+SHELVED (docs/PLANT.md: a CLEAR's RTN_UNACK or NORMAL ends it). An alarm is "never acknowledged" when no ACK line of
+its point follows its raise up to the point's next raise or the log's end, and its node logged no LOST line between.
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -239,6 +244,9 @@ class _Ask:
         on = [(k, e) for k, e in last.items() if e.line.astate in ("RAISED", "ACKED", "SHELVED") and k in raised]
         on.sort(key=lambda x: raised[x[0]].line.wall_ms)
         at = "at the end of the log (%s site time, %s)" % (self.hm(self.now), _date(self.now, self.tz))
+        if not on and not raised:  # a quiet log: nothing to clear
+            return ("No alarm%s is still active %s: no alarm%s was raised since %s site time."
+                    % (self.who(), at, self.who(), self.hm(self.first)))
         if not on:
             return ("No alarm%s is still active %s: every alarm raised since %s site time has cleared."
                     % (self.who(), at, self.hm(self.first)))
@@ -368,6 +376,136 @@ class _Ask:
         return " ".join(out)
 
 
+    # ---- who acknowledged an alarm ----
+
+    def _lost(self, nid: int, t0: int, t1: int) -> bool:
+        """Whether the node logged a LOST line (events it dropped) in t0..t1: then an absence is not proved."""
+        with self.store._lock:  # noqa: SLF001
+            row = self.store._db.execute(  # noqa: SLF001
+                "SELECT 1 FROM logs_fts JOIN logs ON logs.id=logs_fts.rowid WHERE logs_fts MATCH 'lost' AND "
+                "logs.node=? AND logs.wall_ms BETWEEN ? AND ? AND substr(logs.text, 22, 5)='LOST ' LIMIT 1",
+                (nid, t0, t1)).fetchone()
+        return row is not None
+
+    def acked_by(self) -> str:
+        """Who acknowledged the alarms asked about (the ACK line's by=NAME), raised in the span: each raise's first
+        ACK of the same point before the point's next raise; one with none is said "never acknowledged" only where
+        the log holds the point's lines to its end (no LOST line between)."""
+        t0, t1 = self.window()
+        later = [e for e in events(self.store, t0, self.now) if e.line.kind == "alarm"]
+        raises = [e for e in later if e.line.wall_ms <= t1 and _matches(e, self.it, ("alarm",))]
+        said: list[str] = []
+        low = self.it.question.lower()
+        pick = slice(-1, None) if askintent.LAST.search(low) else slice(0, 1) if askintent.FIRST.search(low) \
+            else slice(None)  # "the last alarm", "the first one": that raise only
+        raises = raises[pick]
+        if not raises:  # raised before the span (or the log): the ACK lines in it
+            acks = [e for e in later if e.line.wall_ms <= t1 and _matches(e, self.it, ("ack",))]
+            if not acks:
+                return self.nothing("no %s%s" % (self.kind_words("alarm"), self.who()))
+            acks = acks[pick]
+            self.cite(acks[-MAX_LINES:])
+            for a in acks[-MAX_ITEMS:]:
+                said.append(self._acked(a, None))
+            return " ".join(said)
+        unacked = []
+        for r in raises:
+            key = (r.nid, r.line.machine, r.line.level, r.line.tag)
+            ack = None
+            end = self.now
+            for e in later:
+                if e.line.wall_ms < r.line.wall_ms or e.lid == r.lid or (e.nid, e.line.machine, e.line.level,
+                                                                          e.line.tag) != key:
+                    continue
+                if e.line.verb == "ALARM" and e.line.wall_ms >= r.line.wall_ms and e.lid > r.lid:
+                    end = e.line.wall_ms
+                    break
+                if e.line.verb == "ACK":
+                    ack = e
+                    break
+            if ack is not None:
+                self.cite([ack])
+                said.append(self._acked(ack, r))
+            else:
+                unacked.append((r, end))
+        for r, end in unacked[:MAX_ITEMS]:
+            ln = r.line
+            head = "The %s %s alarm of %s raised at %s site time" % (ln.level, ln.tag, ln.machine,
+                                                                     self.hm(ln.wall_ms))
+            if self._lost(r.nid, ln.wall_ms, end):
+                said.append("%s has no ACK line in the log, but its node lost lines after it: the record cannot say "
+                            "whether anyone acknowledged it." % head)
+                continue
+            self.cite([r])
+            upto = "the log's end (%s site time)" % self.hm(end) if end == self.now else \
+                "its next raise at %s site time" % self.hm(end)
+            said.append("%s was never acknowledged: no ACK line for it up to %s." % (head, upto))
+        return " ".join(said[:MAX_ITEMS + 1])
+
+    def _acked(self, ack: _Ev, raised: Optional[_Ev]) -> str:
+        ln = ack.line
+        at = "%s site time on %s" % (self.hm(ln.wall_ms), _date(ln.wall_ms, self.tz))
+        what = "the %s %s alarm of %s" % (ln.level, ln.tag, ln.machine)
+        rose = " (raised %s)" % self.hm(raised.line.wall_ms) if raised is not None else ""
+        if "by" in ln.extras:
+            return "%s acknowledged %s%s at %s." % (ln.extras["by"], what, rose, at)
+        return "%s%s was acknowledged at %s; its ACK line names no operator." % (what[0].upper() + what[1:], rose, at)
+
+    # ---- a signal's highest or lowest sample ----
+
+    def extreme(self, lowest: bool) -> str:
+        """The highest (lowest) sample of the asked signals of each asked machine in the span, the value and
+        unit as the log writes them and the time of that sample (the first such, at a tie)."""
+        t0, t1 = self.window()
+        out = []
+        word = "lowest" if lowest else "highest"
+        for mid in self.it.machines[:MAX_ITEMS]:
+            sigs = [s for d in self.vocab.descs for m in d.machines if m.id == mid for s in m.signals
+                    if s.tag in self.it.tags]
+            sigs = list({s.key: s for s in sigs}.values())
+            if not sigs:
+                out.append("%s has no %s signal in its plant's description." % (
+                    mid, " or ".join(self.it.signals) or "such"))
+                continue
+            best: dict = {}  # key -> (value, text of the value, line id, node id, wall ms)
+            for lid, nid, text, ms in self._samples(mid, t0, t1):
+                for s in sigs:
+                    m = _pair(s.key).search(text)
+                    if m is None or m.group(2) is None:
+                        continue
+                    v = float(m.group(2))
+                    b = best.get(s.key)
+                    if b is None or (v < b[0] if lowest else v > b[0]):
+                        best[s.key] = (v, m.group(1), lid, nid, ms)
+            for s in sigs:
+                name = "%s (%s)" % (s.words[0], s.tag) if s.words else s.tag
+                b = best.get(s.key)
+                if b is None:
+                    out.append(self.nothing("no sample of %s's %s" % (mid, name)) or "")
+                    continue
+                self.cite([_Ev(b[2], b[3], plantlines.Line(b[4] // 1000, "sample", ""))])
+                out.append("The %s %s of %s %s was %s, at %s site time." % (word, name, mid, self.when(), b[1],
+                                                                             self.hm(b[4])))
+        return " ".join(out)
+
+    def _samples(self, mid: str, t0: int, t1: int):
+        """(line id, node id, text, wall ms) of the machine's sample lines with wall times t0..t1, each node's by
+        its time index, the machine picked by the line's own id word (docs/PLANT.md: `timestamp SP id SP ...`)."""
+        head = "%s " % mid
+        with self.store._lock:  # noqa: SLF001
+            db = self.store._db  # noqa: SLF001
+            for (nid,) in db.execute("SELECT id FROM nodes").fetchall():
+                yield from db.execute("SELECT id, node, text, wall_ms FROM logs WHERE node=? AND wall_ms BETWEEN ? "
+                                      "AND ? AND level>0 AND substr(text, 22, ?)=?", (nid, t0, t1, len(head),
+                                                                                      head)).fetchall()
+
+
+@functools.lru_cache(maxsize=256)
+def _pair(key: str) -> re.Pattern:
+    """ " KEY=valueUNIT" of a sample line (docs/PLANT.md): group 1 the value as written, 2 its number."""
+    return re.compile(r" %s=((-?\d+(?:\.\d+)?)[A-Za-z%%/][A-Za-z0-9/%%.^_]*|\?)(?= |$)" % re.escape(key))
+
+
 def answer(store, question: str, vocab) -> Optional[Found]:
     """The record's answer to the question, or None when it is not one the record answers (see askintent.read)
     or the store holds no plant line."""
@@ -380,7 +518,8 @@ def answer(store, question: str, vocab) -> Optional[Found]:
     a = _Ask(store, it, vocab, first, now)
     text = {"count": a.count, "active": a.active, "activity": a.activity, "summary": a.summary,
             "first": lambda: a.first_or_last(False), "last": lambda: a.first_or_last(True),
-            "ever": a.ever, "list": lambda: a.ever(""), "status": a.status}[it.what]()
+            "ever": a.ever, "list": lambda: a.ever(""), "status": a.status, "who": a.acked_by,
+            "peak": lambda: a.extreme(False), "lowest": lambda: a.extreme(True)}[it.what]()
     quoted = _quote(store, a.cited[:MAX_LINES])
     if quoted:
         text += "\nLines (UTC): " + " | ".join(quoted)

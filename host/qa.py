@@ -33,9 +33,11 @@ shown another alarm of the machine, took it for the fault.
 Operator's words (host/askintent.py, host/asktime.py, host/askrecord.py): the question is read with typos
 mended and machines named by a head word and a number ("conveyor two", "the second pump"); a count ("how many
 trips today?"), what is still in alarm, what a machine did in a span, a summary of a shift or a morning, the
-first or last of something, whether it happened at all and a machine's state are answered by the record itself
-(Retrieval.answer, the windows of the lines it rests on pinned first), in site time, relative to the log's
-newest line. Open questions (why, how) keep the target, their windows kept to the time and machines asked
+first or last of something, whether it happened at all, a machine's state, who acknowledged an alarm and a
+signal's highest or lowest sample are answered by the record itself (Retrieval.answer, the windows of the lines
+it rests on pinned first), in site time, relative to the log's newest line. A record answer with no line to rest
+on (nothing in alarm, a count of 0) and no window holding the question's words is returned by ask() as it is,
+with nothing ranked. Open questions (why, how) keep the target, their windows kept to the time and machines asked
 about (_in_scope).
 
 Check (host/answercheck.py): the target's answer is held against the plant's record before anyone reads it
@@ -637,6 +639,16 @@ def ask(question: str, store_path: str | Path, prism, answerer: Optional[Callabl
     found = retrieve(store_path, question, limit=limit, lines=lines)
     t1 = time.perf_counter()
     rep("progress", "retrieval: %s (%.2f s)" % (found.how, t1 - t0))
+    if found.answer and not found.windows:  # the record answers with no line to rest on (nothing in alarm, a
+        # count of 0 in a store without such lines): its answer is the answer, with nothing to rank or show
+        rep("text", found.answer)
+        res = {"question": question, "matched": found.matched, "how": found.how, "candidates": 0, "chosen": [],
+               "ranking": None, "answer": found.answer, "said": None, "cited": [], "claims": [], "unconfirmed": [],
+               "by_record": True, "pinned": 0, "times": {"retrieve_s": round(t1 - t0, 3), "rerank_s": 0.0}}
+        res["times"].update(wait_target_s=0.0, answer_s=0.0, check_s=0.0, total_s=round(time.perf_counter() - t0, 3),
+                            prompt_tokens=0, answer_tokens=0, prefill_s=0.0, decode_s=0.0, prompt_lines=0,
+                            ended="the plant's record")
+        return res
     if 0 < len(found.windows) < k:  # a young store: every window there is, said so (k is a most)
         rep("progress", "only %d windows found: all of them are used (--k %d)" % (len(found.windows), k))
         k = len(found.windows)
