@@ -4,7 +4,8 @@
 import os
 from array import array
 
-from firmware.spill import BLOCK, GROUP_BITS, K_BOOT, K_LINE, K_MARK, K_PLANT, Spill, _u32, block_name, rec_size
+from firmware.spill import (BLOCK, GROUP_BITS, K_BOOT, K_LINE, K_MARK, K_PLANT, Spill, _u32, block_name, group_name,
+                            rec_size)
 
 
 def _isdir(path):
@@ -29,9 +30,9 @@ def make_ring(path, blocks, block):
         os.mkdir(path)
     z = bytearray(512)
     for b in range(blocks):
+        if b & ((1 << GROUP_BITS) - 1) == 0 and _isdir(group_name(path, b >> GROUP_BITS)) is None:
+            os.mkdir(group_name(path, b >> GROUP_BITS))
         name = block_name(path, b)
-        if b & ((1 << GROUP_BITS) - 1) == 0 and _isdir(name[:name.rindex("/")]) is None:
-            os.mkdir(name[:name.rindex("/")])
         try:
             os.stat(name)
             continue
@@ -62,7 +63,7 @@ def make_ring(path, blocks, block):
     g = (blocks + (1 << GROUP_BITS) - 1) >> GROUP_BITS
     while True:
         try:
-            os.rmdir("%s/g%d" % (path, g))
+            os.rmdir(group_name(path, g))
         except OSError:
             break
         g += 1

@@ -67,9 +67,14 @@ GROUP_BITS = const(4)  # 16 block files to a subfolder (the docstring says why)
 MIN_BLOCKS = const(2)
 
 
+def group_name(path, g):
+    """Subfolder g of the ring in the folder path (blocks 16g .. 16g + 15)."""
+    return "%s/g%d" % (path, g)
+
+
 def block_name(path, blk):
     """The file of block blk of the ring in the folder path."""
-    return "%s/g%d/%d" % (path, blk >> GROUP_BITS, blk & ((1 << GROUP_BITS) - 1))
+    return "%s/%d" % (group_name(path, blk >> GROUP_BITS), blk & ((1 << GROUP_BITS) - 1))
 
 
 def rec_size(n):
