@@ -36,6 +36,15 @@ def _make_image(target: str, tarball: Path, what: str) -> None:
           % (target, time.monotonic() - t1, t1 - t0))
 
 
+def pytest_collection_modifyitems(session, config, items) -> None:
+    """The tests that boot a firmware image run last, in their order: the images build beside the tests
+    (tools/board/prebuild.py), and a test that asks for one early waits for that build."""
+    late = [i for i in items if {"image", "cp_image"} & set(getattr(i, "fixturenames", ()))]
+    if late:
+        ids = {id(i) for i in late}
+        items[:] = [i for i in items if id(i) not in ids] + late
+
+
 @pytest.fixture(scope="session")
 def image() -> Path:
     """The rp2 firmware through `make firmware` (_make_image)."""

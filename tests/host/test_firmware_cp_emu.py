@@ -21,17 +21,18 @@ from tools.board import deploy, emuboard
 ROOT = Path(__file__).resolve().parents[2]
 AMPY = str(Path(sys.executable).parent / "ampy")
 BOARD = "rp2040_pico_cp"
-# the node in board time: 24-token notes from 12-token prompts (an episode's 36 tokens wrap the profile's 4 + 16
-# ring), an episode every sample tick, a 64 KB spill ring
-DRAFT_CFG = {"report_ms": 1000, "max_len": 24, "prompt_max": 12, "spill_bytes": 65536, "summary_s": 1}
+# the node in board time: 16-token notes from 6-token prompts (an episode's 22 tokens wrap the profile's 4 + 16
+# ring), an episode every sample tick, a NODE report every half second, a 64 KB spill ring
+DRAFT_CFG = {"report_ms": 500, "max_len": 16, "prompt_max": 6, "spill_bytes": 65536, "summary_s": 1}
 # The tiny seeded draft, not the shipped one: CircuitPython's Pico has no native code emitter, and the shipped
 # draft's step with the ulab and plain-Python kernels takes seconds of board time (docs/BOARDS.md), minutes
-# of host time per note. 32 verified tokens, each checked greedy: the tiny draft's notes run to max_len, and a
-# capped note is stored when the next episode's PROMPT comes, which a 25th verified token follows, so one whole
-# note is stored and checked; 15-25 NODE reports (the heap band below needs 8). The emulated step with ulab is
-# ~0.56 s of board time, ~2.3 s of host time: 64 tokens in 48-token notes (2 prompts + 64 steps, not 2 + 32) cost
-# ~45 s more of the test's CPU for no check more.
-DRAFT_TOKENS = 32
+# of host time per note. Even the tiny draft's step with ulab is ~0.57 s of board time, ~2.3 s of host time, so
+# the run is as short as its checks allow: 18 verified tokens, each checked greedy. The tiny draft's notes run to
+# max_len, and a capped note is stored when the next episode's PROMPT comes, which a 17th verified token
+# follows, so one whole note is stored and checked. Every model step costs the same, prompt or note: 24-token
+# notes from 12-token prompts (60 steps to 32 tokens) took 151 s of host time for no check more than these
+# (~30 steps); the half-second reports give the heap band below its 8 reports and more.
+DRAFT_TOKENS = 18
 
 
 def test_cp_cache_key_follows_sources_options_and_frozen_files(tmp_path: Path, monkeypatch) -> None:
@@ -152,11 +153,12 @@ def test_circuitpython_node_deployed_as_a_user_would_commits_target_greedy_token
     assert notes and all(n["verified"] == 1 for n in notes)
     assert loss["missing"] == 0 and loss["reported"] == 0, loss
     # the board computes the host's numbers: its ulab kernels (on the real ulab, float32) and its plain ones
-    # give the ids and the integer logits (hashed) that shared/llama.py gives on CPython
+    # give the ids and the integer logits (hashed) that shared/llama.py gives on CPython (after a 4-token prompt:
+    # the default 24 cost a minute of host time in prefill alone)
     from tools.bench import board as bench_board
 
     node = json.loads(run_code(board.repl_port, "print(open('/node.json').read())", tmp_path))
-    fig = bench_board.probe_model(board.repl_port, model, board.profile, node, 2, tmp_path)
+    fig = bench_board.probe_model(board.repl_port, model, board.profile, node, 2, tmp_path, prompt_limit=4)
     assert fig["draft_ids_match_host"] and fig["fast_backend"] == "ulab", fig
     assert fig["steps"] == {"plain": bench_board.BASELINE_STEPS, "ulab": 2}, fig
     print("CircuitPython node on the emulated Pico: deploy %.0f s, %d verified tokens (all target-greedy) in %.0f s "

@@ -388,11 +388,12 @@ def _deploy_and_run(board, board_name: str, model: Path, prof: dict, target: str
     return figures, cfg, deploy_s, node
 
 
-def probe_model(port: str, model: Path, prof: dict, cfg: dict, steps: int, tmpd: Path) -> dict:
+def probe_model(port: str, model: Path, prof: dict, cfg: dict, steps: int, tmpd: Path, prompt_limit: int = 24) -> dict:
     """The model alone on the board at `port` (deployed: /board.json, /node.json, the model): PROBE's plain and
     fast (the board's default kernels: viper, ulab) steps in board time, and whether its ids and logits
-    hashes equal shared/llama.py's on CPython."""
-    prompt = prompt_ids(model, "Plant log notes.\nM2 ALARM temp_c 81.5 > 80.0\nNote:")
+    hashes equal shared/llama.py's on CPython. prompt_limit: the prompt's tokens, prefilled before the timed
+    steps (the prefill is most of the probe's board time where a step is slow)."""
+    prompt = prompt_ids(model, "Plant log notes.\nM2 ALARM temp_c 81.5 > 80.0\nNote:", prompt_limit)
     script = tmpd / "probe.py"
     script.write_text(PROBE % {"prompt": prompt, "steps": steps, "base": BASELINE_STEPS, "viper": VIPER_STEPS})
     out = _mpremote(port, "run", str(script), timeout=3600)
