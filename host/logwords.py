@@ -83,6 +83,12 @@ def _stems(text: str) -> tuple[str, ...]:
     return tuple(_stem(t) for t in _TOKEN.findall(text.lower()))
 
 
+def stems(text: str) -> tuple[str, ...]:
+    """The text's words, lowered and without their endings: how a Vocabulary compares phrases (tools' judges
+    compare a note's words with a description's the same way)."""
+    return _stems(text)
+
+
 def signal_name(signal: "Signal") -> str:
     """What people call a signal: its first word in the description, else its tag ("supply_temp": supply temp)."""
     return signal.words[0] if signal.words else signal.tag.replace("_", " ")

@@ -6,6 +6,7 @@ record answers, the dashboard's plots, MQTT's fields) reads it from a `PlantDesc
     desc = plantdesc.load("examples/pump_skid.json")     # checked (host/plantfile.py) and hashed
     desc = plantdesc.builtin()                           # the simulator's own description (shipped)
     desc.machine("P-1").signal("bearing_temp").unit      # "C"
+    desc.machine("P-1").signal("bearing_temp").alarm("HI").causes   # ("bearing wear", ...): cause hints, if any
     desc.hash                                            # what the node logs in its PLANT line
 
 `load` raises host.plantfile.PlantFileError (a ValueError whose message is the one line the user sees)
@@ -36,6 +37,7 @@ class AlarmPoint:
     priority: int = 2  # 1 low .. 4 critical
     when: str = "always"  # or "running"
     interlock: str | None = None
+    causes: tuple[str, ...] = ()  # what may drive it into alarm, in operators' words (the gateway's notes only)
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,8 @@ def _alarm(d: dict) -> AlarmPoint:
     return AlarmPoint(level=d["level"], limit=_num(d["limit"]), hysteresis=_num(d.get("hysteresis", 0)),
                       on_delay_s=int(d.get("on_delay_s", 0)), off_delay_s=int(d.get("off_delay_s", 0)),
                       priority=PRIORITIES.get(prio, prio) if isinstance(prio, str) else int(prio),
-                      when=d.get("when", "always"), interlock=d.get("interlock"))
+                      when=d.get("when", "always"), interlock=d.get("interlock"),
+                      causes=tuple(d.get("causes", ())))
 
 
 _BAD_DEFAULT = {"on_delay_s": 3, "off_delay_s": 60, "priority": 1}

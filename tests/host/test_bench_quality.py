@@ -63,3 +63,13 @@ def test_registered_as_a_bench_and_usage_errors_exit_2():
     r = subprocess.run([sys.executable, "-m", "host.cli", "bench", "quality", "--target", "m.bin"], cwd=str(ROOT),
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.strip().endswith("one of stock, domain or a PATH.gguf"), r.stderr
+
+
+@pytest.mark.parametrize("argv, says", [(["--plant-notes", "-1"], "--plant-notes"),
+                                        (["--stock-notes", "-2"], "--stock-notes"),
+                                        (["--plant-questions", "0", "--plant-notes", "0"], "nothing to measure")])
+def test_bad_plant_sizes_are_one_line(capsys, argv, says):
+    with pytest.raises(SystemExit) as e:
+        quality.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and says in err[0], err

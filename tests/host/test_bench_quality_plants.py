@@ -1,14 +1,15 @@
 """edgetwin bench quality on generated plants (seen / unseen): the held-out questions stay held out, their truth
 is the simulator's, the scorer marks right and wrong answers as a reader would, and a --quick run prints the
-seen and unseen figures. (The full run takes minutes: its figures are in docs/QUALITY.md.)"""
+seen and unseen figures, answers and notes. (The full run takes minutes: its figures are in docs/QUALITY.md; the
+note judge's own tests are tests/host/test_note_judge.py.)"""
 
 from __future__ import annotations
 
 import ast
-import io
 import json
 import random
-from contextlib import redirect_stdout
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -123,7 +124,24 @@ def test_scorer_reads_words_counts_and_values(days) -> None:
     assert not ap.score("%s peaked at %s [1]." % (mid, round(value * 1.5 + 10, 1)), [line], pq, day.desc)["right"]
 
 
-def test_quick_run_prints_seen_and_unseen(capsys) -> None:
+def test_note_episodes_are_the_nodes_cut(days) -> None:
+    from shared import episode
+    from tools.bench import plant_notes
+
+    for day in days.values():
+        eps = plant_notes.episodes(day, per_plant=10)
+        assert sum(e["kind"] == "event" for e in eps) == 10 and eps[-1]["kind"] == "event"
+        summaries = [e["tick"] for e in eps if e["kind"] == "summary"]
+        assert summaries and all(b - a >= episode.SUMMARY_S for a, b in zip(summaries, summaries[1:]))
+        for e in eps:  # an event episode holds its tick's event lines, a summary its sample lines
+            assert 1 <= len(e["lines"]) <= episode.MAX_LINES
+            assert all(episode.is_event(ln) == (e["kind"] == "event") for ln in e["lines"])
+            assert all(day.ticks[day.lines.index(ln)] == e["tick"] for ln in e["lines"])
+        events = {t for t, ln in zip(day.ticks, day.lines) if episode.is_event(ln) and t <= eps[-1]["tick"]}
+        assert events == {e["tick"] for e in eps if e["kind"] == "event"}
+
+
+def test_quick_run_prints_seen_and_unseen() -> None:
     from host import target_delta, weights
     from tools.bench import quality
 
@@ -132,18 +150,24 @@ def test_quick_run_prints_seen_and_unseen(capsys) -> None:
     except OSError:
         pytest.skip("no SmolLM2 GGUF in this checkout")
     target = "domain" if target_delta.installed() else "stock"
-    buf = io.StringIO()
-    with redirect_stdout(buf):
-        rc = quality.main(["--quick", "--target", target])
-    assert rc == 0
-    out = json.loads(buf.getvalue())
+    # as the user runs it, in a process of its own: the bench sets OPENBLAS_NUM_THREADS=1 before numpy loads (in
+    # this process numpy is loaded already, and its BLAS threads made the run several times slower on 2 busy cores)
+    r = subprocess.run([sys.executable, "-m", "host.cli", "bench", "quality", "--quick", "--target", target],
+                       cwd=str(ROOT), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
     assert out["corpus"] is None and out["plant_goals"] == quality.PLANT_GOALS
     for side in ("seen", "unseen"):
         s = out[side]
         assert s["questions"] == 3 and s["target"]["questions"] == 3
         for k in ("answer_accuracy", "answer_accuracy_free", "answer_citation_rate", "by_kind"):
             assert k in s["target"], k
+        # the notes half: a note of each of three plants' first event, judged (tools/bench/note_judge.py)
+        assert s["notes"] == 3 and s["target"]["notes"] == 3 and len(s["note_plants"]) == 3
+        for k in ("note_factuality", "note_coverage", "note_hallucination_rate", "invented_cause_rate"):
+            assert 0.0 <= s["target"][k] <= 1.0, k
         assert set(s["goals_met"]) == set(quality.PLANT_GOALS)
         if target == "domain":
-            assert s["stock"]["questions"] == 1
-    assert "seen (" in capsys.readouterr().err  # progress on stderr
+            assert s["stock"]["questions"] == 1 and s["stock"]["notes"] == 1 and "first 1 notes" in \
+                s["stock_notes_subset"]
+    assert "seen (" in r.stderr and "unseen notes (" in r.stderr  # progress on stderr

@@ -48,13 +48,19 @@ def broker(tmp_path: Path):
 
 
 class Subscriber:
-    """A real paho client on `topics` (re-subscribed at every connect), keeping every message it gets."""
+    """A real paho client on `topics` (re-subscribed at every connect), keeping every message it gets. With a
+    client_id, a persistent session (MQTT 3.1.1, clean_session off): the broker keeps QoS 1 messages for it
+    while it is away, across a broker restart (its persistence), as a consumer that must miss nothing has."""
 
-    def __init__(self, port: int, topics: str = "edgetwin/#", setup=None) -> None:
+    def __init__(self, port: int, topics: str = "edgetwin/#", setup=None, client_id: str | None = None) -> None:
         self.got: list[tuple[str, dict, bool]] = []
         self.lock = threading.Lock()
         self.subscribed = threading.Event()
-        self.c = paho.Client(callback_api_version=paho.CallbackAPIVersion.VERSION2, protocol=paho.MQTTv5)
+        if client_id is None:
+            self.c = paho.Client(callback_api_version=paho.CallbackAPIVersion.VERSION2, protocol=paho.MQTTv5)
+        else:
+            self.c = paho.Client(callback_api_version=paho.CallbackAPIVersion.VERSION2, client_id=client_id,
+                                 clean_session=False, protocol=paho.MQTTv311)
         self.c.on_connect = lambda c, u, f, rc, p: c.subscribe(topics, qos=1)
         self.c.on_subscribe = lambda c, u, mid, rcs, p: self.subscribed.set()
         self.c.on_message = self._msg
@@ -183,7 +189,9 @@ def test_rows_committed_while_the_broker_is_down_all_arrive_after_it_returns(tmp
     db = tmp_path / "g.db"
     store = LogStore(db)
     pub = publisher(db, broker.port)
-    sub = Subscriber(broker.port)
+    # a persistent session: the publisher may reconnect and deliver before a new subscriber subscribes (on a
+    # loaded machine it did); the broker holds what comes meanwhile for this session
+    sub = Subscriber(broker.port, client_id="edgetwin-test-consumer")
     try:
         logs1, notes1 = fill(store, "n1", 1, 5)
         assert sub.wait(lambda: pub.counts["acked"] == len(logs1) + len(notes1))
@@ -194,10 +202,15 @@ def test_rows_committed_while_the_broker_is_down_all_arrive_after_it_returns(tmp
         assert time.monotonic() - t0 < 10
         assert sub.wait(lambda: not pub.connected)
         broker.start()  # the same port
-        sub = Subscriber(broker.port)
+        sub = Subscriber(broker.port, client_id="edgetwin-test-consumer")
+
+        def got():
+            return sub.of("/alarm") + sub.of("/trip") + sub.of("/annotation")
         assert sub.wait(lambda: pub.counts["acked"] >= len(logs1 + logs2) + len(notes1 + notes2), timeout=60)
-        got = sub.of("/alarm") + sub.of("/trip") + sub.of("/annotation")
-        assert set(logs2) <= set(ids_of(got, "logs")) and set(notes2) <= set(ids_of(got, "annotations"))
+        # every row the publisher had acknowledged reaches the consumer (held for it if it came first)
+        assert sub.wait(lambda: set(logs2) <= set(ids_of(got(), "logs")) and set(notes2) <= set(ids_of(got(), "annotations")),
+                        timeout=30), (sorted(set(logs2) - set(ids_of(got(), "logs"))),
+                                      sorted(set(notes2) - set(ids_of(got(), "annotations"))))
         assert pub.counts["disconnects"] >= 1 and pub.counts["connects"] >= 2
     finally:
         pub.stop()

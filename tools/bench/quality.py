@@ -2,15 +2,18 @@
 
     python -m host.cli bench quality --json [--target stock|PATH.gguf|domain] [--notes 104] [--questions-n 60]
                                      [--dump FILE] [--questions FILE]
-                                     [--plant-questions 90] [--stock-questions 40] [--plants-only] [--quick]
+                                     [--plant-questions 90] [--stock-questions 40] [--plant-notes 150]
+                                     [--stock-notes 150] [--plants-only] [--quick]
 
 Seen and unseen (the JSON's "seen" and "unseen"): generated plants (tools/plants; seen: held-out seeds of the
 training kinds and naming schemes, unseen: the held-out kinds and schemes), a simulated day of each
 (tools/bench/plant_day.py) imported into a store as `edgetwin import` does, and held-out questions in an
 operator's words and in the benchmark's older style (tools/bench/ask_phrasings.py, which nothing trains on),
 each asked through host/qa.ask with the target, the first --stock-questions of each side with the stock target
-too, scored by ask_phrasings.score. The figures below ("corpus") follow: today's notes and questions of the
-built-in simulator's held-out streams.
+too, scored by ask_phrasings.score. Then the notes of each side: the node's episodes of the plants' days, each
+note written by the target over the node's stream, the first --stock-notes by the stock target too, judged
+against the lines and the description (tools/bench/plant_notes.py, tools/bench/note_judge.py). The figures below
+("corpus") follow: today's notes and questions of the built-in simulator's held-out streams.
 
 Notes: the held-out plant streams of tools/train/corpus.py (seeds >= 2000, never trained on nor used to choose
 checkpoints), each episode's note written greedily by the target over the node's stream with the rp2040_pico
@@ -299,8 +302,11 @@ def answer_figures(texts: list[str], qs: list[dict[str, Any]]) -> tuple[dict[str
 
 # ---------------------------------------------------------------------------------------------- plants: seen / unseen
 
-PLANT_GOALS = {"answer_accuracy": 0.8, "answer_accuracy_free": 0.75, "answer_citation_rate": 0.9}
-PLANT_MIN_QUESTIONS, FREE_SHARE_MIN = 80, 0.4
+PLANT_GOALS = {"answer_accuracy": 0.8, "answer_accuracy_free": 0.75, "answer_citation_rate": 0.9,
+               "note_factuality": 0.9, "note_coverage": 0.9, "note_hallucination_rate": 0.05,
+               "invented_cause_rate": 0.05}
+PLANT_CEILINGS = ("note_hallucination_rate", "invented_cause_rate")  # at most these; the other goals at least
+PLANT_MIN_QUESTIONS, PLANT_MIN_NOTES, FREE_SHARE_MIN = 80, 150, 0.4
 PLANT_SEED0 = 2000  # held-out plant seeds, as tools/train/corpus.SPLITS holds out its seeds >= 2000
 PER_PLANT = 14  # questions a plant day gives at most (a mix of every kind, tools/bench/ask_phrasings.questions)
 
@@ -379,7 +385,7 @@ def plants_section(roles: list[tuple[str, Any]], n_questions: int, stock_n: int,
     from tools.bench import ask_phrasings
     from tools.train import plant_text
 
-    prism = plant_text._prism()  # noqa: SLF001 (the shipped reranker, loaded once)
+    prism = plant_text._prism() if n_questions else None  # noqa: SLF001 (the shipped reranker, loaded once)
     answerers = {role: qa.Answerer(bt.target, bt.tokenizer, bt.stop_ids) for role, bt in roles}
     out: dict[str, Any] = {}
     for split in ("seen", "unseen"):
@@ -415,8 +421,7 @@ def plants_section(roles: list[tuple[str, Any]], n_questions: int, stock_n: int,
             f = plant_figures(rows[role])
             side[role] = dict(f, target=bt.name)
         side["questions"] = side[roles[0][0]]["questions"]
-        side["goals_met"] = {k: (side["target"][k] is not None and side["target"][k] >= g)
-                             for k, g in PLANT_GOALS.items()}
+        side["goals_met"] = plant_goals_met(side["target"])
         side["sizes_ok"] = side["questions"] >= PLANT_MIN_QUESTIONS and (side["free_share"] or 0) >= FREE_SHARE_MIN
         side["seconds"] = round(time.perf_counter() - t0, 1)
         say("%s: accuracy %s (free %s), citation %s over %d questions" % (
@@ -424,6 +429,34 @@ def plants_section(roles: list[tuple[str, Any]], n_questions: int, stock_n: int,
             side["target"]["answer_citation_rate"], side["questions"]))
         out[split] = side
     return out
+
+
+def plant_goals_met(fig: dict[str, Any]) -> dict[str, bool | None]:
+    """Each plant goal met by a role's figures on a side (None: not measured in this run)."""
+    return {k: None if fig.get(k) is None else bool(fig[k] <= g if k in PLANT_CEILINGS else fig[k] >= g)
+            for k, g in PLANT_GOALS.items()}
+
+
+def plant_notes_section(sides: dict[str, Any], roles: list[tuple[str, Any]], n_notes: int, stock_n: int,
+                        dump: list | None = None, quick: bool = False) -> None:
+    """The notes half of the seen and unseen figures, added to plants_section's sides: every note of a side's
+    plant days with the domain target (roles[0]), the first stock_n with the stock target (tools/bench/plant_notes.py;
+    judged by tools/bench/note_judge.py)."""
+    from tools.bench import plant_notes
+
+    kw = {"per_plant": 1, "hours": 1.0} if quick else {}  # a smoke run: each plant's first event episode
+    for split in ("seen", "unseen"):
+        got = plant_notes.side(split, roles, n_notes, stock_n, seed0=PLANT_SEED0, dump=dump, log=say, **kw)
+        side = sides[split]
+        side["notes"] = got["notes"]
+        for k in ("note_plants", "note_kinds", "note_seconds"):
+            side[k] = got[k]
+        for role, _bt in roles:
+            side[role].update(got[role])
+        side["stock_notes_subset"] = None if len(roles) < 2 else \
+            "the first %d notes of the side (the first plants' streams)" % got["stock"]["notes"]
+        side["goals_met"] = plant_goals_met(side["target"])
+        side["sizes_ok"] = bool(side["sizes_ok"]) and side["notes"] >= PLANT_MIN_NOTES
 
 
 def corpus_section(a, target: BenchTarget, stock: BenchTarget, qs_file) -> dict[str, Any]:
@@ -526,19 +559,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dump", help="write every note and answer with its window and ground truth (JSON lines)")
     ap.add_argument("--max-tokens", type=int, default=64, help="longest answer (default 64, as ask)")
     ap.add_argument("--plant-questions", type=int, default=90, metavar="N",
-                    help="held-out questions per side (seen, unseen) on generated plants (default 90)")
+                    help="held-out questions per side (seen, unseen) on generated plants (default 90; 0: none)")
     ap.add_argument("--stock-questions", type=int, default=40, metavar="N",
                     help="of those, how many per side the stock target answers too (default 40: the first N)")
+    ap.add_argument("--plant-notes", type=int, default=150, metavar="N",
+                    help="notes per side (seen, unseen) on generated plant days (default 150; 0: none)")
+    ap.add_argument("--stock-notes", type=int, default=150, metavar="N",
+                    help="of those, how many per side the stock target writes too (default 150: the first N)")
     ap.add_argument("--plants-only", action="store_true",
-                    help="only the seen/unseen plant questions (no corpus notes and questions)")
+                    help="only the seen/unseen plant questions and notes (no corpus notes and questions)")
     ap.add_argument("--quick", action="store_true",
-                    help="a smoke run: 3 plant questions per side on a 6-hour day, 1 for stock, plants only (tests)")
+                    help="a smoke run: 3 plant questions and 3 notes (3 plants' first event) per side on short days, "
+                    "1 of each for stock, plants only (tests)")
     a = ap.parse_args(argv)
-    if a.notes < 1 or a.questions_n < 1 or a.max_tokens < 1 or a.plant_questions < 1 or a.stock_questions < 0:
-        ap.error("--notes, --questions-n, --plant-questions and --max-tokens must be at least 1, "
-                 "--stock-questions at least 0")
+    if a.notes < 1 or a.questions_n < 1 or a.max_tokens < 1 or min(a.plant_questions, a.stock_questions,
+                                                                    a.plant_notes, a.stock_notes) < 0:
+        ap.error("--notes, --questions-n and --max-tokens must be at least 1, --plant-questions, --stock-questions, "
+                 "--plant-notes and --stock-notes at least 0")
+    if a.plant_questions == 0 and a.plant_notes == 0:
+        ap.error("--plant-questions 0 and --plant-notes 0 leave the plants nothing to measure")
     if a.quick:
         a.plant_questions, a.stock_questions, a.plants_only = 3, 1, True
+        a.plant_notes, a.stock_notes = 3, 1
     t_start = time.perf_counter()
     try:
         qs_file = read_questions(a.questions) if a.questions else None
@@ -558,11 +600,15 @@ def main(argv: list[str] | None = None) -> int:
     out.update(plants_section(roles, a.plant_questions, a.stock_questions, a.max_tokens, dump,
                               hours=6.0 if a.quick else None))
     for side in ("seen", "unseen"):
-        out[side]["notes"] = None  # notes on generated plants: not measured yet
+        out[side]["notes"] = 0
         out[side]["stock_subset"] = "the first %d questions of the side" % min(a.stock_questions,
                                                                               out[side]["questions"])
+    if a.plant_notes:  # the notes of the same plants (days of their own: tools/bench/plant_notes.py)
+        plant_notes_section(out, roles, a.plant_notes, a.stock_notes, dump, a.quick)
     out["plant_goals"] = PLANT_GOALS
-    out["plant_sizes"] = {"questions_per_side": PLANT_MIN_QUESTIONS, "free_share": FREE_SHARE_MIN}
+    out["plant_ceilings"] = list(PLANT_CEILINGS)
+    out["plant_sizes"] = {"questions_per_side": PLANT_MIN_QUESTIONS, "free_share": FREE_SHARE_MIN,
+                          "notes_per_side": PLANT_MIN_NOTES}
     # 2. today's corpus figures (notes and questions of the built-in simulator's held-out streams)
     out["corpus"] = None if a.plants_only else corpus_section(a, target, stock, qs_file)
     if a.dump:

@@ -2,9 +2,10 @@
 
     python -m tools.board.prebuild --detach     (what `make test` runs before pytest)
 
-The two images take minutes to build on a fresh clone, and the tests that boot them come minutes into the
-suite, which runs one test at a time: built at the lowest priority with one job, on the core the suite leaves
-idle, they are ready (or nearly) when the first of those tests asks for them. Both this build and the tests'
+The two images take minutes to build on a fresh clone, and the tests that boot them come last in the
+end-to-end stream (tools/suite.py runs those one at a time): built at the lowest priority with one job, on the
+core the end-to-end stream leaves to the quick tests, they are ready (or nearly) when the first of those tests
+asks for them. Both this build and the tests'
 fixtures (tests/host/conftest.py) take build_lock() around `make`, so a fixture that comes early waits for the
 build under way and then finds the image current; nothing is built twice. A failed build here is only logged
 (build/prebuild.log): the fixture runs `make` again and reports the failure where it matters. Where the vendored

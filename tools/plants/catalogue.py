@@ -7,8 +7,9 @@ reaches `reach` times the distance from the nominal value to the signal's neares
 (reach 2.5 crosses the first limit at 40 % progress; a shape of 2 accelerates, as bearing wear does). The signal
 a fault moves first, far enough to alarm, is its `first`: the signal whose alarm a model should meet first, and
 the one the simulator's first alarm comes on (the test runs every fault). A fault's `words` are the causes an
-operator names; the generator puts them in the words of the fault's first signal (the format has no field for
-an alarm point's causes).
+operator names; the generator puts them in the words of the fault's first signal (what `ask` searches by) and,
+as cause hints, in the `causes` of every alarm point the fault drives past its limit (an effect reaching 1 or more
+in the point's direction): what a note may name as the cause of that point's alarm (tools/bench/note_judge.py).
 """
 
 from __future__ import annotations

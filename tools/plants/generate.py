@@ -9,8 +9,9 @@
 Wired the way the benches serve plants (tools/board/simslave.py): one RS-485 bus, one device profile per kind,
 one Modbus slave per machine (unit = its place + 1), its signals in holding registers (int16, int32 or float32
 by the plant's seed), running and tripped as discrete inputs 0 and 1. A signal's register is named after its
-role in the catalogue, which is how the simulator (physics.py) knows what it measures. The same seed and
-arguments give the same description, byte for byte.
+role in the catalogue, which is how the simulator (physics.py) knows what it measures. An alarm point's `causes`
+are the cause words of the kind's faults that drive it (catalogue.py). The same seed and arguments give the same
+description, byte for byte.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tools.plants.catalogue import Alarm, Kind, Signal
 
 BOARDS = ("rp2040_pico", "esp32s3_devkitc")
 ENCODINGS = ("int16", "int32", "float32")
+MAX_CAUSES = 8  # cause hints per alarm point at most (host/plant_schema.json)
 MAX_MACHINES = 6  # a 7th of five signals would pass 15 % of the ESP32-S3's heap (host/plantboard.py)
 ZONES = {"metric": ("UTC", "Europe/Berlin", "Europe/Madrid", "Asia/Kolkata", "Australia/Perth"),
          "us": ("America/Chicago", "America/New_York", "America/Denver", "America/Los_Angeles")}
@@ -159,11 +161,20 @@ def _signal(kind: Kind, s: Signal, key: str, tag: str, dev: str, system: str, sp
            "words": _unique(s.words + tuple(causes)), "source": {"device": dev, "register": s.role},
            "range": [_round(lo, d, -1), _round(hi, d, +1)]}
     if s.alarms:
-        out["alarms"] = [_alarm(a, s, system, d) for a in s.alarms]
+        out["alarms"] = [_alarm(a, s, system, d, _causes(kind, s, a)) for a in s.alarms]
     return out
 
 
-def _alarm(a: Alarm, s: Signal, system: str, d: int) -> dict:
+def _causes(kind: Kind, s: Signal, a: Alarm) -> list[str]:
+    """The point's cause hints: the words of the kind's faults that drive this signal past its limit in the
+    point's direction (an effect reaching 1 or more: catalogue.py's units of nominal -> nearest limit)."""
+    sign = +1 if a.level in ("HI", "HIHI") else -1
+    words = [w for f in kind.faults for e in f.effects if e.role == s.role and e.sign == sign and e.reach >= 1.0
+             for w in f.words]
+    return _unique(words)[:MAX_CAUSES]
+
+
+def _alarm(a: Alarm, s: Signal, system: str, d: int, causes: list[str]) -> dict:
     step = 10.0 ** -d
     hyst = units.scale(s.quantity, system, a.hyst)
     out: dict = {"level": a.level, "limit": _round(units.convert(s.quantity, system, a.limit), d, 0),
@@ -173,6 +184,8 @@ def _alarm(a: Alarm, s: Signal, system: str, d: int) -> dict:
         out["when"] = "running"
     if a.interlock:
         out["interlock"] = a.interlock
+    if causes:
+        out["causes"] = causes
     return out
 
 
