@@ -339,29 +339,38 @@ def check_logs_acked(db: Path, name: str) -> dict:
     epoch's first frames went to this store, its latest logs_acked lines must all be here; otherwise
     (the epoch began with an earlier store) the first report stored here was never acknowledged by the
     earlier gateway (it would have been stored there and not resent), so neither was any LOG frame from
-    it on: at least latest logs_acked - (logs_sent of that first report) lines must be here.
+    it on: at least latest logs_acked - (logs_sent of that first report) lines must be here. A frame of an
+    epoch may carry a line of an earlier boot from the flash ring (SPILLED, stored under its own boot and line
+    number, once: a line the gateway already had is acknowledged and not stored again), so the epoch's frames
+    sent SPILLED (its reports' spilled=) less the spilled lines stored under it are not required there (the
+    store's own line numbers, LogStore.line_loss, account for those lines).
     Returns {epoch: (stored, required)}; AssertionError if a line is missing."""
     from host.store import LogStore
 
     s = LogStore(db, readonly=True)
     try:
         stored: dict[int, int] = {}
+        own_spilled: dict[int, int] = {}
         low: dict[int, int] = {}
         for r in s.logs(name):
             stored[r["epoch"]] = stored.get(r["epoch"], 0) + 1
+            own_spilled[r["epoch"]] = own_spilled.get(r["epoch"], 0) + (r["flags"] & 1)
             low[r["epoch"]] = min(low.get(r["epoch"], 1 << 62), r["seq"])
     finally:
         s.close()
     first_sent: dict[int, int] = {}
     last: dict[int, int] = {}
+    spilled: dict[int, int] = {}
     for rep in node_reports(db, name):
         ep = rep["epoch"]
         first_sent.setdefault(ep, int(rep["logs_sent"]))
         last[ep] = max(last.get(ep, 0), int(rep["logs_acked"]))
+        spilled[ep] = max(spilled.get(ep, 0), int(rep.get("spilled", 0)))
     out = {}
     for ep in last:
         began_here = low.get(ep, 1 << 62) < 16  # the epoch's first frames (seq 0...) went to this store
-        need = last[ep] - (0 if began_here else first_sent[ep])
+        earlier = max(0, spilled[ep] - own_spilled.get(ep, 0))  # frames carrying an earlier boot's lines
+        need = last[ep] - (0 if began_here else first_sent[ep]) - earlier
         assert stored.get(ep, 0) >= need, "node %s epoch %08x: %d lines acked here, %d stored" % (
             name, ep, need, stored.get(ep, 0))
         out[ep] = (stored.get(ep, 0), need)
