@@ -43,6 +43,33 @@ CP_BOARD = "rp2040_pico_cp"
 MP_TIMEOUT_S = 900
 
 
+# The test files whose tests are computation alone: no clock, no timeout, no process, port, pty or socket of
+# their own. tools/suite.py (`make test`) runs them (marked `cpu`) beside the end-to-end stream at the lowest
+# priority, where they may wait for the CPU for minutes and still pass; a test that runs against the wall clock
+# (a node, a link, a broker in real time, a deadline) stays in the stream that runs one test at a time.
+CPU_ONLY = frozenset(["tests/host/" + n for n in (
+    "test_annotation_span.py", "test_ask_record_more.py", "test_bench_spec_episodes.py", "test_cliargs.py",
+    "test_corpus_batches.py", "test_dashboard_plants.py", "test_demo_truth.py", "test_freeze_manifest.py",
+    "test_gateway_fuzz.py", "test_llama2c.py", "test_logwords.py", "test_no_simulator_words.py",
+    "test_note_judge.py", "test_plant_causes.py", "test_plant_compile.py", "test_plant_sim_desc.py",
+    "test_plant_words.py", "test_prism_bench.py", "test_prism_exits.py", "test_prism_pruning.py",
+    "test_qa_corpus.py", "test_quality_judge.py", "test_reranker_bench.py", "test_reranker_prior.py",
+    "test_store_lines.py", "test_store_plants.py", "test_target.py", "test_target_dense.py",
+    "test_train_reranker_ask.py", "test_verifier_rule.py",)] + ["tests/shared/" + n for n in (
+    "test_bpe.py", "test_codeslot.py", "test_drafter.py", "test_episode.py", "test_episodes.py", "test_fixedmath.py",
+    "test_frame_prompt.py", "test_inplace.py", "test_inputs_hw.py", "test_kvsnap.py", "test_lruk.py",
+    "test_node_config.py", "test_plant.py", "test_plant_engine.py", "test_plantcfg_fuzz.py", "test_q4.py",
+    "test_q4_int4_only.py", "test_ringkv.py", "test_sha256.py", "test_spill.py", "test_sptok.py",)])
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    root = ROOT.as_posix() + "/"
+    for item in items:
+        path = Path(str(item.fspath)).resolve().as_posix()
+        if path.startswith(root) and path[len(root):] in CPU_ONLY:
+            item.add_marker(pytest.mark.cpu)
+
+
 from tools.board.vboard import micropython_exe  # noqa: E402  (one place that finds the unix port)
 
 
