@@ -33,7 +33,7 @@ demo: $(STAMP)
 test: $(STAMP) emulator-setup mqtt-setup ui-setup systemd-setup circuitpython-unix
 	# the emulated boards' firmware images build on the core the tests leave idle (tools/board/prebuild.py)
 	$(BIN)/python -m tools.board.prebuild --detach
-	# the end-to-end runs one at a time, the other tests beside them on the other core (tools/suite.py)
+	# end-to-end and wall-clock tests one at a time; the computation-only ones (marked cpu) beside them (tools/suite.py)
 	$(BIN)/python -m tools.suite
 
 # Rebuild every shipped model artifact from scratch (long: corpus, distillation, fine-tuning; not part of
