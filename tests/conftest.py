@@ -43,12 +43,16 @@ CP_BOARD = "rp2040_pico_cp"
 MP_TIMEOUT_S = 900
 
 
-# The test files whose tests are computation alone: no clock, no timeout, no process, port, pty or socket of
-# their own. tools/suite.py (`make test`) runs them (marked `cpu`) beside the end-to-end stream at the lowest
-# priority, where they may wait for the CPU for minutes and still pass; a test that runs against the wall clock
-# (a node, a link, a broker in real time, a deadline) stays in the stream that runs one test at a time.
+# The test files whose tests are computation alone: no clock of their own, no port, pty or socket; a process they
+# start is given minutes it never needs (a model's CLI, a MicroPython run). tools/suite.py (`make test`) runs them
+# (marked `cpu`) beside the end-to-end stream at the lowest priority, where they may wait for the CPU for minutes and
+# still pass; a test that runs against the wall clock (a node, a link, a broker in real time, a deadline) stays in
+# the stream that runs one test at a time. A file's slow tests stay there too unless marked `cpu` themselves.
 CPU_ONLY = frozenset(["tests/host/" + n for n in (
-    "test_annotation_span.py", "test_ask_record_more.py", "test_bench_spec_episodes.py", "test_cliargs.py",
+    "test_annotation_span.py", "test_answercheck.py", "test_ask.py", "test_ask_operator.py", "test_ask_readme_question.py",
+    "test_ask_record_more.py", "test_bench_quality_plants.py", "test_bpe_reference.py", "test_convert.py",
+    "test_draft_model.py", "test_mbf_fuzz.py", "test_plant_check.py", "test_plant_host.py", "test_plantlines.py",
+    "test_prism_bert.py", "test_reranker_model.py", "test_spec_stats.py", "test_target_delta.py", "test_bench_spec_episodes.py", "test_cliargs.py",
     "test_corpus_batches.py", "test_dashboard_plants.py", "test_demo_truth.py", "test_freeze_manifest.py",
     "test_gateway_fuzz.py", "test_llama2c.py", "test_logwords.py", "test_no_simulator_words.py",
     "test_note_judge.py", "test_plant_causes.py", "test_plant_compile.py", "test_plant_sim_desc.py",
@@ -57,16 +61,18 @@ CPU_ONLY = frozenset(["tests/host/" + n for n in (
     "test_store_lines.py", "test_store_plants.py", "test_target.py", "test_target_dense.py",
     "test_train_reranker_ask.py", "test_verifier_rule.py",)] + ["tests/shared/" + n for n in (
     "test_bpe.py", "test_codeslot.py", "test_drafter.py", "test_episode.py", "test_episodes.py", "test_fixedmath.py",
-    "test_frame_prompt.py", "test_inplace.py", "test_inputs_hw.py", "test_kvsnap.py", "test_lruk.py",
-    "test_node_config.py", "test_plant.py", "test_plant_engine.py", "test_plantcfg_fuzz.py", "test_q4.py",
-    "test_q4_int4_only.py", "test_ringkv.py", "test_sha256.py", "test_spill.py", "test_sptok.py",)])
+    "test_frame.py", "test_frame_prompt.py", "test_inplace.py", "test_inputs_hw.py", "test_kvsnap.py", "test_link.py",
+    "test_llama.py", "test_lruk.py", "test_mbf.py", "test_memplan.py", "test_node_config.py", "test_plant.py",
+    "test_plant_engine.py", "test_plantcfg_fuzz.py", "test_profile.py", "test_q4.py", "test_q4_int4_only.py",
+    "test_ringkv.py", "test_sha256.py", "test_specdec.py", "test_spill.py", "test_sptok.py", "test_uart.py",
+    "test_ustar.py",)])
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
     root = ROOT.as_posix() + "/"
     for item in items:
         path = Path(str(item.fspath)).resolve().as_posix()
-        if path.startswith(root) and path[len(root):] in CPU_ONLY:
+        if path.startswith(root) and path[len(root):] in CPU_ONLY and item.get_closest_marker("slow") is None:
             item.add_marker(pytest.mark.cpu)
 
 

@@ -4,9 +4,10 @@
 
 The end-to-end runs (marked slow: virtual and emulated boards, gateways, brokers, timed links) and every test
 that runs against the wall clock run one at a time, in order, at normal priority, as they always have: their
-checks have timing margins and want a core to themselves. The tests that are computation alone (marked cpu by
-tests/conftest.py CPU_ONLY: no clock, no process, port or socket of their own; unit and property tests, much of
-the shared core under three interpreters) run in a second process at the lowest priority, on the core the
+checks have timing margins and want a core to themselves. The tests that are computation alone (marked cpu, by
+file in tests/conftest.py CPU_ONLY or one by one: no clock, port or socket of their own, and a process they start
+is given minutes it never needs; unit and property tests, much of the shared core under three interpreters, the
+model references and training steps, the CLI's answers from a store) run in a second process at the lowest priority, on the core the
 first stream leaves idle, beside the firmware images' build (tools/board/prebuild.py, also at the lowest
 priority): starved of the CPU for minutes they are only later, not wrong. (Wall-clock tests in that stream
 failed on a busy machine: a node in-process that did not reach its event within its 20 s.) Each stream has its own base
@@ -47,10 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     with open(quick_log, "w") as log:
         # the quick stream's .pytest_cache is left alone: two processes would race on it
-        quick = subprocess.Popen(["nice", "-n", "19", *pytest, "-m", "cpu and not slow", "--basetemp", str(base / "q"),
+        quick = subprocess.Popen(["nice", "-n", "19", *pytest, "-m", "cpu", "--basetemp", str(base / "q"),
                                   "-p", "no:cacheprovider", *args], cwd=str(ROOT), stdout=log,
                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        slow = subprocess.Popen([*pytest, "-m", "slow or not cpu", "--basetemp", str(base / "s"), *args], cwd=str(ROOT),
+        slow = subprocess.Popen([*pytest, "-m", "not cpu", "--basetemp", str(base / "s"), *args], cwd=str(ROOT),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         slow_out = []
         try:

@@ -251,6 +251,7 @@ def test_ask_json_bad_input_is_one_line(sim, capsys, tmp_path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.cpu
 def test_ask_json_prints_one_object(sim) -> None:
     """`edgetwin ask --json` with the shipped reranker and target: one JSON object on stdout, nothing else."""
     from host import weights

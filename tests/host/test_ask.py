@@ -382,6 +382,7 @@ def test_answer_streams_pieces_and_stops(plant):
 
 
 @pytest.mark.slow
+@pytest.mark.cpu
 def test_ask_answers_with_smollm2(plant):
     """The real target (SmolLM2-135M-Instruct GGUF) answers, streamed, from the CLI in a subprocess with one BLAS
     thread (on a busy 2-core machine OpenBLAS's own threads make the same run several times slower)."""

@@ -392,7 +392,7 @@ def test_edgetwin_ask_answers_from_the_record(unseen):
     q = "how many trips were there on the night shift?"
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     res = subprocess.run([sys.executable, "-m", "host.cli", "ask", q, "--db", str(unseen.db), "--json", "--quiet"],
-                         cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=120,
+                         cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=600,
                          stdin=subprocess.DEVNULL)
     if res.returncode != 0 and "not installed" in res.stderr:
         pytest.skip(res.stderr.strip().splitlines()[-1])

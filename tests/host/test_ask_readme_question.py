@@ -53,6 +53,7 @@ def _answer(out: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.cpu
 def test_why_did_p101_trip_names_the_trip_and_cites_it(store: Path) -> None:
     res = _edgetwin("ask", "why did P-101 trip?", "--db", str(store))
     assert res.returncode == 0, res.stderr[-2000:]
@@ -69,6 +70,7 @@ def test_why_did_p101_trip_names_the_trip_and_cites_it(store: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.cpu
 def test_a_trip_that_never_happened_is_nothing_of_the_kind(store: Path) -> None:
     res = _edgetwin("ask", "why did C-301 trip?", "--db", str(store))
     assert res.returncode == 0, res.stderr[-2000:]

@@ -9,7 +9,7 @@ import pytest
 
 from host import cli
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cpu]
 
 
 def test_bench_qa_small_json(capsys: pytest.CaptureFixture) -> None:

