@@ -16,13 +16,13 @@ import pytest
 
 @pytest.mark.slow
 def test_slow_one():
-    open(os.path.join(os.environ["MARKS"], "slow-%d" % os.getpid()), "w").close()
+    open(os.path.join(os.environ["MARKS"], "slow-%d-%s" % (os.getpid(), os.environ.get("OMP_NUM_THREADS"))), "w").close()
     assert SLOW_OK
 
 
 @pytest.mark.cpu
 def test_quick_one():
-    open(os.path.join(os.environ["MARKS"], "quick-%d" % os.getpid()), "w").close()
+    open(os.path.join(os.environ["MARKS"], "quick-%d-%s" % (os.getpid(), os.environ.get("OMP_NUM_THREADS"))), "w").close()
     assert QUICK_OK
 '''
 
@@ -54,6 +54,9 @@ def test_both_streams_run_in_their_own_processes_and_both_are_reported(tmp_path:
     assert ran == ["quick", "slow"]
     pids = {f.name.split("-")[1] for f in (tmp_path / "case_11" / "marks").iterdir()}
     assert len(pids) == 2  # two processes, not one
+    # one BLAS thread beside the other stream (its spinning workers would wait for a busy core); the other as set
+    assert {f.name.split("-")[0]: f.name.split("-")[2] for f in (tmp_path / "case_11" / "marks").iterdir()} == {
+        "quick": "1", "slow": "None"}
     last = summary(p.stdout)
     assert last.startswith("make test: end-to-end and timed tests: 1 passed, 1 deselected in "), last
     assert "computation-only tests: 1 passed, 1 deselected in " in last, last
