@@ -70,7 +70,9 @@ class Node(threading.Thread):
         super().__init__(daemon=True)
         mbf = tmp_path / "tiny.mbf"
         mbf.write_bytes(gwkit.tiny_mbf())
-        cfg = {"tick_ms": 40, "sample_every": 1, "report_ms": 500, "model": str(mbf), "prompt_max": 12,
+        # sample_every 5: 20 lines a second for the link, which carries them all even on a busy machine (at 1, 100 a
+        # second, the node's queue overflowed there and dropped the alarm lines this test looks for on the plots)
+        cfg = {"tick_ms": 40, "sample_every": 5, "report_ms": 500, "model": str(mbf), "prompt_max": 12,
                "max_len": 24, "episodes": 3, "summary_s": 2,
                "faults": ["CV-401:sensor_dropout:4:V@3", "P-101:bearing_wear:5@1"]}
         self.m, self.s = os.openpty()

@@ -11,14 +11,14 @@ import pytest
 
 from host import plantdesc
 from shared import episode
-from tools.bench import note_judge, plant_day, plant_notes
-from tools.plants import generate, split
+from tools.bench import note_judge, plant_notes
+from tools.plants import generate, plantday, split
 from tools.train import line_notes, plant_text
 
 
 def _day(seed: int, side: str):
-    day = plant_day.day(generate.plant(seed, side), seed, hours=plant_notes.HOURS)
-    return day, plant_notes.episodes(day, 30)
+    day = plantday.day(generate.plant(seed, side), seed, hours=plant_notes.HOURS)
+    return day, plantday.episodes(day, 30)
 
 
 @pytest.mark.parametrize("side,seed", [("seen", 2001), ("unseen", 2002)])

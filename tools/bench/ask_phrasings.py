@@ -6,7 +6,7 @@ import it (tests/host/test_bench_quality_plants.py reads every tools/train modul
 typos and vocabulary are written here only, not copied from tools/train/qa_corpus.py. A model or a question
 parser tuned on these words would make the benchmark measure its memory.
 
-    qs = questions(day, rng, n)      # day: tools/bench/plant_day.Day (a description, its log, its truth)
+    qs = questions(day, rng, n)      # day: tools/plants/plantday.Day (a description, its log, its truth)
     v = score(answer_text, cited_texts, q, by_record)   # {"right", "cited", "why"}
 
 Question kinds (KINDS): the first alarm of a signal, why and when a machine tripped, who acknowledged an alarm
@@ -179,7 +179,7 @@ def _times(day, tick: int) -> dict[str, str]:
 
 def questions(day, rng: random.Random, n: int | None = None, free_share: float = 0.55) -> list[Question]:
     """Questions about the plant day with their truth, at most n (a mix of kinds), about free_share in an
-    operator's words. day: tools/bench/plant_day.Day."""
+    operator's words. day: tools/plants/plantday.Day."""
     names = Names(day.desc)
     ev = [e for e in day.events if e.get("line")]
     raises = [e for e in ev if e["event"] == "alarm"]

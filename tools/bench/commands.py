@@ -12,11 +12,10 @@ from host.errors import UserError
 from host.usage import Command
 
 HERE = Path(__file__).resolve().parent
-NOT_BENCHES = ("__init__", "ask_phrasings", "commands", "diag_fidelity", "note_judge", "plant_day", "plant_notes",
+NOT_BENCHES = ("__init__", "ask_phrasings", "commands", "diag_fidelity", "note_judge", "plant_notes",
                "prism_questions", "soak_broker", "soak_relay", "spill_lfs", "trace_replay")  # diag_fidelity: a
-# diagnosis run by hand, no JSON object; ask_phrasings, plant_day: bench quality's held-out questions and the plant
-# days they ask about; note_judge, plant_notes: its notes on those plants and their judge; prism_questions: bench
-# prism's questions; soak_broker, soak_relay: bench soak's broker and cable; spill_lfs: bench spill's MicroPython side;
+# diagnosis run by hand, no JSON object; ask_phrasings: bench quality's held-out questions; note_judge, plant_notes:
+# its notes on generated plants and their judge; prism_questions: bench prism's questions; soak_broker, soak_relay: bench soak's broker and cable; spill_lfs: bench spill's MicroPython side;
 # trace_replay: a helper of bench board and the emulator tests
 BENCHES = tuple(sorted(p.stem for p in HERE.glob("*.py") if p.stem not in NOT_BENCHES))
 

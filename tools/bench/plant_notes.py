@@ -1,7 +1,7 @@
 """Notes on generated plant days, seen and unseen: the node's episodes of a day's lines, each note written greedily
 by a target over the node's stream, judged against the lines and the description (tools/bench/note_judge.py).
 
-    eps = plant_notes.episodes(day)                        # the node's cut of a tools/bench/plant_day.Day
+    eps = plantday.episodes(day)                           # the node's cut of a tools/plants/plantday.Day (its first 25)
     texts = plant_notes.write(bt, [eps_a, eps_b])          # every episode's note, the streams in lockstep
     side = plant_notes.side("unseen", roles, 150, stock_n=150)   # a side's figures, each role's
 
@@ -20,45 +20,10 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from host import plantlines
 from shared import episode
 
 PER_PLANT = 25  # event episodes judged per plant day at most: notes from several plants, not one busy day
 HOURS = 8.0  # a note day (05:30 to 13:30 site time): its faults, alarms and trips come in the first hours
-RECENT = 5  # sample lines of a machine before an episode that give the judge its signals' trends
-
-
-def episodes(day, per_plant: int = PER_PLANT) -> list[dict[str, Any]]:
-    """The node's episodes of the day up to its per_plant-th event episode: {"tick", "kind", "lines", "recent"}
-    ("recent": each machine's last RECENT sample lines before the tick, for the judge only)."""
-    out: list[dict[str, Any]] = []
-    next_summary, n_events = 0, 0
-    recent: dict[str, list[str]] = {}
-    i, n = 0, len(day.lines)
-    while i < n and n_events < per_plant:
-        tick = day.ticks[i]
-        j = i
-        while j < n and day.ticks[j] == tick:
-            j += 1
-        group = day.lines[i:j]
-        events = [ln for ln in group if episode.is_event(ln)]
-        samples = [ln for ln in group if not episode.is_event(ln)]
-        kind = "event" if events else None
-        if not events and samples and episode.SUMMARY_S and tick >= next_summary:
-            kind, next_summary = "summary", tick + episode.SUMMARY_S
-        if kind:
-            ms = sorted({x.machine for x in map(plantlines.parse, events or samples) if x is not None and x.machine})
-            out.append({"tick": tick, "kind": kind, "lines": (events or samples)[-episode.MAX_LINES:],
-                        "recent": [x for m in ms for x in recent.get(m, [])]})
-            n_events += kind == "event"
-        for ln in samples:
-            x = plantlines.parse(ln)
-            if x is not None and x.machine:
-                hist = recent.setdefault(x.machine, [])
-                hist.append(ln)
-                del hist[:-RECENT]
-        i = j
-    return out
 
 
 def write(bt, streams: list[list[dict[str, Any]]], log: Callable[[str], None] | None = None) -> list[list[str]]:
@@ -135,13 +100,13 @@ def _feed(model, caches: list, parts: list[list[int]]) -> list:
 def note_days(split: str, n_notes: int, per_plant: int = PER_PLANT, hours: float = HOURS, seed0: int = 2000):
     """(day, its episodes) per generated plant of the split (held-out seeds from seed0) until n_notes event
     episodes; the last plant's stream ends at the side's n_notes-th."""
-    from tools.bench import plant_day
+    from tools.plants import plantday
     from tools.plants import generate
 
     out, total, seed = [], 0, seed0
     while total < n_notes:
-        day = plant_day.day(generate.plant(seed, split), seed, hours=hours)
-        eps = episodes(day, min(per_plant, n_notes - total))
+        day = plantday.day(generate.plant(seed, split), seed, hours=hours)
+        eps = plantday.episodes(day, min(per_plant, n_notes - total))
         got = sum(e["kind"] == "event" for e in eps)
         if got:
             out.append((day, eps))

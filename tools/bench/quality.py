@@ -7,7 +7,7 @@
 
 Seen and unseen (the JSON's "seen" and "unseen"): generated plants (tools/plants; seen: held-out seeds of the
 training kinds and naming schemes, unseen: the held-out kinds and schemes), a simulated day of each
-(tools/bench/plant_day.py) imported into a store as `edgetwin import` does, and held-out questions in an
+(tools/plants/plantday.py) imported into a store as `edgetwin import` does, and held-out questions in an
 operator's words and in the benchmark's older style (tools/bench/ask_phrasings.py, which nothing trains on),
 each asked through host/qa.ask with the target, the first --stock-questions of each side with the stock target
 too, scored by ask_phrasings.score. Then the notes of each side: the node's episodes of the plants' days, each
@@ -314,16 +314,16 @@ PER_PLANT = 14  # questions a plant day gives at most (a mix of every kind, tool
 def plant_days(split: str, n_questions: int, per_plant: int = PER_PLANT, hours: float | None = None):
     """(day, questions) per plant of the split until n_questions: generated plants (tools/plants: "seen" held-out
     seeds of the training kinds and schemes, "unseen" held-out kinds and schemes), a simulated day each with
-    faults (tools/bench/plant_day.py) and held-out questions about it (tools/bench/ask_phrasings.py)."""
+    faults (tools/plants/plantday.py) and held-out questions about it (tools/bench/ask_phrasings.py)."""
     import random
 
-    from tools.bench import ask_phrasings, plant_day
-    from tools.plants import generate
+    from tools.bench import ask_phrasings
+    from tools.plants import generate, plantday
 
     out, total, seed = [], 0, PLANT_SEED0
     while total < n_questions:
         desc = generate.plant(seed, split)
-        day = plant_day.day(desc, seed, **({"hours": hours} if hours else {}))
+        day = plantday.day(desc, seed, **({"hours": hours} if hours else {}))
         qs = ask_phrasings.questions(day, random.Random("edgetwin-bench/ask/%s/%d" % (split, seed)),
                                      min(per_plant, n_questions - total))
         out.append((day, qs))

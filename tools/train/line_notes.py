@@ -15,8 +15,8 @@ state change, a clear or acknowledgement, a shelving; tools/bench/note_judge.RAN
 the phrasings of its kind that fit episode.MAX_NOTE tokens, a seeded pick among the richest: varied wording, the
 same facts. Summary episodes (sample lines only) get the states of their first machines; no judge reads them.
 
-The streams are tools/bench/plant_day's days of tools/plants/generate's plants of a split, cut into the node's
-episodes (tools/bench/plant_notes.episodes), on seeds below 1000 for training and 1000..1999 for validation: the
+The streams are tools/plants/plantday's days of tools/plants/generate's plants of a split, cut into the node's
+episodes (tools/plants/plantday.episodes), on seeds below 1000 for training and 1000..1999 for validation: the
 benchmarks' plants start at 2000, and the unseen kinds and naming schemes (tools/plants/split.py) are never made
 here for training.
 """
@@ -198,14 +198,13 @@ def reference(lines: list[str], desc: plantdesc.PlantDesc | dict, rng: random.Ra
 def stream(seed: int, split: str = "seen", per_day: int = PER_DAY, hours: float = HOURS) -> dict[str, Any]:
     """One generated plant day's episodes with their reference notes: {"seed", "plant", "episodes": [{"lines",
     "note"}]} (train_target's note row)."""
-    from tools.bench import plant_day, plant_notes
-    from tools.plants import generate
+    from tools.plants import generate, plantday
 
     desc = generate.plant(seed, split)
-    day = plant_day.day(desc, seed, hours=hours)
+    day = plantday.day(desc, seed, hours=hours)
     rng = random.Random(seed * 7919 + 17)
     d = plantdesc.from_dict(desc)
-    eps = [{"lines": e["lines"], "note": reference(e["lines"], d, rng)} for e in plant_notes.episodes(day, per_day)]
+    eps = [{"lines": e["lines"], "note": reference(e["lines"], d, rng)} for e in plantday.episodes(day, per_day)]
     return {"seed": seed, "plant": desc["name"], "episodes": eps}
 
 

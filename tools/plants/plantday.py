@@ -1,7 +1,7 @@
 """A day of a generated plant as its node logs it: faults injected into tools/plants' simulator, the node's event
 lines, its sample lines and the operators' acknowledgements, with the ground truth of all of it.
 
-    d = plant_day.day(generate.unseen_plant(7), seed=7)   # 05:30 to 23:30 site time
+    d = plantday.day(generate.unseen_plant(7), seed=7)   # 05:30 to 23:30 site time
     d.lines        # the log, in order (docs/PLANT.md grammar), what `edgetwin import` reads
     d.events       # physics.Sim.events plus the "ack" events of the operators, each with its "line"
     d.truth        # physics.Sim.truth(): per fault its start, first alarm, trip, repair
@@ -11,7 +11,10 @@ What the simulator does not write, this adds the way a node would (docs/PLANT.md
 per machine every `sample_every` seconds (the description's own sample_s is 5 s; a bench day at that rate is
 100,000 lines a plant for no more questions, so the description the lines are imported with says
 `sample_every`), and an operator's ACK of some raised alarms (`by=NAME`, as `edgetwin ack` makes the node log
-it), a CLEAR after an ACK then saying NORMAL rather than RTN_UNACK. Bench-only: tools/train never reads this.
+it), a CLEAR after an ACK then saying NORMAL rather than RTN_UNACK. `episodes(day)` cuts a day as the node does
+into annotation episodes. Benches ask about the days of plants from seed 2000 on (tools/bench/ask_phrasings.py,
+plant_notes.py); tools/train/line_notes.py writes reference notes on days of seen plants below seed 2000 and never
+reads a question.
 """
 
 from __future__ import annotations
@@ -21,11 +24,15 @@ import datetime
 import random
 import re
 from dataclasses import dataclass, field
+from typing import Any
 from zoneinfo import ZoneInfo
 
+from host import plantlines
+from shared import episode
 from tools.plants import physics
 
 OPERATORS = ("alice", "bob", "chen", "dana", "emre", "farah", "gus", "ines")
+RECENT = 5  # sample lines of a machine before an episode that give a note's judge its signals' trends
 SAMPLE_EVERY = 60  # seconds between a machine's sample lines in a bench day
 DATE, START, HOURS = "2026-11-30", "05:30", 18.0  # a plant day in site time: 05:30 to 23:30, two whole shifts
 _CLEAR = re.compile(r" RTN_UNACK$")
@@ -156,3 +163,38 @@ def _peak(peaks: dict, machine: str, key: str, value: float, line: str) -> None:
     got = peaks.get((machine, key))
     if got is None or value > got[0]:
         peaks[(machine, key)] = (value, line)
+
+
+def episodes(day: Day, per_plant: int = 25) -> list[dict[str, Any]]:
+    """The node's episodes of the day up to its per_plant-th event episode: {"tick", "kind", "lines", "recent"}
+    ("recent": each machine's last RECENT sample lines before the tick, for a note's judge only). A tick holding
+    event lines is an event episode of them (the last episode.MAX_LINES), a tick of sample lines only a summary
+    episode once episode.SUMMARY_S plant seconds have passed since the last (firmware/episodes.py)."""
+    out: list[dict[str, Any]] = []
+    next_summary, n_events = 0, 0
+    recent: dict[str, list[str]] = {}
+    i, n = 0, len(day.lines)
+    while i < n and n_events < per_plant:
+        tick = day.ticks[i]
+        j = i
+        while j < n and day.ticks[j] == tick:
+            j += 1
+        group = day.lines[i:j]
+        events = [ln for ln in group if episode.is_event(ln)]
+        samples = [ln for ln in group if not episode.is_event(ln)]
+        kind = "event" if events else None
+        if not events and samples and episode.SUMMARY_S and tick >= next_summary:
+            kind, next_summary = "summary", tick + episode.SUMMARY_S
+        if kind:
+            ms = sorted({x.machine for x in map(plantlines.parse, events or samples) if x is not None and x.machine})
+            out.append({"tick": tick, "kind": kind, "lines": (events or samples)[-episode.MAX_LINES:],
+                        "recent": [x for m in ms for x in recent.get(m, [])]})
+            n_events += kind == "event"
+        for ln in samples:
+            x = plantlines.parse(ln)
+            if x is not None and x.machine:
+                hist = recent.setdefault(x.machine, [])
+                hist.append(ln)
+                del hist[:-RECENT]
+        i = j
+    return out
