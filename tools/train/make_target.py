@@ -76,11 +76,11 @@ def write_data(data_dir: Path) -> dict:
         counts[name] = len(rows)
         print("make_target: %s: %d %s from %s seeds in %.0f s" % (path, len(rows), kind, split, time.monotonic() - t),
               file=sys.stderr, flush=True)
-    write_stage_qa(data_dir)
+    write_stage_files(data_dir)
     return counts
 
 
-def write_stage_qa(data_dir: Path) -> None:
+def write_stage_files(data_dir: Path) -> None:
     """Each stage's files from the data files: train_qa_stage{N}.jsonl (STAGE_QA; stage 1 takes the first
     STAGE1_QA), train_notes_stage{N}.jsonl (STAGE_NOTES), val_notes_stage{N}.jsonl (STAGE_VAL_NOTES)."""
     for prefix, table in (("train_qa", STAGE_QA), ("train_notes", STAGE_NOTES), ("val_notes", STAGE_VAL_NOTES)):
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_data:
         write_data(data)
     else:
-        write_stage_qa(data)
+        write_stage_files(data)
     init = args.init
     runs = {}
     if args.stage > 1:  # the earlier stages' records, where the adapters came with them (models/target's do)
