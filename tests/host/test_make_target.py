@@ -16,7 +16,7 @@ def _rows(path: Path, tag: str, n: int) -> None:
 
 def test_stage_files_hold_what_the_tables_name(tmp_path: Path) -> None:
     sizes = {"train_notes": 400, "train_qa": 600, "train_qa_handling": 360, "val_notes": 12, "val_qa": 48,
-             "train_plant_notes": 240, "val_plant_notes": 12}
+             "train_plant_notes": 240, "val_plant_notes": 3}
     assert set(sizes) == set(mt.DATA)
     for name, n in sizes.items():
         _rows(tmp_path / (name + ".jsonl"), name, n)
@@ -31,7 +31,7 @@ def test_stage_files_hold_what_the_tables_name(tmp_path: Path) -> None:
         assert tags("train_notes_stage%d.jsonl" % stage) == ["train_notes"] * 400
         assert tags("val_notes_stage%d.jsonl" % stage) == ["val_notes"] * 12
     assert tags("train_notes_stage4.jsonl") == ["train_plant_notes"] * 240 + ["train_notes"] * 120
-    assert tags("val_notes_stage4.jsonl") == ["val_plant_notes"] * 12 + ["val_notes"] * 12
+    assert tags("val_notes_stage4.jsonl") == ["val_plant_notes"] * 3 + ["val_notes"] * 12
 
     args = argparse.Namespace(tokens=0, minutes=0, threads=1, resume=False)
     argv = mt.stage_args(4, tmp_path, tmp_path / "out", tmp_path / "init.safetensors", args)

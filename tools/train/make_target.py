@@ -46,7 +46,7 @@ SHIPPED = ROOT / "models" / "target"
 DATA = {"train_notes": ("train", "notes", 400), "train_qa": ("train", "qa", 600),
         "train_qa_handling": ("train", "handling", 360),
         "val_notes": ("validation", "notes", 12), "val_qa": ("validation", "qa", 48),
-        "train_plant_notes": ("train", "plant_notes", 240), "val_plant_notes": ("validation", "plant_notes", 12)}
+        "train_plant_notes": ("train", "plant_notes", 240), "val_plant_notes": ("validation", "plant_notes", 3)}
 STAGE1_QA = 200  # stage 1's questions: the first of train_qa
 # each stage's questions (train_qa_stage{1,2,3}.jsonl): the first 200, all 600, the 600 and the handling ones
 STAGE_QA = {1: ("train_qa",), 2: ("train_qa",), 3: ("train_qa", "train_qa_handling"), 4: ("train_qa", "train_qa_handling")}
