@@ -7,8 +7,8 @@ that runs against the wall clock run one at a time, in order, at normal priority
 checks have timing margins and want a core to themselves. The tests that are computation alone (marked cpu, by
 file in tests/conftest.py CPU_ONLY or one by one: no clock, port or socket of their own, and a process they start
 is given minutes it never needs; unit and property tests, much of the shared core under three interpreters, the
-model references and training steps, the CLI's answers from a store) run in a second process at the lowest priority, on the core the
-first stream leaves idle, beside the firmware images' build (tools/board/prebuild.py, also at the lowest
+model references and training steps, the CLI's answers from a store) run in a second process at the lowest
+priority, with one BLAS thread, on the core the first stream leaves idle, beside the firmware images' build (tools/board/prebuild.py, also at the lowest
 priority): starved of the CPU for minutes they are only later, not wrong. (Wall-clock tests in that stream
 failed on a busy machine: a node in-process that did not reach its event within its 20 s.) Each stream has its own base
 temporary folder. The slow stream prints as it runs; the other's output is kept in a file and printed when
