@@ -66,7 +66,7 @@ def _value(v: float | None, unit: str | None, decimals: int) -> str | None:
     return None if v is None else "%.*f%s" % (max(decimals, 0), v, unit or "")
 
 
-def _hints(m: plantdesc.Machine, s: plantdesc.Signal, level: str) -> list[str]:
+def _hints(s: plantdesc.Signal, level: str) -> list[str]:
     levels = _UP if level in _UP else _DOWN if level in _DOWN else (level,)
     return [c for lv in levels for a in s.alarms if a.level == lv for c in a.causes]
 
@@ -96,7 +96,7 @@ def _forms(kind: str, ln: plantlines.Line, parsed: list[plantlines.Line], d: pla
             val = _value(alarm.value, alarm.unit, sig.decimals) if alarm else None
             lim = _value(point.limit, sig.unit, sig.decimals)
             way = "high" if point.level in _UP else "low"
-            hints = _hints(m, sig, point.level)
+            hints = _hints(sig, point.level)
             tiers = []
             if hints:
                 h = rng.choice(hints)
@@ -147,7 +147,7 @@ def _forms(kind: str, ln: plantlines.Line, parsed: list[plantlines.Line], d: pla
     way = DIRECTION.get(lvl, "")
     point = s.alarm(lvl) if s else None
     lim = _value(point.limit, s.unit, dec) if point else None
-    hints = _hints(m, s, lvl) if m and s else []
+    hints = _hints(s, lvl) if s else []
     tiers = []
     if hints and val:
         h = rng.choice(hints)
