@@ -61,13 +61,26 @@ talked tasks teams tells tenth terms thanks their theirs them then there these t
 those though three through times title today total touch toward tower track tried tries truly under unless until
 upper usual usually value values water weeks weird were whatever when where whether which while white whole whom
 whose why wider within without woman words work worked working world worse worst would write wrong years young
-yours
+yours knock knocked knocks dropped dropping complaining complain earliest latest
 """.split())
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*[A-Za-z]|[A-Za-z]")
+# the short words of asking, misspelt as often as the long ones ("hwo many", "wat happened", "stil active"): a word
+# of 3-4 letters one edit from one of these is mended to it, unless it is a word of its own (SHORT_WORDS)
+SHORT_ASK = ("when", "what", "how", "why", "trip", "still")
+SHORT_WORDS = set("""
+hot now who whom row bow cow low mow sow tow vow wow hoe hop hog hob hod hoc two ago
+that wheat whet chat hat wait whit whim whip whiz shut wham whey watt wan war was way wet wit
+then hen went want wean when wren whew
+thy wry shy why whoa
+trap tri tip rip trim trio grip drip trips tram tray trap
+till stall stir still spill skill sill stilt steel steal stile silt
+""".split())
 
 # event words -> what they mean in the log grammar (docs/PLANT.md)
 EVENTS = (
-    ("trip", re.compile(r"\btrip\w*|\binterlock\w*")),
+    # "went down", "dropped out", "what knocked it out": how operators say a trip
+    ("trip", re.compile(r"\btrip\w*|\binterlock\w*|\b(?:go|goes|going|gone|went)\s+down\b(?!\s+to\b)|"
+                        r"\bdrop(?:s|ped|ping)?\s+out\b|\bknock(?:s|ed|ing)?\s+(?:\S+\s+){0,3}?out\b")),
     ("ack", re.compile(r"acknowledg\w*|\back(?:s|ed|ked)?\b")),
     ("clear", re.compile(r"\bclear\w*|return\w* to normal|back to normal")),
     ("start", re.compile(r"\b(?:re)?start(?:s|ed|ing)?\b(?! (?:\w+ing|to|showing))|\bstart-?ups?\b")),
@@ -100,32 +113,40 @@ SUMMARY = _any(r"\bsumm\w*", r"\brecap\b", r"\boverview\b", r"\bbrief me\b", r"\
                r"\bwhat went on\b", r"\bwhat(?:'s| has) been going on\b", r"\banything (?:\w+ )?happen",
                r"\brun-?down\b",
                r"\bhand-?over\b", r"\bhow did the \w+ (?:shift )?go\b", r"\bhow was the\b",
-               r"\bgive me (?:a|the) report\b", r"\b(?:any|the|all) events?\b",
+               r"\bgive me (?:a|the) report\b", r"\bwhat (?:has )?happen\b", r"\b(?:any|the|all) events?\b",
                r"\banything (?:unusual|odd|abnormal|special|notable|interesting)\b",
                r"\bany (?:problems?|issues?|trouble)\b", r"\bwhat (?:was|has been) (?:logged|going on)\b",
-               r"\bshow me (?:the )?(?:log|events)\b")
+               r"\bshow me (?:the )?(?:log|events)\b", r"\bsum (?:it |things |that )?up\b",
+               r"\banything (?:i|we) (?:should|need to|ought to|must) know\b", r"\bwhat should (?:i|we) know\b",
+               r"\bcatch me up\b", r"\bfill me in\b", r"\bwhat did (?:i|we) miss\b")
 # "how did the night shift go?" is a summary, "how did the pump trip?" an open question
 HOW_WENT = re.compile(r"\bhow (?:did|was|were|has|have|is)\s+(?:it |things |everything )?(?:go(?:ne|ing)? )?(?:on )?"
                       r"(?:the |last |this |our |today'?s? )?(?:day |late |night |early |morning |afternoon |evening )?"
                       r"(?:shift|night|morning|afternoon|evening|day)\b(?:\s+(?:go|been|going))?\W*$")
 STATUS = _any(r"^\s*(?:is|are)\s+.*\b(?:running|stopped|tripped|down|up|on|off|working)\b", r"\bstatus\b",
+              r"\bdoing (?:right )?now\b",
               r"\bwhat state is\b", r"\bwhat(?:'s| is) the state\b", r"\bcurrent state\b", r"\bstate now\b")
 ACTIVITY = _any(r"\bwhat did .+ do\b", r"\bwhat (?:the )?[\w -]+ did\b", r"\bwhat (?:has|was) .+ (?:done|doing)\b",
                 r"\bwhat happened (?:to|with|on|at)\b", r"\bhistory of\b", r"\bactivity\b",
                 r"\bevents? (?:of|for|on)\b",
-                r"\bwhat went on with\b", r"\bwhat (?:did|has) .+ (?:get up to|been up to)\b", r"\bwalk me through\b")
+                r"\bwhat went on with\b", r"\bwhat (?:did|has) .+ (?:get up to|been up to)\b", r"\bwalk me through\b",
+                r"\banything (?:going on|happening|up) (?:with|on|at)\b", r"\bwhat(?:'s| is| was) (?:going on|up) with\b",
+                r"\beverything (?:that )?.+ did\b")
 FIRST = re.compile(r"\bfirst\b|\bearliest\b|\binitial\b")
 # "the first HI alarm on the pump": the target answers, and host/answercheck holds its time to the first HI line
 THE_FIRST = re.compile(r"\bthe (?:very )?(?:first|earliest|initial)\b")
 LAST = re.compile(r"\blast\b(?!\s+(?:\d+\s+|\w+\s+)?(?:hours?|hrs?|minutes?|mins?|night|shift)\b)|\blatest\b|"
                   r"\bmost recent(?:ly)?\b")
-WHEN = re.compile(r"^\s*(?:and\s+)?(?:when|at what time|what time|which time)\b")
+# "so when did ...", "hey, when ...", "quick one: when ...": the filler words operators start with
+FILLER = r"^\s*(?:(?:and|so|hey|ok|okay|quick one)\b[,:]?\s*)*"
+WHEN = re.compile(FILLER + r"(?:when|at what time|what time|which time)\b")
 YESNO = re.compile(r"^\s*(?:so\s+)?(?:did|does|do|has|have|had|was|were|is|are|any|were there|was there|is there|"
                    r"are there|has there|have there|did any)\b")
 LIST = re.compile(r"^\s*(?:which|what|list|show|give)\b.*\b(?:alarms|trips|acknowledgements|acks|starts|stops|"
-                  r"state changes|events)\b")
+                  r"state changes|events)\b|^\s*(?:which|what) (?:machines|units|equipment)\b")
 OPEN = re.compile(r"^\s*(?:why|how come|how did|how does|what caused|what made|what was the cause|what is the cause|"
-                  r"explain|what led)\b|\bwhy\b")
+                  r"explain|what led)\b|\bwhy\b|\b(?:the|what was the|what's the|whats the) (?:reason|story)\b|"
+                  r"\bwhat (?:knocked|took|brought)\b")
 
 # "who acknowledged the HI alarm on the pump?", "which operator took it?", "did anyone ack it?"
 WHO = _any(r"\bwho\b.*\b(?:ack\w*|acknowledg\w*|took|take|handled?|answered|accepted|silenced)\b",
@@ -161,7 +182,7 @@ ANCHOR = re.compile(r"(?i)\b(?:after|since|before)\s+(?:the|its|it)\s+(?:trip\w*
 @dataclass(frozen=True)
 class Intent:
     """What the question asks: `what` is count, active, activity, summary, first, last, ever, list, status, who
-    (who acknowledged an alarm), peak or lowest (a signal's highest or lowest sample)."""
+    (who acknowledged an alarm), peak or lowest (a signal's highest or lowest reading), why (a trip's interlock)."""
 
     what: str
     machines: tuple[str, ...]
@@ -205,6 +226,12 @@ def _plant_words(vocab: logwords.Vocabulary) -> frozenset:
 
 
 @functools.lru_cache(maxsize=16)
+def _tags(vocab: logwords.Vocabulary) -> frozenset:
+    """The plants' signal tags, lowered."""
+    return frozenset(s.tag.lower() for d in vocab.descs for m in d.machines for s in m.signals)
+
+
+@functools.lru_cache(maxsize=16)
 def heads(vocab: logwords.Vocabulary) -> dict:
     """head word -> the ids of the machines it heads, in the first description's order that has them: a
     machine's kind, its kind's last word and its one-word words ("pump", "tower", "agitator")."""
@@ -231,8 +258,22 @@ def _stems(known: frozenset) -> frozenset:
     return frozenset(logwords._stem(w) for w in known | LEXICON | COMMON)  # noqa: SLF001 (the one stemmer)
 
 
+def _mend_short(word: str, known: frozenset) -> str:
+    """A 3-4 letter word mended to the one asking word of SHORT_ASK within one edit; where two are that close,
+    the one it lacks a letter of ("whn": "when", not "who")."""
+    low = word.lower()
+    if low in SHORT_WORDS or low in known or low in SHORT_ASK:
+        return word
+    near = [k for k in SHORT_ASK if _osa(low, k, 1) <= 1]
+    if len(near) > 1:
+        near = [k for k in near if len(k) == len(low) + 1]
+    return near[0] if len(near) == 1 else word
+
+
 def _mend(word: str, known: frozenset) -> str:
     low = word.lower()
+    if 3 <= len(low) <= 4:
+        return _mend_short(word, known)
     if len(low) < 5 or low in known or low in LEXICON or low in COMMON or "'" in low or \
             logwords._stem(low) in _stems(known):  # noqa: SLF001
         return word  # a word of the plant, of asking or of English, or another form of one ("vibrating")
@@ -278,6 +319,8 @@ def machines(question: str, vocab: logwords.Vocabulary) -> list[str]:
     q = normalize(question, vocab)
     if q != question:
         ids += [i for i in logwords.named_ids(q, vocab) if i not in ids]
+    tags = _tags(vocab)  # "ai02_shell_temp" looks like an id no description has, but it is a signal's tag
+    ids = [i for i in ids if i in vocab.ids or i.lower() not in tags]
     hre = _heads_re(vocab)
     if hre is not None:
         taken = vocab.read(q).spans
@@ -377,6 +420,9 @@ def read(question: str, vocab: logwords.Vocabulary) -> Optional[Intent]:
     evs = events(ANCHOR.sub(" ", q))  # "after the trip" says when, not what
     lv = level(q)
     sigs = [x for found in vocab.signals(q, ids) for x in found]
+    if not sigs:  # a tag as the log writes it ("ai02_shell_temp", "pdt915")
+        sigs = [(m.id, s) for d in vocab.descs for m in d.machines if not ids or m.id in ids for s in m.signals
+                if re.search(r"(?<![\w-])%s(?![\w-])" % re.escape(s.tag.lower()), low)]
     names = tuple(dict.fromkeys(logwords.signal_name(s) for _, s in sigs))
     if not sigs:
         sigs, said = _by_word(q, vocab, ids)
@@ -400,26 +446,46 @@ def read(question: str, vocab: logwords.Vocabulary) -> Optional[Intent]:
             low_first = lowest and (not peak or lowest.start() < peak.start())
             return Intent("lowest" if low_first else "peak", ids or tuple(dict.fromkeys(m for m, _ in sigs)), (),
                           None, tags, names, question)
-    if ACTIVE.search(low) and not (OPEN.search(low) and not HOW_WENT.search(low)):
+    active = ACTIVE.search(low)
+    if active and active.group(0).startswith("current") and any(n.lower().endswith("current") for n in names):
+        active = None  # "the motor current alarm": a signal's alarm, not the alarms current now
+    if active and not (OPEN.search(low) and not HOW_WENT.search(low)):
         return intent("active", ("alarm",))
     if OPEN.search(low) and not HOW_WENT.search(low):
+        # "why did the kiln trip?", "what knocked out the fan?": the trip line names its interlock, and the
+        # interlock's alarm point the signal; other whys (an alarm's cause, a trend) are the target's
+        if ids and evs == ("trip",) and not sigs and machines(question, vocab):  # named, not "the pump" of two
+            return intent("why", ("trip",))
         return None
+    if ids and re.search(r"\b(?:which|what) interlock\b", low) and "trip" in evs:
+        return intent("why", ("trip",))  # "which interlock tripped the fan?"
     if STATUS.search(low) and ids and not COUNT.search(low) and not re.search(r"\b(?:ever|did|was|were)\b", low):
         return intent("status", ())
-    if any(f(x, vocab) is not None for f in (logwords.alarm_follow, logwords.onset) for x in (question, q)):
-        return None  # an alarm's acknowledgement or clearing, a machine's first sign: host/qa._by_record's
+    follow = next((f for f in (logwords.alarm_follow(x, vocab) for x in (question, q)) if f is not None), None)
+    if follow is not None and follow["verb"] == "ACK" and not follow["minute"]:
+        # "when was the HI alarm on the fan acknowledged?": who took it and when, from its ACK line
+        return Intent("who", (follow["machine"],), ("ack",), follow["level"] or lv, tags, names, question)
+    if follow is not None:
+        return None  # an alarm's clearing, or the one raised at a named minute: host/qa._by_record's
+    first = next((f for f in (logwords.onset(x, vocab) for x in (question, q)) if f is not None), None)
+    if first is not None:  # "when did the pump first start complaining about its bearing?": its first alarm
+        found = tags or first["tags"] or ()
+        if not found and re.search(r"\b(?:about|on|of|with)\s+(?:the |its |their )?[a-z]{3,}\s*\??\s*$", low):
+            return None  # a signal named in words no signal has: the record cannot tell which
+        return Intent("first", (first["machine"],), ("alarm",), lv, tuple(found),
+                      names or tuple(first["signals"]), question)
     if COUNT.search(low) and (evs or lv):
         return intent("count", evs or ("alarm",))
     if ACTIVITY.search(low) and ids:
         return intent("activity", evs)
     if SUMMARY.search(low):
         return intent("activity" if ids and not re.search(r"\bshift\b|\bplant\b", low) else "summary", evs)
-    if (evs or lv) and (WHEN.search(low) or re.search(r"\b(?:time|at what)\b", low)) and FIRST.search(low) \
-            and not THE_FIRST.search(low):
+    if (evs or lv) and (WHEN.search(low) or re.search(r"\b(?:when|time|at what)\b", low)) and FIRST.search(low):
         return intent("first", evs or ("alarm",))
     if (evs or lv) and (WHEN.search(low) or re.search(r"\btime\b", low)) and LAST.search(low):
         return intent("last", evs or ("alarm",))
-    if (evs or lv) and (YESNO.search(low) or WHEN.search(low)) and not THE_FIRST.search(low):
+    if (evs or lv) and (YESNO.search(low) or WHEN.search(low) or re.search(r"\b(?:at )?what time\b", low)) \
+            and not THE_FIRST.search(low):
         return intent("ever", evs or ("alarm",))
     if (evs or lv) and LIST.search(low) and not THE_FIRST.search(low):
         return intent("list", evs or ("alarm",))

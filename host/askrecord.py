@@ -28,10 +28,14 @@ from host import askintent, asktime, plantlines
 
 MAX_ITEMS = 12  # events listed in one answer (the rest are counted)
 MAX_LINES = 4  # log lines quoted at the end of an answer
+NEAR_MS = 45 * 60000  # "why did it trip around eight?": a trip this far outside the span said is still the one meant
+WHY_MS = 3600 * 1000  # how far before a trip its interlock point's alarm line is looked for
 STATUS_LINES = 20000  # a node's latest lines searched for a machine's state (its samples come every few seconds)
 NOUNS = {"trip": ("trip", "trips"), "alarm": ("alarm raised", "alarms raised"),
          "ack": ("acknowledgement", "acknowledgements"), "clear": ("alarm cleared", "alarms cleared"),
          "start": ("start", "starts"), "stop": ("stop", "stops"), "state": ("state change", "state changes")}
+MACHINES = re.compile(r"(?i)\bhow many (?:different |separate )?(?:machines|units|assets|pieces of equipment|"
+                      r"of (?:them|the machines))\b")
 _EVENT_MATCH = "alarm OR ack OR clear OR state OR shelve OR unshelve"
 
 
@@ -222,7 +226,13 @@ class _Ask:
                                                   self.nothing("no %s%s" % (self.kind_words(kind), self.who()))))
                 continue
             self.cite(evs[:MAX_LINES])
-            many = len({e.line.machine for e in evs}) > 1 or len(self.it.machines) != 1
+            ids = list(dict.fromkeys(e.line.machine for e in evs))
+            if MACHINES.search(self.it.question):  # "how many machines went down?": machines, not events
+                parts.append("%d machine%s with %s %s: %s (%s in all)." % (
+                    len(ids), "s" if len(ids) != 1 else "", NOUNS[kind][1], self.when(), ", ".join(ids[:MAX_ITEMS]),
+                    _noun(kind, len(evs))))
+                continue
+            many = len(ids) > 1 or len(self.it.machines) != 1
             times = ", ".join("%s%s" % (self.hm(e.line.wall_ms), " " + e.line.machine if many else "")
                               for e in evs[:MAX_ITEMS])
             more = " and %d more" % (len(evs) - MAX_ITEMS) if len(evs) > MAX_ITEMS else ""
@@ -376,6 +386,64 @@ class _Ask:
         return " ".join(out)
 
 
+    # ---- why a machine tripped ----
+
+    def why(self) -> str:
+        """The trips asked about, each with its interlock and the alarm of the interlock's point that came before
+        it (the description's point, the ALARM line of its machine, tag and level up to the trip): what the log
+        shows of why. An approximate time ("around eight") that holds no trip of the machine gives the nearest
+        trip within NEAR_MS of it; only a machine with no trip in the log is told there was none."""
+        t0, t1 = self.window()
+        every = [e for e in events(self.store, self.first, self.now) if _matches(e, self.it, ("trip",))]
+        trips = [e for e in every if t0 <= e.line.wall_ms <= t1]
+        near = ""
+        if not trips and every and self.span is not None:
+            mid = (t0 + t1) // 2
+            best = min(every, key=lambda e: abs(e.line.wall_ms - mid))
+            if abs(best.line.wall_ms - mid) <= NEAR_MS + (t1 - t0) // 2:
+                trips, near = [best], "The trip nearest %s: " % self.span.said
+        if not trips:
+            return self.nothing("no trip%s" % self.who())
+        out = []
+        for e in trips[:MAX_ITEMS]:
+            ln = e.line
+            lock = (ln.cause or "").partition("=")[2] if (ln.cause or "").startswith("interlock=") else ""
+            self.cite([e])
+            head = "%s tripped at %s site time on %s" % (ln.machine, self.hm(ln.wall_ms), _date(ln.wall_ms, self.tz))
+            if not lock:
+                out.append("%s; its STATE line names no interlock (%s)." % (head, ln.cause or "no cause"))
+                continue
+            point = self._interlock_point(ln.machine, lock)
+            if point is None:
+                out.append("%s on interlock %s; the plant's description names no alarm point of it." % (head, lock))
+                continue
+            sig, a = point
+            name = "%s (%s)" % (sig.tag, sig.words[0]) if sig.words else sig.tag
+            raised = [x for x in events(self.store, ln.wall_ms - WHY_MS, ln.wall_ms) if x.line.kind == "alarm"
+                      and x.line.verb == "ALARM" and x.line.machine == ln.machine and x.line.tag == sig.tag
+                      and x.line.level == a.level and x.nid == e.nid]
+            limit = "" if a.limit is None else ", limit %g%s" % (a.limit, sig.unit or "")
+            if raised:
+                r = raised[-1]
+                self.cite([r])
+                v = "" if r.line.value is None else " at %g%s" % (r.line.value, r.line.unit or "")
+                out.append("%s on interlock %s: %s %s went %s%s%s (alarm raised %s)." % (
+                    head, lock, ln.machine, name, a.level, v, limit, self.hm(r.line.wall_ms)))
+            else:
+                out.append("%s on interlock %s, the %s %s point%s; no %s alarm line of it before the trip." % (
+                    head, lock, name, a.level, limit, a.level))
+        return near + " ".join(out)
+
+    def _interlock_point(self, mid: str, lock: str):
+        """(signal, alarm point) of the machine whose point trips it by that interlock name, from its description."""
+        for d in self.vocab.descs:
+            m = d.machine(mid)
+            for s in (m.signals if m else ()):
+                for a in s.alarms:
+                    if a.interlock == lock:
+                        return s, a
+        return None
+
     # ---- who acknowledged an alarm ----
 
     def _lost(self, nid: int, t0: int, t1: int) -> bool:
@@ -428,6 +496,9 @@ class _Ask:
                 said.append(self._acked(ack, r))
             else:
                 unacked.append((r, end))
+        if said and unacked:  # the question is about the acknowledgement: the raises nobody took are counted only
+            said.append("(%d more raise%s of it without an ACK line.)" % (len(unacked), "s" if len(unacked) > 1 else ""))
+            unacked = []
         for r, end in unacked[:MAX_ITEMS]:
             ln = r.line
             head = "The %s %s alarm of %s raised at %s site time" % (ln.level, ln.tag, ln.machine,
@@ -454,8 +525,9 @@ class _Ask:
     # ---- a signal's highest or lowest sample ----
 
     def extreme(self, lowest: bool) -> str:
-        """The highest (lowest) sample of the asked signals of each asked machine in the span, the value and
-        unit as the log writes them and the time of that sample (the first such, at a tie)."""
+        """The highest (lowest) reading of the asked signals of each asked machine in the span (its sample lines and
+        the values its alarm lines carry), the value and unit as the log writes them and the time of that reading
+        (the first such, at a tie)."""
         t0, t1 = self.window()
         out = []
         word = "lowest" if lowest else "highest"
@@ -477,6 +549,17 @@ class _Ask:
                     b = best.get(s.key)
                     if b is None or (v < b[0] if lowest else v > b[0]):
                         best[s.key] = (v, m.group(1), lid, nid, ms)
+            by_tag = {s.tag: s for s in sigs}
+            for e in events(self.store, t0, t1):  # an alarm line's reading is a reading too (and finer-grained)
+                ln = e.line
+                s = by_tag.get(ln.tag) if ln.kind == "alarm" and ln.machine == mid else None
+                if s is None or ln.value is None:
+                    continue
+                b = best.get(s.key)
+                if b is None or (ln.value < b[0] if lowest else ln.value > b[0]):
+                    said = re.search(r" %s (-?\d\S*)" % re.escape(ln.tag), ln.text)  # the value as written
+                    best[s.key] = (ln.value, said.group(1) if said else "%g%s" % (ln.value, ln.unit or ""), e.lid,
+                                   e.nid, ln.wall_ms)
             for s in sigs:
                 name = "%s (%s)" % (s.words[0], s.tag) if s.words else s.tag
                 b = best.get(s.key)
@@ -519,7 +602,7 @@ def answer(store, question: str, vocab) -> Optional[Found]:
     text = {"count": a.count, "active": a.active, "activity": a.activity, "summary": a.summary,
             "first": lambda: a.first_or_last(False), "last": lambda: a.first_or_last(True),
             "ever": a.ever, "list": lambda: a.ever(""), "status": a.status, "who": a.acked_by,
-            "peak": lambda: a.extreme(False), "lowest": lambda: a.extreme(True)}[it.what]()
+            "peak": lambda: a.extreme(False), "lowest": lambda: a.extreme(True), "why": a.why}[it.what]()
     quoted = _quote(store, a.cited[:MAX_LINES])
     if quoted:
         text += "\nLines (UTC): " + " | ".join(quoted)

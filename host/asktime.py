@@ -93,8 +93,8 @@ def _clock(word: str, ampm: Optional[str]) -> tuple[int, int, bool]:
         h, m = int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
         pinned = h == 0 or h > 12 or word.startswith("0")
     a = (ampm or "").replace(".", "")
-    if a in ("pm", "in the evening", "at night") and h < 12:
-        h, pinned = h + 12, True
+    if a in ("pm", "in the evening", "at night"):
+        h, pinned = h + 12 if h < 12 else h, True  # "12 pm" is noon, pinned as any pm hour
     elif a in ("am", "in the morning"):
         h, pinned = (0 if h == 12 else h), True
     return h % 24, min(m, 59), pinned
@@ -147,6 +147,8 @@ def span(question: str, now_ms: int, first_ms: int, tz: datetime.tzinfo,
             h0, m0, p0 = _clock(m.group(1), None)  # "from 11 to 1 pm": 11 in the morning
         if not p1 and not p0 and h1 < h0 and h1 + 12 > h0:
             h1 += 12  # "between 11 and 1"
+        if p1 and not p0 and h0 < 12 and (h0 + 12, m0) < (h1, m1):
+            h0, p0 = h0 + 12, True  # "from 1 to 15:00": the afternoon's 1
         best = None
         for h0x, h1x in ((h0, h1), (h0 + 12, h1 + 12)) if not (p0 or p1) and h0 < 12 and h1 < 12 else ((h0, h1),):
             t0 = _latest_start(now, h0x % 24, m0, tz)
@@ -176,7 +178,9 @@ def span(question: str, now_ms: int, first_ms: int, tz: datetime.tzinfo,
     # around ten / about 10:30
     m = re.search(r"\b(?:around|about|near|approximately|approx\.?|roughly|circa|ca\.)\s+(?:at\s+)?%s" % _CLOCK, q)
     if m:
-        h, mi, pinned = _clock(m.group(1), m.group(2))
+        h, mi, pinned = _clock(m.group(1), m.group(2) or _half_of_day(q))
+        # "about 10:05" is read off a 24-hour clock (a plant's), where "around ten" may be either half of the day
+        pinned = pinned or ":" in m.group(1)
         cands = []
         for hh in (h,) if pinned else (h, (h + 12) % 24):
             for back in range(0, 8):
@@ -232,6 +236,15 @@ def span(question: str, now_ms: int, first_ms: int, tz: datetime.tzinfo,
             if m.group(1) == "before":
                 return out(first_ms, t, "%s the %s" % (m.group(1), word))
             return out(t, now_ms, "%s the %s" % (m.group(1), word))
+    return None
+
+
+def _half_of_day(q: str) -> Optional[str]:
+    """ "am" or "pm" where the question's part of the day says which ("around eight this morning"), else None."""
+    if re.search(r"\b(?:this|the|in the) morning\b", q):
+        return "am"
+    if re.search(r"\b(?:this|the|in the) (?:afternoon|evening)\b|\btonight\b", q):
+        return "pm"
     return None
 
 

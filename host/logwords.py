@@ -342,7 +342,7 @@ def alarm_follow(question: str, vocab: Vocabulary) -> dict | None:
 
 _ONSET = re.compile(r"first sign|first show\w*|\bstart(?:s|ed)? \w+ing\b|\bbegin\w*|\bbegan\b|\bonset\b|"
                     r"\bstart(?:s|ed)? (?:developing|showing|to)\b")
-_ASKS_WHEN = re.compile(r"^\s*(?:when|at what time|what time)\b")
+_ASKS_WHEN = re.compile(r"^\s*(?:(?:so|and|hey|ok|okay|quick one)\b[,:]?\s*)*(?:when|at what time|what time)\b")
 
 
 def onset(question: str, vocab: Vocabulary) -> dict | None:

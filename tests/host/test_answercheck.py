@@ -25,6 +25,9 @@ from tools.train import gen_logs
 ROOT = Path(__file__).resolve().parents[2]
 HI_LINE = "2026-11-30T06:33:20Z ALARM HI P-101 vibration 7.5mm/s prio=3 RAISED"
 TRIP_LINE = "2026-11-30T06:34:41Z STATE P-101 RUNNING->TRIPPED interlock=HIHI_VIB"
+# a question the target answers (the record answers when an alarm first came, and why a machine tripped): what
+# the target says is checked against the record
+MODEL_Q = "why did P-101 raise its HI alarm?"
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +189,7 @@ class _Answerer:
 
 def test_ask_shows_only_the_checked_answer(sim) -> None:
     seen: dict = {"text": [], "draft": []}
-    res = qa.ask("when did the first HI alarm on P-101 come?", sim, _Prism(), _Answerer(),
+    res = qa.ask(MODEL_Q, sim, _Prism(), _Answerer(),
                  report=lambda k, d: seen[k].append(d) if k in seen else None)
     assert res["said"] == "".join(seen["draft"]) and seen["text"] == [res["answer"]]
     assert HI_LINE in res["answer"] and "nothing of the kind" not in res["answer"].lower()
@@ -207,7 +210,7 @@ def test_ask_text_marks_what_is_not_confirmed(sim, capsys, monkeypatch) -> None:
     monkeypatch.setattr(qa.Answerer, "from_gguf", classmethod(lambda cls, *a, **k: _Answerer()))
     stand_in = sim.parent / "stand-in.gguf"  # never read: from_gguf is the stand-in's
     stand_in.write_bytes(b"GGUF")
-    code = cli.main(["ask", "when did the first HI alarm on P-101 come?", "--db", str(sim), "--quiet",
+    code = cli.main(["ask", MODEL_Q, "--db", str(sim), "--quiet",
                      "--reranker", str(sim.parent), "--target", str(stand_in)])
     out = capsys.readouterr().out
     assert code == 0
@@ -226,7 +229,7 @@ def test_the_dashboard_and_the_demo_show_what_is_not_confirmed(sim, capsys) -> N
     asker = Asker(sim)
     asker._models = (_Prism(), _Answerer())  # noqa: SLF001 (no model load: the check is under test)
     events: list = []
-    asker.ask("when did the first HI alarm on P-101 come?", lambda k, d: events.append((k, d))).join(30)
+    asker.ask(MODEL_Q, lambda k, d: events.append((k, d))).join(30)
     kinds = [k for k, _ in events]
     assert kinds[-1] == "done" and kinds.count("text") == 1, events
     done = events[-1][1]
@@ -261,12 +264,12 @@ def test_ask_json_prints_one_object(sim) -> None:
     except OSError:
         pytest.skip("SmolLM2 GGUF not installed (make venv installs it)")
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    res = subprocess.run([sys.executable, "-m", "host.cli", "ask", "why did P-101 trip?", "--db", str(sim), "--json"],
+    res = subprocess.run([sys.executable, "-m", "host.cli", "ask", MODEL_Q, "--db", str(sim), "--json"],
                          cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert res.returncode == 0, res.stderr[-2000:]
     obj = json.loads(res.stdout)  # the whole of stdout is the one object
     assert res.stdout.count("\n") == 1 and isinstance(obj, dict)
-    assert obj["question"] == "why did P-101 trip?" and obj["answer"].strip() and isinstance(obj["said"], str)
+    assert obj["question"] == MODEL_Q and obj["answer"].strip() and isinstance(obj["said"], str)
     assert obj["sources"] and all(set(s) >= {"node", "span", "lines"} and s["lines"] for s in obj["sources"])
     assert all(s["node"] == "plant7" and re.match(r"plant7 2026-11-30 \d\d:\d\d:\d\d to ", s["span"])
                for s in obj["sources"])

@@ -172,6 +172,11 @@ def test_the_time_words_in_site_time():
     assert hm(asktime.span("what happened around ten?", now, first, tz)) == ("21:30", "22:30", 30)
     assert hm(asktime.span("what happened around ten?", at(30, 11), first, tz)) == ("09:30", "10:30", 30)
     assert hm(asktime.span("any alarms about 10:15 am", now, first, tz)) == ("09:45", "10:45", 30)
+    assert hm(asktime.span("why did it trip about 10:05?", now, first, tz)) == ("09:35", "10:35", 30)  # 24-hour
+    assert hm(asktime.span("it went down around eight this morning", now, first, tz)) == ("07:30", "08:30", 30)
+    assert hm(asktime.span("anything around seven tonight", now, first, tz)) == ("18:30", "19:30", 30)
+    assert hm(asktime.span("what happened between 10:30 and 12 pm", now, first, tz)) == ("10:30", "12:00", 30)
+    assert hm(asktime.span("anything on the valve from 1 to 15:00", now, first, tz)) == ("13:00", "15:00", 30)
     assert hm(asktime.span("trips this morning?", now, first, tz)) == ("06:00", "11:59", 30)
     assert hm(asktime.span("what did it do this afternoon", now, first, tz)) == ("12:00", "17:59", 30)
     assert hm(asktime.span("anything last night", now, first, tz)) == ("18:00", "05:59", 29)
@@ -378,9 +383,16 @@ def test_questions_about_what_never_happened(seen, unseen):
 
 def test_open_questions_keep_the_target_but_the_asked_machine_and_time(seen, unseen):
     tower2 = unseen.ids[2]
-    r = unseen.ask("why did the tower trip?")
+    r = unseen.ask("why did the tower trip?")  # two towers: no one machine named, the target reads the windows
     assert not r.answer and r.windows
     assert "STATE %s RUNNING->TRIPPED" % tower2 in r.windows[0].text, r.windows[0].text
+    # named, why it tripped is the record's: its trip line's interlock and that point's alarm line
+    trip = unseen.events("trip", tower2)[0]
+    lock = trip["cause"].split("=")[1]
+    for q in ("why did %s trip?" % tower2, "which interlock tripped %s?" % tower2):
+        r = unseen.ask(q)
+        assert re.search(r"^%s tripped at %s site time .* on interlock %s: %s \S+ \([^)]+\) went \w+ at " % (
+            re.escape(tower2), unseen.hm(trip["tick"]), lock, re.escape(tower2)), r.answer), (q, r.answer)
     kiln = unseen.ids[0]
     r = unseen.ask("how come the cement kilm tripped last night?")  # a typo of 4 letters is left, its words not
     assert not r.answer and "STATE %s RUNNING->TRIPPED" % kiln in r.windows[0].text

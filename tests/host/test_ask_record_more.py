@@ -1,6 +1,8 @@
 """More of the record's answers in an operator's words, on generated plants simulated with faults (the Plant of
 tests/host/test_ask_operator.py): who acknowledged an alarm (the ACK line's by=NAME), a signal's highest or lowest
-sample in a span, and a store where nothing is in alarm answered without a window to rank. Every expected answer
+reading in a span, a store where nothing is in alarm answered without a window to rank, why a machine tripped, when
+an alarm was acknowledged, a signal named by its tag, operators' short misspellings and words for a trip, how many
+machines tripped. Every expected answer
 is read here from the lines the store was made of; the questions are written here, none from the benches' sets."""
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import re
 
 import pytest
 
-from host import qa
+from host import askintent, qa
 from tests.host.test_ask_operator import Plant
 from tools.plants import generate
 
@@ -32,15 +34,25 @@ class AckedPlant(Plant):
         return out
 
     def samples(self, mid: str, key: str, t0: int = 0, t1: int | None = None) -> list[tuple[int, str, float]]:
-        """(tick, value as written, number) of the machine's samples of `key` in ticks t0..t1, from the log file."""
+        """(tick, value as written, number) of the machine's readings of `key` in ticks t0..t1, from the log file:
+        its sample lines' KEY=value and the values its alarm lines of the signal's tag carry."""
         t1 = self.now_tick if t1 is None else t1
+        tag = next(s["tag"] for s in self.machine(mid)["signals"] if s["key"] == key)
         out = []
         for line in (self.db.parent / "plant.log").read_text().splitlines():
             parts = line.split()
-            if len(parts) < 3 or parts[1] != mid:
+            if len(parts) < 3:
                 continue
             tick = int(datetime.datetime.strptime(parts[0], "%Y-%m-%dT%H:%M:%SZ").replace(
                 tzinfo=datetime.timezone.utc).timestamp()) - self.epoch
+            if parts[1] in ("ALARM", "ACK", "CLEAR", "SHELVE", "UNSHELVE") and len(parts) > 5 and parts[3] == mid \
+                    and parts[4] == tag and t0 <= tick <= t1:
+                num = re.match(r"-?\d+(?:\.\d+)?", parts[5])
+                if num:
+                    out.append((tick, parts[5], float(num.group(0))))
+                continue
+            if parts[1] != mid:
+                continue
             for kv in parts[3:]:
                 k, _, v = kv.partition("=")
                 num = re.match(r"-?\d+(?:\.\d+)?", v)
@@ -200,3 +212,95 @@ def test_never_acknowledged_is_not_said_where_the_node_lost_lines(seen, tmp_path
                     limit=4, lines=6)
     assert "never acknowledged" not in r.answer.split("raised at %s" % seen.hm(e["tick"]))[1].split(".")[0], r.answer
     assert "the record cannot say whether anyone acknowledged it" in r.answer, r.answer
+
+
+# ---------------------------------------------------------------------------------------------- why a machine tripped
+
+
+def _lock(trip: dict) -> str:
+    return trip["cause"].split("=", 1)[1]
+
+
+def test_why_a_machine_tripped_is_its_interlock_and_that_points_alarm(seen, unseen):
+    for p in (seen, unseen):
+        trips = [e for e in p.events("trip") if e["cause"].startswith("interlock=")]
+        assert trips, "the faults trip machines"
+        e = trips[0]
+        mid, lock = e["machine"], _lock(e)
+        sig, point = next((s, a) for s in p.machine(mid)["signals"] for a in s.get("alarms", [])
+                          if a.get("interlock") == lock)
+        raised = [a for a in p.events("alarm", mid, point["level"]) if a["tag"] == sig["tag"] and a["tick"] <= e["tick"]]
+        for q in ("what made %s trip?" % mid, "%s went down - what was the reason?" % mid,
+                  "which interlock shut %s down?" % mid):
+            r = p.ask(q)
+            body = _body(r.answer)
+            assert body.startswith("%s tripped at %s site time" % (mid, p.hm(e["tick"]))) or \
+                "%s tripped at %s site time" % (mid, p.hm(e["tick"])) in body, (q, r.answer)
+            assert "on interlock %s: %s %s" % (lock, mid, sig["tag"]) in body, (q, r.answer)
+            assert "went %s" % point["level"] in body and "(alarm raised %s)" % p.hm(raised[-1]["tick"]) in body, \
+                (q, r.answer)
+            lines = r.answer.split("\nLines (UTC): ")[1]
+            assert "STATE %s RUNNING->TRIPPED interlock=%s" % (mid, lock) in lines and \
+                "ALARM %s %s %s " % (point["level"], mid, sig["tag"]) in lines, lines
+
+
+def test_a_trip_asked_about_at_a_nearby_time_and_a_machine_that_never_tripped(unseen):
+    p = unseen
+    e = next(e for e in p.events("trip") if e["cause"].startswith("interlock="))
+    later = p.hm(e["tick"] + 50 * 60)  # "around" reads 30 minutes either side: the trip is 20 minutes outside
+    r = p.ask("why did %s trip around %s?" % (e["machine"], later))
+    assert _body(r.answer).startswith("The trip nearest around %s: %s tripped at %s site time" % (
+        later, e["machine"], p.hm(e["tick"]))), r.answer
+    calm = [m for m in p.ids if not p.events("trip", m)]
+    for mid in calm:
+        r = p.ask("why did %s trip?" % mid)
+        assert r.answer.startswith("Nothing of the kind in the log since ") and "no trip of %s" % mid in r.answer, \
+            r.answer
+
+
+# ---------------------------------------------------------------------------------------------- operators' spelling
+
+
+def test_short_asking_words_mend_and_words_of_their_own_stay(seen):
+    v = seen.vocab
+    assert askintent.normalize("hwo many trips today", v) == "how many trips today"
+    assert askintent.normalize("waht happened, whn did it stop, is it stil in alarm", v) == \
+        "what happened, when did it stop, is it still in alarm"
+    assert askintent.normalize("how hot did the two pumps get, who knows", v) == \
+        "how hot did the two pumps get, who knows"  # hot, two and who are words
+    for q in ("when did the pump go down?", "what time did it drop out", "what knocked the chiller out?",
+              "the boiler went down this morning"):
+        assert askintent.events(q) == ("trip",), q
+    assert askintent.events("how far did the level go down to?") == ()  # a level going down is no trip
+
+
+def test_how_many_machines_tripped_counts_machines(seen, unseen):
+    for p in (seen, unseen):
+        ids = list(dict.fromkeys(e["machine"] for e in p.events("trip")))
+        r = p.ask("hwo many machines went down?")
+        assert _body(r.answer).startswith("%d machine%s with trips since " % (len(ids), "s" if len(ids) != 1 else "")
+                                          ) and all(m in r.answer for m in ids), r.answer
+
+
+def test_when_an_alarm_was_acknowledged_comes_from_its_ack_line(seen, unseen):
+    for p in (seen, unseen):
+        for tick, name, e, _ in p.acked:
+            r = p.ask("when was the %s %s alarm on %s acknowledged?" % (e["level"], e["tag"], e["machine"]))
+            assert "%s acknowledged the %s %s alarm of %s (raised %s) at %s site time" % (
+                name, e["level"], e["tag"], e["machine"], p.hm(e["tick"]), p.hm(tick)) in r.answer, r.answer
+            assert "never acknowledged" not in r.answer, r.answer
+
+
+def test_a_signal_named_by_its_tag(unseen):
+    p = unseen
+    kiln = p.ids[0]
+    alarmed = {e["tag"] for e in p.events("alarm", kiln)}
+    quiet = [s["tag"] for s in p.machine(kiln)["signals"] if s["tag"] not in alarmed and s.get("alarms")]
+    assert alarmed and quiet
+    tag = sorted(alarmed)[0]
+    first = next(e for e in p.events("alarm", kiln) if e["tag"] == tag)
+    r = p.ask("when did %s first raise a %s alarm?" % (kiln, tag))
+    assert _body(r.answer).startswith("The first ") and "was at %s site time" % p.hm(first["tick"]) in r.answer \
+        and " %s alarm raised" % tag in r.answer, r.answer
+    r = p.ask("when did %s first raise a %s alarm?" % (kiln, quiet[0]))
+    assert r.answer.startswith("Nothing of the kind in the log since ") and kiln in r.answer, r.answer

@@ -165,10 +165,27 @@ def test_quick_run_prints_seen_and_unseen() -> None:
             assert k in s["target"], k
         # the notes half: a note of each of three plants' first event, judged (tools/bench/note_judge.py)
         assert s["notes"] == 3 and s["target"]["notes"] == 3 and len(s["note_plants"]) == 3
-        for k in ("note_factuality", "note_coverage", "note_hallucination_rate", "invented_cause_rate"):
+        for k in ("note_factuality", "note_coverage", "note_hallucination_rate", "invented_cause_rate",
+                  "main_in_window"):
             assert 0.0 <= s["target"][k] <= 1.0, k
         assert set(s["goals_met"]) == set(quality.PLANT_GOALS)
         if target == "domain":
             assert s["stock"]["questions"] == 1 and s["stock"]["notes"] == 1 and "first 1 notes" in \
                 s["stock_notes_subset"]
     assert "seen (" in r.stderr and "unseen notes (" in r.stderr  # progress on stderr
+
+
+def test_main_in_window_says_whether_the_cache_still_holds_the_main_lines_machine() -> None:
+    """A short alarm line's machine id is inside the node's window once the prompt is committed; the same alarm
+    first in an episode of four long lines is not (the note cannot copy an id the cache no longer holds)."""
+    from host import plantlines
+    from tools.bench import plant_notes
+    from tools.train import corpus
+
+    tok = corpus.tokenizer()
+    alarm = "2026-11-30T10:00:00Z ALARM HI P-7 pt71 9.1bar prio=3 RAISED"
+    assert plant_notes.main_in_window([alarm], plantlines.parse(alarm), tok)
+    acks = ["2026-11-30T10:00:0%dZ ACK HI A3-BOILER-FEED-PUMP-0%d ai01_discharge_pressure_transmitter 4.2bar prio=2 "
+            "ACKED by=operator" % (i, i) for i in range(1, 4)]
+    lines = [alarm] + acks
+    assert not plant_notes.main_in_window(lines, plantlines.parse(alarm), tok)

@@ -498,6 +498,7 @@ TIME = re.compile(r"(?<![\d:.])([01]?\d|2[0-3]):([0-5]\d)(?::[0-5]\d)?(?!\d)")
 _TRIP = r"\btrip|\binterlock|\bwent down|\bshut ?down|\bdropped out"
 EVENT_WORDS = {"trip_why": _TRIP, "trip_when": _TRIP, "ack_who": r"\back|acknowledg|\baccepted",
                "ack_when": r"\back|acknowledg|\baccepted", "first_alarm": r"alarm|\braised?\b|\bhi\b|\blo\b|high|low"}
+SPAN_SAID = re.compile(r"\bbetween (\d\d:\d\d) and (\d\d:\d\d)\b")
 REFUSED = "(ask: "  # how the bench writes ask's refusal (QAError) in place of an answer
 OTHER_EVENT = {"first_alarm": r"acknowledg\w*|\backed\b|\bcleared\b|returned to normal"}
 NUMBER = re.compile(r"(?<![\w.:-])(-?\d+(?:\.\d+)?)(?![\d:])")
@@ -586,7 +587,9 @@ def score(answer: str, cited: list[str], q: dict[str, Any], desc: dict, by_recor
         if not absent:
             why.append("does not say it did not happen")
         # the log's start ("nothing since 05:30") and the window asked about may be named
-        extra = [x for x in said_times if not _near(x, (log_start or []) + t.get("window", []), 1)]
+        # so may the bounds of the span an absence is stated for ("nothing ... between 06:00 and 11:59")
+        bounds = [x for pair in SPAN_SAID.findall(answer) for x in pair]
+        extra = [x for x in said_times if not _near(x, (log_start or []) + t.get("window", []) + bounds, 1)]
         if extra and kind in ("never",):
             why.append("names a time for an event that did not happen: %s" % ", ".join(extra))
         if kind in ("between", "shift") and extra:

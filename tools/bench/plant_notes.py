@@ -10,7 +10,10 @@ them (the last episode.MAX_LINES), a tick of sample lines only a summary episode
 seconds have passed since the last. The stream is shared/episode.py's text: the system prompt, then per episode its
 prompt and the target's note (greedy, until a newline token or episode.MAX_NOTE tokens), over a sink + window cache
 with the rp2040_pico geometry (tools/train/corpus.SINK, WINDOW): what greedy speculative decoding commits at the
-gateway. Summary episodes stay in the stream, as on the node, and are not judged; the first PER_PLANT event episodes
+gateway. `main_in_window`: the share of judged episodes whose main line's machine id is still in the cache's
+window once the prompt is committed (main_in_window()): a note can name the machine of the others only by its
+first token or by a guess, so this share bounds what any target reaches on this geometry. Summary episodes stay in
+the stream, as on the node, and are not judged; the first PER_PLANT event episodes
 of each plant day are, plant after plant (seeds from quality.PLANT_SEED0) until the side has its notes. The stock
 target writes the notes of the first stock_n of them (whole streams of the first plants, `stock_subset` says so).
 """
@@ -115,6 +118,21 @@ def note_days(split: str, n_notes: int, per_plant: int = PER_PLANT, hours: float
     return out
 
 
+def main_in_window(lines: list[str], main, tok) -> bool:
+    """Whether the machine id of the episode's main line (note_judge.window's first) starts within the last WINDOW
+    tokens of the episode's prompt: what the cache still holds once the prompt is committed, so what the note's
+    tokens after its first can read. An id further back is gone before the note can copy it."""
+    from tools.train import corpus
+
+    text = episode.prompt_text(lines)
+    mine = episode.prompt_line(main.text)
+    at = text.rfind(mine)
+    if at < 0 or not main.machine or main.machine not in mine:
+        return False
+    before = len(tok.encode(text[:at + mine.index(main.machine)]))
+    return before >= len(tok.encode(text)) - corpus.WINDOW
+
+
 def rate(xs: list[bool]) -> float | None:
     return round(sum(1 for x in xs if x) / len(xs), 4) if xs else None
 
@@ -124,7 +142,8 @@ def figures(verdicts: list[dict[str, Any]]) -> dict[str, Any]:
     by: dict[str, list] = {}
     for v in verdicts:
         by.setdefault(v["main"] or "none", []).append(v)
-    return {"notes": len(verdicts), "note_factuality": rate([v["factual"] for v in verdicts]),
+    return {"notes": len(verdicts), "main_in_window": rate([v["in_window"] for v in verdicts if "in_window" in v]),
+            "note_factuality": rate([v["factual"] for v in verdicts]),
             "note_coverage": rate([v["covered"] for v in verdicts]),
             "note_hallucination_rate": rate([v["hallucinated"] for v in verdicts]),
             "invented_cause_rate": rate([v["invented_cause"] for v in verdicts]),
@@ -140,6 +159,9 @@ def side(split: str, roles: list[tuple[str, Any]], n_notes: int, stock_n: int, p
     write only the first stock_n (the streams of the first plants, cut at the stock_n-th event episode)."""
     from tools.bench import note_judge
 
+    from tools.train import corpus
+
+    tok = corpus.tokenizer()
     t0 = time.perf_counter()
     days = note_days(split, n_notes, per_plant, hours, seed0)
     out: dict[str, Any] = {"notes": sum(e["kind"] == "event" for _, eps in days for e in eps),
@@ -155,6 +177,8 @@ def side(split: str, roles: list[tuple[str, Any]], n_notes: int, stock_n: int, p
                 if ep["kind"] != "event":
                     continue
                 v = note_judge.note_verdict(note, ep["lines"], day.desc, ep["recent"])
+                main = note_judge.window(ep["lines"], note_judge.words_of(day.desc))["main"]
+                v["in_window"] = bool(main) and main_in_window(ep["lines"], main[0][1], tok)
                 verdicts.append(v)
                 if dump is not None:
                     dump.append({"type": "plant_note", "split": split, "seed": day.seed, "role": role,

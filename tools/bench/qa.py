@@ -5,8 +5,9 @@
 The store: `--nodes` plant simulators (shared/plant.py, seeds 7, 11, ...; one process fault injected on each,
 severity 4, so something trips) run `--hours` plant hours each, one sample line a minute per machine plus
 every event line, stored as nodes node-1, node-2... in a fresh SQLite store (host/store.py), as a gateway
-would have stored them. The questions: what the simulators' ground truth says happened (trips, fault
-onsets, alarms) and a few about machines that were fine, cycled to `--questions`.
+would have stored them. The questions: about the machines the simulators' ground truth says faulted (what
+went wrong, why they ran hot, their alarms) and a few about machines that were fine, cycled to `--questions`;
+those the plant's record answers (docs/GATEWAY.md 6) take no target time, the open ones the target's.
 
 - warm: one process loads PRISM and the target `ask` uses by default (the domain target where models/target
   is installed, host/target_delta.choose) once, then answers every question (host/qa.ask: retrieval,
@@ -90,8 +91,10 @@ def questions(truth: list[dict], n: int) -> list[str]:
     qs: list[str] = []
     for f in truth:
         m, fault = f["machine"], f["fault"].replace("_", " ")
-        qs.append("why did %s trip?" % m)
-        qs.append("when did %s start %s?" % (m, "overheating" if fault == "overheating" else "to show " + fault))
+        # open questions first, the target's to answer (the record answers why a machine tripped and when its
+        # first alarm came: askrecord), then one the record answers
+        qs.append("what went wrong with %s?" % m)
+        qs.append("why did %s run %s?" % (m, "hot" if fault == "overheating" else "badly"))
         qs.append("which alarms were raised on %s?" % m)
     qs += ["is pump P-101 running normally?", "which machine tripped most recently?", "what is the bearing "
            "temperature of M-201?", "was any alarm acknowledged?", "is the conveyor CV-401 running?",
