@@ -1,5 +1,6 @@
 """tools/train/make_target.py's stage files: each stage trains on the note streams and questions its tables name
-(the generated plants' notes from stage 4 on, two of every three streams there), and its arguments point at them."""
+(notes copied from the lines from stage 4 on: the generated plants' two of every three streams there, the built-in
+plant's the rest), and its arguments point at them."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ def _rows(path: Path, tag: str, n: int) -> None:
 
 def test_stage_files_hold_what_the_tables_name(tmp_path: Path) -> None:
     sizes = {"train_notes": 400, "train_qa": 600, "train_qa_handling": 360, "val_notes": 12, "val_qa": 48,
-             "train_plant_notes": 240, "val_plant_notes": 3}
+             "train_plant_notes": 240, "val_plant_notes": 3, "train_builtin_notes": 120, "val_builtin_notes": 12}
     assert set(sizes) == set(mt.DATA)
     for name, n in sizes.items():
         _rows(tmp_path / (name + ".jsonl"), name, n)
@@ -30,8 +31,8 @@ def test_stage_files_hold_what_the_tables_name(tmp_path: Path) -> None:
     for stage in (1, 2, 3):
         assert tags("train_notes_stage%d.jsonl" % stage) == ["train_notes"] * 400
         assert tags("val_notes_stage%d.jsonl" % stage) == ["val_notes"] * 12
-    assert tags("train_notes_stage4.jsonl") == ["train_plant_notes"] * 240 + ["train_notes"] * 120
-    assert tags("val_notes_stage4.jsonl") == ["val_plant_notes"] * 3 + ["val_notes"] * 12
+    assert tags("train_notes_stage4.jsonl") == ["train_plant_notes"] * 240 + ["train_builtin_notes"] * 120
+    assert tags("val_notes_stage4.jsonl") == ["val_plant_notes"] * 3 + ["val_builtin_notes"] * 12
 
     args = argparse.Namespace(tokens=0, minutes=0, threads=1, resume=False)
     argv = mt.stage_args(4, tmp_path, tmp_path / "out", tmp_path / "init.safetensors", args)

@@ -1,19 +1,25 @@
-"""Reference notes for any plant, from an episode's log lines and the plant description alone.
+"""Reference notes for any plant, from an episode's log lines alone, in the words the node's model can read.
 
-    note = line_notes.reference(lines, desc, rng)          # " P-101 bearing vibration 0.185in/s HI, rising\n"
-    streams = line_notes.note_streams("seen", 200)         # train_target's note rows, generated plants
+    note = line_notes.reference(lines, desc, rng)          # " P-101 pt11 HI 9.4bar, rising\n"
+    streams = line_notes.note_streams("train", 200)        # train_target's note rows, generated plants
+    rows = line_notes.builtin_streams(plant_text_rows)     # the built-in plant's streams, noted the same way
 
-What a note may say is what the log shows: the machine by its id as the log writes it, the signal by the first of
-its words, its value against its limit, the direction the alarm level gives, the state change; a cause only where
-the description carries cause hints for the alarm point of the lines (the point itself, or the other point of its
-direction: HI with HIHI, LO with LOLO; a trip: its interlock's point), said as "likely <hint>". The simulator's
-own fault model is never read: what it injected is not what the lines show (tools/train/plant_text.py's notes on
-the built-in plant name what the simulator did, which is why the notes written on other plants named its causes).
+The model writes a note seeing only the episode's prompt (shared/episode.py: the lines without their timestamps),
+and after its first token only what the cache still holds of it (sink 4 + the last 28 tokens on rp2040_pico).
+So a note says what the lines show, copied from them in their order: the machine's id as the log writes it, the
+signal by its tag as the log writes it, the level, the value as the line writes it, the direction the level gives
+("rising" for a HI raised, "falling" for a HI cleared), who acknowledged, the new state, a trip's interlock (and
+the tag and value of its point's alarm where that alarm line is in the episode). Nothing the lines do not hold:
+the description's signal words, limits and cause hints are not in the prompt, and a note that names them on a
+plant the model never saw guesses (tools/bench/note_judge.py counts a guessed cause as invented; the gateway, which
+reads the description, may add them). The simulator's own fault model is never read.
 
 The episode's main line is the one of the highest rank (a trip, a lost reading, an alarm raised, lost lines, a
 state change, a clear or acknowledgement, a shelving; tools/bench/note_judge.RANK judges the same order). Among
 the phrasings of its kind that fit episode.MAX_NOTE tokens, a seeded pick among the richest: varied wording, the
-same facts. Summary episodes (sample lines only) get the states of their first machines; no judge reads them.
+same facts. Summary episodes (sample lines only) get the states of their first machines; no judge reads them, and
+a stream keeps at most one after each event episode (thin()): two thirds of a day's episodes are summaries, and a
+model trained on them writes the summary's form for events.
 
 The streams are tools/plants/plantday's days of tools/plants/generate's plants of a split, cut into the node's
 episodes (tools/plants/plantday.episodes), on seeds below 1000 for training and 1000..1999 for validation: the
@@ -24,6 +30,7 @@ here for training.
 from __future__ import annotations
 
 import random
+import re
 import sys
 import time
 from typing import Any, Callable
@@ -34,7 +41,6 @@ from shared import episode
 RANK = {"trip": 6, "bad": 5, "alarm": 4, "lost": 3, "state": 2, "clear": 1, "ack": 1, "shelve": 0}
 DIRECTION = {"HI": "rising", "HIHI": "rising", "LO": "falling", "LOLO": "falling"}
 CLEARED = {"HI": "falling", "HIHI": "falling", "LO": "rising", "LOLO": "rising"}
-_UP, _DOWN = ("HI", "HIHI"), ("LO", "LOLO")
 SEEDS = {"train": 0, "validation": 1000}  # the first seed of each split's plants (benchmarks use 2000 and on)
 PER_DAY = 40  # event episodes of a training day at most: many plants, not a few busy days
 HOURS = 8.0
@@ -62,20 +68,15 @@ def _main(parsed: list[plantlines.Line]) -> tuple[str, plantlines.Line] | None:
     return best
 
 
-def _value(v: float | None, unit: str | None, decimals: int) -> str | None:
-    return None if v is None else "%.*f%s" % (max(decimals, 0), v, unit or "")
+def _said(ln: plantlines.Line) -> str | None:
+    """The value of an alarm line as the line writes it ("9.4bar"), or None."""
+    m = re.search(r" %s (-?\d[^ ]*)" % re.escape(ln.tag or ""), ln.text) if ln.tag else None
+    return m.group(1) if m else None
 
 
-def _hints(s: plantdesc.Signal, level: str) -> list[str]:
-    levels = _UP if level in _UP else _DOWN if level in _DOWN else (level,)
-    return [c for lv in levels for a in s.alarms if a.level == lv for c in a.causes]
-
-
-def _forms(kind: str, ln: plantlines.Line, parsed: list[plantlines.Line], d: plantdesc.PlantDesc,
-           rng: random.Random) -> list[list[str]]:
+def _forms(kind: str, ln: plantlines.Line, parsed: list[plantlines.Line], d: plantdesc.PlantDesc) -> list[list[str]]:
     """The phrasings of the main line, richest tier first (each tier's forms say the same facts)."""
     mid = ln.machine or ""
-    m = d.machine(mid) if mid else None
     if kind == "lost":
         n = ln.events
         return [["node lost %d log lines" % n, "%d log lines lost on the node" % n], ["%d lines lost" % n]]
@@ -83,31 +84,20 @@ def _forms(kind: str, ln: plantlines.Line, parsed: list[plantlines.Line], d: pla
         to, frm = ln.to_state, ln.from_state
         if kind == "trip":
             lock = ln.interlock
-            sig = point = None
-            for s in (m.signals if m else ()):
-                for a in s.alarms:
-                    if lock and a.interlock == lock:
-                        sig, point = s, a
-            if sig is None:
+            if not lock:
                 return [["%s tripped" % mid, "%s trip" % mid]]
-            name = sig.words[0] if sig.words else sig.tag
-            alarm = next((x for x in parsed if x.kind == "alarm" and x.machine == mid and x.tag == sig.tag
-                          and x.level == point.level and x.value is not None), None)
-            val = _value(alarm.value, alarm.unit, sig.decimals) if alarm else None
-            lim = _value(point.limit, sig.unit, sig.decimals)
-            way = "high" if point.level in _UP else "low"
-            hints = _hints(sig, point.level)
+            m = d.machine(mid)
+            tags = {(s.tag, a.level) for s in (m.signals if m else ()) for a in s.alarms if a.interlock == lock}
+            # the point's alarm line, where the episode holds it: its tag and value are in the prompt too
+            alarm = next((x for x in parsed if x.kind == "alarm" and x.verb == "ALARM" and x.machine == mid
+                          and (x.tag, x.level) in tags), None)
             tiers = []
-            if hints:
-                h = rng.choice(hints)
-                tiers.append(["%s tripped on %s %s %s: likely %s" % (mid, way, name, val or point.level, h),
-                              "%s tripped, %s %s: likely %s" % (mid, name, point.level, h),
-                              "%s tripped on %s %s, likely %s" % (mid, way, name, h)])
-            if val:
-                tiers.append(["%s tripped on %s %s %s (limit %s)" % (mid, way, name, val, lim),
-                              "%s tripped: %s %s, %s limit %s" % (mid, name, val, point.level, lim),
-                              "%s tripped on %s %s %s" % (mid, way, name, val)])
-            tiers.append(["%s tripped on %s %s" % (mid, way, name), "%s tripped, %s %s" % (mid, name, point.level)])
+            if alarm is not None and _said(alarm):
+                tiers.append(["%s tripped on %s, %s %s" % (mid, lock, alarm.tag, _said(alarm)),
+                              "%s tripped: %s %s %s" % (mid, alarm.tag, alarm.level, _said(alarm)),
+                              "%s tripped, interlock %s, %s at %s" % (mid, lock, alarm.tag, _said(alarm))])
+            tiers.append(["%s tripped on %s" % (mid, lock), "%s tripped, interlock %s" % (mid, lock)])
+            tiers.append(["%s trip %s" % (mid, lock), "%s tripped" % mid])
             return tiers
         if frm == "TRIPPED":
             return [["%s reset after its trip, now %s" % (mid, to.lower()), "%s reset after the trip" % mid]]
@@ -118,48 +108,42 @@ def _forms(kind: str, ln: plantlines.Line, parsed: list[plantlines.Line], d: pla
                      "%s %s" % (mid, now)], ["%s started" % mid]]
         return [["%s %s" % (mid, "stopping" if to == "STOPPING" else "stopped"),
                  "%s has %s" % (mid, "begun stopping" if to == "STOPPING" else "stopped")]]
-    s = m.signal(ln.tag) if m and ln.tag else None
-    name = (s.words[0] if s and s.words else (ln.tag or "").replace("_", " "))
-    dec = s.decimals if s else 1
-    val = _value(ln.value, ln.unit, dec)
+    tag = ln.tag or ""
+    val = _said(ln)
     lvl = ln.level or ""
     if kind == "bad":
-        return [["%s %s reading lost, check the sensor" % (mid, name), "%s %s sensor bad, no reading" % (mid, name),
-                 "%s lost its %s reading" % (mid, name)], ["%s %s reading lost" % (mid, name)]]
+        return [["%s %s reading lost, check the sensor" % (mid, tag), "%s %s sensor bad, no reading" % (mid, tag),
+                 "%s lost its %s reading" % (mid, tag)], ["%s %s reading lost" % (mid, tag)]]
     if kind == "ack":
         who = ln.extras.get("by")
         tiers = []
         if who:
-            tiers.append(["%s %s %s alarm acknowledged by %s" % (mid, name, lvl, who),
-                          "%s %s alarm acked by %s, %s" % (mid, name, who, val) if val else
-                          "%s %s alarm acked by %s" % (mid, name, who)])
-        tiers.append(["%s %s %s alarm acknowledged" % (mid, name, lvl), "%s %s alarm acked" % (mid, name)])
+            tiers.append(["%s %s %s alarm acknowledged by %s" % (mid, tag, lvl, who),
+                          "%s %s %s acked by %s" % (mid, tag, lvl, who)])
+        tiers.append(["%s %s %s alarm acknowledged" % (mid, tag, lvl), "%s %s alarm acked" % (mid, tag)])
         return tiers
     if kind == "clear":
         way = CLEARED.get(lvl, "")
-        return [["%s %s back to normal at %s" % (mid, name, val) if val else "%s %s back to normal" % (mid, name),
-                 "%s %s %s alarm cleared, %s" % (mid, name, lvl, way) if way else "%s %s alarm cleared" % (mid, name)],
-                ["%s %s alarm cleared" % (mid, name)]]
+        tiers = []
+        if val and way:
+            tiers.append(["%s %s %s cleared at %s, %s" % (mid, tag, lvl, val, way),
+                          "%s %s back to normal at %s, %s" % (mid, tag, val, way)])
+        tiers.append(["%s %s %s alarm cleared" % (mid, tag, lvl), "%s %s back to normal" % (mid, tag)])
+        tiers.append(["%s %s cleared" % (mid, tag)])
+        return tiers
     if kind == "shelve":
         verb = "unshelved" if ln.verb == "UNSHELVE" else "shelved"
-        return [["%s %s %s alarm %s" % (mid, name, lvl, verb), "%s %s alarm %s" % (mid, name, verb)]]
+        return [["%s %s %s alarm %s" % (mid, tag, lvl, verb), "%s %s alarm %s" % (mid, tag, verb)]]
     # an alarm raised
     way = DIRECTION.get(lvl, "")
-    point = s.alarm(lvl) if s else None
-    lim = _value(point.limit, s.unit, dec) if point else None
-    hints = _hints(s, lvl) if s else []
     tiers = []
-    if hints and val:
-        h = rng.choice(hints)
-        tiers.append(["%s %s %s %s, likely %s" % (mid, name, lvl, val, h), "%s %s %s %s: likely %s" % (mid, name, val, way, h),
-                      "%s %s %s, %s: likely %s" % (mid, name, lvl, way, h)])
-    if val and lim:
-        tiers.append(["%s %s %s %s, limit %s, %s" % (mid, name, lvl, val, lim, way),
-                      "%s %s %s %s (limit %s)" % (mid, name, val, lvl, lim),
-                      "%s %s %s at %s, %s" % (mid, name, lvl, val, way)])
+    if val and way:
+        tiers.append(["%s %s %s %s, %s" % (mid, tag, lvl, val, way), "%s %s %s alarm at %s, %s" % (mid, tag, lvl, val, way),
+                      "%s %s %s %s, %s" % (mid, tag, val, lvl, way)])
     if val:
-        tiers.append(["%s %s %s at %s" % (mid, name, lvl, val), "%s %s %s %s" % (mid, name, val, way)])
-    tiers.append(["%s %s %s alarm, %s" % (mid, name, lvl, way), "%s %s %s" % (mid, name, lvl)])
+        tiers.append(["%s %s %s %s" % (mid, tag, lvl, val), "%s %s %s at %s" % (mid, tag, lvl, val)])
+    tiers.append(["%s %s %s alarm, %s" % (mid, tag, lvl, way) if way else "%s %s %s alarm" % (mid, tag, lvl),
+                  "%s %s %s" % (mid, tag, lvl)])
     return tiers
 
 
@@ -182,13 +166,8 @@ def reference(lines: list[str], desc: plantdesc.PlantDesc | dict, rng: random.Ra
     d = _desc(desc)
     parsed = [x for x in (plantlines.parse(t) for t in lines) if x is not None]
     main = _main(parsed)
-    tiers = _forms(main[0], main[1], parsed, d, rng) if main else _summary(parsed)
+    tiers = _forms(main[0], main[1], parsed, d) if main else _summary(parsed)
     fits = [[" %s\n" % t for t in tier if count(" %s\n" % t) <= episode.MAX_NOTE] for tier in tiers]
-    # an alarm's or trip's cause hint (its first tier, "likely ...") or its value against its limit (the second),
-    # half and half where both fit: notes that say the value, and notes that say what a hint says it may mean
-    hinted = main is not None and main[0] in ("alarm", "trip") and len(tiers) > 2 and " likely " in " ".join(tiers[0])
-    if hinted and fits[0] and fits[1]:
-        return rng.choice(fits[0] + fits[1])
     for fit in fits:
         if fit:
             return rng.choice(fit)
@@ -202,10 +181,31 @@ def stream(seed: int, split: str = "seen", per_day: int = PER_DAY, hours: float 
 
     desc = generate.plant(seed, split)
     day = plantday.day(desc, seed, hours=hours)
-    rng = random.Random(seed * 7919 + 17)
-    d = plantdesc.from_dict(desc)
-    eps = [{"lines": e["lines"], "note": reference(e["lines"], d, rng)} for e in plantday.episodes(day, per_day)]
+    eps = notes_of(seed, [e["lines"] for e in plantday.episodes(day, per_day)], plantdesc.from_dict(desc))
     return {"seed": seed, "plant": desc["name"], "episodes": eps}
+
+
+def thin(episodes: list[list[str]]) -> list[list[str]]:
+    """The episodes (each its lines) with at most one summary after each event episode (and none first)."""
+    out: list[list[str]] = []
+    for lines in episodes:
+        if any(episode.is_event(x) for x in lines) or (out and any(episode.is_event(x) for x in out[-1])):
+            out.append(lines)
+    return out
+
+
+def notes_of(seed: int, episodes: list[list[str]], d: plantdesc.PlantDesc) -> list[dict[str, Any]]:
+    """A stream's episodes, thinned, each with its reference note (the stream's seed seeds the wording)."""
+    rng = random.Random(seed * 7919 + 17)
+    return [{"lines": lines, "note": reference(lines, d, rng)} for lines in thin(episodes)]
+
+
+def builtin_streams(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """tools/train/plant_text's note streams of the built-in plant, their notes made again from their lines and
+    the built-in description (plant_text's notes name what the simulator injected: its causes)."""
+    d = plantdesc.builtin()
+    return [{"seed": r["seed"], "episodes": notes_of(r["seed"], [e["lines"] for e in r["episodes"]], d)}
+            for r in rows]
 
 
 def note_streams(which: str, n: int, per_day: int = PER_DAY, hours: float = HOURS) -> list[dict[str, Any]]:

@@ -8,16 +8,18 @@
    build/target/data/{train,val}_{notes,qa}.jsonl, train_qa_handling.jsonl (acknowledgement, clear, onset and
    sensor questions from further seeds) and each stage's questions, train_qa_stage{1..4}.jsonl (STAGE_QA);
    tools/train/line_notes.py writes notes on generated plants of the seen kinds and naming schemes from their
-   lines and descriptions alone, build/target/data/{train,val}_plant_notes.jsonl, and each stage's note streams
-   go to train_notes_stage{1..4}.jsonl and val_notes_stage{1..4}.jsonl (STAGE_NOTES, STAGE_VAL_NOTES);
+   lines alone, build/target/data/{train,val}_plant_notes.jsonl, and the built-in plant's first streams noted
+   the same way, {train,val}_builtin_notes.jsonl; each stage's note streams go to train_notes_stage{1..4}.jsonl
+   and val_notes_stage{1..4}.jsonl (STAGE_NOTES, STAGE_VAL_NOTES);
 2. tools/train/train_target.py trains the LoRA adapters on CPU within each stage's token budget (resumable:
    build/target/stage{1..4}/ckpt.pt; `--resume` continues an interrupted stage): stage 1 learns the notes
    (every fourth batch a question batch), stage 2 starts from stage 1's best adapters and learns the answers
    on more questions (every fourth batch a note batch, so the notes stay as they were), stage 3 goes on
    from stage 2 with the handling questions added (the kinds stage 2's answers got wrong most), stage 4 goes on
-   from stage 3 on the generated plants' notes (two of every three note streams; every fourth batch a question
-   batch of stage 3's questions, so the answers stay as they were): notes that say what the lines show, on
-   machines, names and signals other than the built-in plant's;
+   from stage 3 on notes copied from the lines (the generated plants' two of every three note streams, the
+   built-in plant's the rest; every fourth batch a question batch of stage 3's questions, so the answers stay
+   as they were): notes that say what the lines show, on machines, names and signals other than the built-in
+   plant's, and no cause the lines do not show;
 3. the last stage's adapters of the lowest validation loss become models/target/delta.safetensors (float16),
    with manifest.json (host/target_delta.write_manifest: the base GGUF's, the delta's and the merged
    matrices' SHA-256) and training.json (every stage's figures: tokens, steps, wall time, threads, validation
@@ -46,15 +48,20 @@ SHIPPED = ROOT / "models" / "target"
 DATA = {"train_notes": ("train", "notes", 400), "train_qa": ("train", "qa", 600),
         "train_qa_handling": ("train", "handling", 360),
         "val_notes": ("validation", "notes", 12), "val_qa": ("validation", "qa", 48),
-        "train_plant_notes": ("train", "plant_notes", 240), "val_plant_notes": ("validation", "plant_notes", 3)}
+        "train_plant_notes": ("train", "plant_notes", 240), "val_plant_notes": ("validation", "plant_notes", 3),
+        # the built-in plant's first streams noted again from their lines alone (line_notes.builtin_streams)
+        "train_builtin_notes": ("train", "builtin_notes", 120), "val_builtin_notes": ("validation", "builtin_notes", 12)}
+BUILTIN_FROM = {"train": "train_notes", "validation": "val_notes"}  # the plant_text streams they are made from
 STAGE1_QA = 200  # stage 1's questions: the first of train_qa
 # each stage's questions (train_qa_stage{1,2,3}.jsonl): the first 200, all 600, the 600 and the handling ones
 STAGE_QA = {1: ("train_qa",), 2: ("train_qa",), 3: ("train_qa", "train_qa_handling"), 4: ("train_qa", "train_qa_handling")}
 # each stage's note streams and validation streams (train_notes_stage{N}.jsonl, val_notes_stage{N}.jsonl): the
-# built-in plant's, and from stage 4 on generated plants' too (tools/train/line_notes.py: notes from the lines)
-# ("train_notes:120": its first 120 streams, so that the generated plants' are two of every three in stage 4)
-STAGE_NOTES = {1: ("train_notes",), 2: ("train_notes",), 3: ("train_notes",), 4: ("train_plant_notes", "train_notes:120")}
-STAGE_VAL_NOTES = {1: ("val_notes",), 2: ("val_notes",), 3: ("val_notes",), 4: ("val_plant_notes", "val_notes")}
+# built-in plant's, and in stage 4 generated plants' and the built-in plant's first 120 (12 to validate), all
+# noted from their lines alone (tools/train/line_notes.py), so the generated plants' are two of every three
+# ("NAME:N" in a table: the first N streams of NAME)
+STAGE_NOTES = {1: ("train_notes",), 2: ("train_notes",), 3: ("train_notes",),
+               4: ("train_plant_notes", "train_builtin_notes")}
+STAGE_VAL_NOTES = {1: ("val_notes",), 2: ("val_notes",), 3: ("val_notes",), 4: ("val_plant_notes", "val_builtin_notes")}
 RECIPE = {"rank": 8, "alpha": 16, "layers": 12, "batch_tokens": 1024,
           "stages": [{"lr": 1e-3, "qa_every": 3, "tokens": 400_000},
                      {"lr": 5e-4, "note_every": 3, "tokens": 240_000},
@@ -70,7 +77,13 @@ def write_data(data_dir: Path) -> dict:
     counts = {}
     for name, (split, kind, n) in DATA.items():
         t = time.monotonic()
-        rows = line_notes.note_streams(split, n) if kind == "plant_notes" else plant_text.MAKERS[kind](split, n)
+        if kind == "plant_notes":
+            rows = line_notes.note_streams(split, n)
+        elif kind == "builtin_notes":
+            src = (data_dir / (BUILTIN_FROM[split] + ".jsonl")).read_text().splitlines()[:n]
+            rows = line_notes.builtin_streams([json.loads(x) for x in src])
+        else:
+            rows = plant_text.MAKERS[kind](split, n)
         path = data_dir / (name + ".jsonl")
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         counts[name] = len(rows)
