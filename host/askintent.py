@@ -133,7 +133,8 @@ ACTIVITY = _any(r"\bwhat did .+ do\b", r"\bwhat (?:the )?[\w -]+ did\b", r"\bwha
                 r"\banything (?:going on|happening|up) (?:with|on|at)\b", r"\bwhat(?:'s| is| was) (?:going on|up) with\b",
                 r"\beverything (?:that )?.+ did\b")
 FIRST = re.compile(r"\bfirst\b|\bearliest\b|\binitial\b")
-# "the first HI alarm on the pump": the target answers, and host/answercheck holds its time to the first HI line
+# "did the first HI alarm on the pump come before noon?": the first of something named as a noun is no list or
+# yes-or-no of every such event (a "when" of it is the first's own time, read above)
 THE_FIRST = re.compile(r"\bthe (?:very )?(?:first|earliest|initial)\b")
 LAST = re.compile(r"\blast\b(?!\s+(?:\d+\s+|\w+\s+)?(?:hours?|hrs?|minutes?|mins?|night|shift)\b)|\blatest\b|"
                   r"\bmost recent(?:ly)?\b")
@@ -412,8 +413,9 @@ def level(question: str) -> Optional[str]:
 
 
 def read(question: str, vocab: logwords.Vocabulary) -> Optional[Intent]:
-    """The Intent of a question the record can answer, or None (a why/how question, an alarm's own
-    acknowledgement or clearing, a start of running hot: host/logwords and the target answer those)."""
+    """The Intent of a question the record can answer, or None (a why or how other than why a named machine
+    tripped, an alarm's clearing or the acknowledgement of the one raised at a named minute: host/logwords and
+    the target answer those)."""
     q = normalize(question, vocab)
     low = q.lower()
     ids = tuple(machines(question, vocab) or of_kind(question, vocab))

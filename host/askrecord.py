@@ -1,7 +1,8 @@
 """Answers from the plant's record, for questions an operator asks in their own words (host/askintent.py reads
 them, host/asktime.py their times): counts, what is still in alarm, what a machine did, a summary, the first or
 last of something, whether it happened at all (or which did), a machine's state now, who acknowledged an alarm
-(the ACK line's by=NAME), a signal's highest or lowest sample in a span (the sample lines' KEY=valueUNIT).
+(the ACK line's by=NAME), a signal's highest or lowest reading in a span (the sample lines' KEY=valueUNIT and the
+values alarm lines carry), why a named machine tripped (its trip line's interlock and that point's alarm line).
 Deterministic: read from the store's event and sample lines, never from a model; each answer names the lines it
 rests on (Found.lines), its times are hh:mm in site time (the plant description's timezone) and its machines are
 ids as the log writes them.
