@@ -130,7 +130,8 @@ ACTIVITY = _any(r"\bwhat did .+ do\b", r"\bwhat (?:the )?[\w -]+ did\b", r"\bwha
                 r"\bwhat happened (?:to|with|on|at)\b", r"\bhistory of\b", r"\bactivity\b",
                 r"\bevents? (?:of|for|on)\b",
                 r"\bwhat went on with\b", r"\bwhat (?:did|has) .+ (?:get up to|been up to)\b", r"\bwalk me through\b",
-                r"\banything (?:going on|happening|up) (?:with|on|at)\b", r"\bwhat(?:'s| is| was) (?:going on|up) with\b",
+                r"\banything (?:going on|happening|up) (?:with|on|at)\b",
+                r"\bwhat(?:'s| is| was) (?:going on|up) with\b",
                 r"\beverything (?:that )?.+ did\b")
 FIRST = re.compile(r"\bfirst\b|\bearliest\b|\binitial\b")
 # "did the first HI alarm on the pump come before noon?": the first of something named as a noun is no list or

@@ -498,7 +498,8 @@ class _Ask:
             else:
                 unacked.append((r, end))
         if said and unacked:  # the question is about the acknowledgement: the raises nobody took are counted only
-            said.append("(%d more raise%s of it without an ACK line.)" % (len(unacked), "s" if len(unacked) > 1 else ""))
+            said.append("(%d more raise%s of it without an ACK line.)" % (len(unacked),
+                                                                         "s" if len(unacked) > 1 else ""))
             unacked = []
         for r, end in unacked[:MAX_ITEMS]:
             ln = r.line

@@ -265,8 +265,9 @@ def test_the_record_answers_what_never_happened_without_the_target(plant):
     nowhere = qa.retrieve(plant["db"], "why did P-102 trip?").answer
     assert nowhere == "Nothing of the kind in the log: no line names P-102."
     # what did happen, when it first showed and why it tripped: the record's lines, pinned first
-    first = next(ln for ln in (plant["dir"] / "plant.log").read_text().splitlines() if " ALARM " in ln and " P-101 " in ln)
-    trip = next(ln for ln in (plant["dir"] / "plant.log").read_text().splitlines() if " P-101 RUNNING->TRIPPED " in ln)
+    log = (plant["dir"] / "plant.log").read_text().splitlines()
+    first = next(ln for ln in log if " ALARM " in ln and " P-101 " in ln)
+    trip = next(ln for ln in log if " P-101 RUNNING->TRIPPED " in ln)
     found = qa.retrieve(plant["db"], "when did P-101 start overheating?", limit=4, lines=6)
     assert found.answer.startswith("The first ") and "alarm of P-101 was at %s" % first[11:16] in found.answer, \
         found.answer  # "overheating": its temperature signal's

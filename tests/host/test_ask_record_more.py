@@ -229,7 +229,8 @@ def test_why_a_machine_tripped_is_its_interlock_and_that_points_alarm(seen, unse
         mid, lock = e["machine"], _lock(e)
         sig, point = next((s, a) for s in p.machine(mid)["signals"] for a in s.get("alarms", [])
                           if a.get("interlock") == lock)
-        raised = [a for a in p.events("alarm", mid, point["level"]) if a["tag"] == sig["tag"] and a["tick"] <= e["tick"]]
+        raised = [a for a in p.events("alarm", mid, point["level"])
+                  if a["tag"] == sig["tag"] and a["tick"] <= e["tick"]]
         for q in ("what made %s trip?" % mid, "%s went down - what was the reason?" % mid,
                   "which interlock shut %s down?" % mid):
             r = p.ask(q)

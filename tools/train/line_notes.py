@@ -138,7 +138,8 @@ def _forms(kind: str, ln: plantlines.Line, parsed: list[plantlines.Line], d: pla
     way = DIRECTION.get(lvl, "")
     tiers = []
     if val and way:
-        tiers.append(["%s %s %s %s, %s" % (mid, tag, lvl, val, way), "%s %s %s alarm at %s, %s" % (mid, tag, lvl, val, way),
+        tiers.append(["%s %s %s %s, %s" % (mid, tag, lvl, val, way),
+                      "%s %s %s alarm at %s, %s" % (mid, tag, lvl, val, way),
                       "%s %s %s %s, %s" % (mid, tag, val, lvl, way)])
     if val:
         tiers.append(["%s %s %s %s" % (mid, tag, lvl, val), "%s %s %s at %s" % (mid, tag, lvl, val)])

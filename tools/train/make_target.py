@@ -50,7 +50,8 @@ DATA = {"train_notes": ("train", "notes", 400), "train_qa": ("train", "qa", 600)
         "val_notes": ("validation", "notes", 12), "val_qa": ("validation", "qa", 48),
         "train_plant_notes": ("train", "plant_notes", 240), "val_plant_notes": ("validation", "plant_notes", 3),
         # the built-in plant's first streams noted again from their lines alone (line_notes.builtin_streams)
-        "train_builtin_notes": ("train", "builtin_notes", 120), "val_builtin_notes": ("validation", "builtin_notes", 12)}
+        "train_builtin_notes": ("train", "builtin_notes", 120),
+        "val_builtin_notes": ("validation", "builtin_notes", 12)}
 BUILTIN_FROM = {"train": "train_notes", "validation": "val_notes"}  # the plant_text streams they are made from
 STAGE1_QA = 200  # stage 1's questions: the first of train_qa
 # each stage's questions (train_qa_stage{1,2,3}.jsonl): the first 200, all 600, the 600 and the handling ones
