@@ -395,7 +395,8 @@ class _Ask:
         shows of why. An approximate time ("around eight") that holds no trip of the machine gives the nearest
         trip within NEAR_MS of it; only a machine with no trip in the log is told there was none."""
         t0, t1 = self.window()
-        every = [e for e in events(self.store, self.first, self.now) if _matches(e, self.it, ("trip",))]
+        logged = events(self.store, self.first, self.now)  # the trips and their alarm lines: one read
+        every = [e for e in logged if _matches(e, self.it, ("trip",))]
         trips = [e for e in every if t0 <= e.line.wall_ms <= t1]
         near = ""
         if not trips and every and self.span is not None:
@@ -420,9 +421,9 @@ class _Ask:
                 continue
             sig, a = point
             name = "%s (%s)" % (sig.tag, sig.words[0]) if sig.words else sig.tag
-            raised = [x for x in events(self.store, ln.wall_ms - WHY_MS, ln.wall_ms) if x.line.kind == "alarm"
-                      and x.line.verb == "ALARM" and x.line.machine == ln.machine and x.line.tag == sig.tag
-                      and x.line.level == a.level and x.nid == e.nid]
+            raised = [x for x in logged if ln.wall_ms - WHY_MS <= x.line.wall_ms <= ln.wall_ms
+                      and x.line.kind == "alarm" and x.line.verb == "ALARM" and x.line.machine == ln.machine
+                      and x.line.tag == sig.tag and x.line.level == a.level and x.nid == e.nid]
             limit = "" if a.limit is None else ", limit %g%s" % (a.limit, sig.unit or "")
             if raised:
                 r = raised[-1]

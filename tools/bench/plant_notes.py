@@ -158,12 +158,16 @@ def side(split: str, roles: list[tuple[str, Any]], n_notes: int, stock_n: int, p
     """A side's notes: the event episodes of its plant days, each role's note judged; roles other than "target"
     write only the first stock_n (the streams of the first plants, cut at the stock_n-th event episode)."""
     from tools.bench import note_judge
-
     from tools.train import corpus
 
     tok = corpus.tokenizer()
     t0 = time.perf_counter()
     days = note_days(split, n_notes, per_plant, hours, seed0)
+    reach = []  # per day, per episode: main_in_window (the episode's, whichever role writes its note)
+    for day, eps in days:
+        pw = note_judge.words_of(day.desc)
+        mains = [note_judge.window(ep["lines"], pw)["main"] if ep["kind"] == "event" else [] for ep in eps]
+        reach.append([bool(m) and main_in_window(ep["lines"], m[0][1], tok) for ep, m in zip(eps, mains)])
     out: dict[str, Any] = {"notes": sum(e["kind"] == "event" for _, eps in days for e in eps),
                            "note_plants": [d.desc["name"] for d, _ in days],
                            "note_kinds": sorted({m["kind"] for d, _ in days for m in d.desc["machines"]})}
@@ -172,13 +176,12 @@ def side(split: str, roles: list[tuple[str, Any]], n_notes: int, stock_n: int, p
         t = time.perf_counter()
         texts = write(bt, streams, log)
         verdicts = []
-        for (day, eps), notes in zip(days, texts):
-            for ep, note in zip(eps, notes):
+        for (day, eps), notes, held in zip(days, texts, reach):
+            for ep, note, in_window in zip(eps, notes, held):
                 if ep["kind"] != "event":
                     continue
                 v = note_judge.note_verdict(note, ep["lines"], day.desc, ep["recent"])
-                main = note_judge.window(ep["lines"], note_judge.words_of(day.desc))["main"]
-                v["in_window"] = bool(main) and main_in_window(ep["lines"], main[0][1], tok)
+                v["in_window"] = in_window
                 verdicts.append(v)
                 if dump is not None:
                     dump.append({"type": "plant_note", "split": split, "seed": day.seed, "role": role,
