@@ -151,3 +151,22 @@ def test_feed_batched_equals_feeding_each_cache_alone():
     t.forward(caches[0], [7])
     with pytest.raises(VerifierError):
         feed_batched(t, [(caches[0], [1])])
+
+
+def test_plant_sources_stream_generated_plants_of_the_split():
+    """--plants unseen: node i streams generated plant 2000 + i of held-out kinds: its own machine ids in the
+    PROMPTs (not the node simulator's), the system prompt first, the episode count asked for."""
+    from tools.plants import generate
+    from tools.train import corpus
+
+    tok = corpus.tokenizer()
+    srcs = bench_spec.plant_sources(2, 4, tok, "unseen")
+    assert [s.episodes for s in srcs] == [4, 4]
+    assert srcs[0].first == list(tok.encode(episode.system_prompt(), special=True))
+    for i, s in enumerate(srcs):
+        desc = generate.plant(2000 + i, "unseen")
+        text = "".join(tok.decode(s.prompt(e, False)) for e in range(s.episodes))
+        assert any(m["id"] in text for m in desc["machines"]), text
+        assert not any(x in text for x in ("P-101", "M-201", "C-301", "CV-401")), text
+    with pytest.raises(ValueError):
+        srcs[0].prompt(4, False)

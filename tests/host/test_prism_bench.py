@@ -137,6 +137,15 @@ def test_ndcg():
     assert bench_prism.ndcg([0, 1], [0, 0]) == 0.0
 
 
+def test_ask_order_keeps_the_records_windows_first():
+    """ask shows the record's pinned windows first whatever the model's order (host/qa.rerank)."""
+    assert bench_prism.pinned_first([3, 1, 0, 2], 1) == [0, 3, 1, 2]
+    assert bench_prism.pinned_first([3, 1, 0, 2], 0) == [3, 1, 0, 2]
+    assert bench_prism.pinned_first([2, 0, 1], 2) == [0, 1, 2]
+    assert bench_prism.ndcg(bench_prism.pinned_first([1, 0, 2], 1), [2, 1, 0]) == pytest.approx(1.0)
+    assert bench_prism.ndcg([1, 0, 2], [2, 1, 0]) < 1.0  # the model alone would put the pinned window second
+
+
 @pytest.mark.parametrize("argv, words", [
     (["--questions", "0"], "--questions must be at least 1"),
     (["--candidates", "5", "--k", "5"], "--candidates (5) must be larger than --k (5)"),
@@ -151,3 +160,26 @@ def test_bench_prism_bad_options(argv, words, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert words in err and len(err.splitlines()) == 1
+
+
+def test_generated_plant_questions_are_asks_windows_on_the_imported_day():
+    """--plants unseen: bench quality's operator questions on a generated plant of held-out kinds, each with
+    ask's windows over that plant's imported day; relevance counts its evidence lines, and with_limit re-asks
+    the same plant (not the node simulator's seed of that number)."""
+    from host import qa
+
+    qs, skipped = prism_questions.ask_questions("unseen", 100, 10, 5, seeds=1)
+    assert qs and all(q["seed"] == 2000 and q["split"] == "unseen" for q in qs)
+    assert skipped["none_question"] > 0  # "never" questions have nothing to rank
+    db_seen = None
+    for db, question, kind, truth in prism_questions._seed_questions(2000, "unseen"):  # noqa: SLF001
+        if question == qs[0]["question"]:
+            db_seen = db
+            found = qa.retrieve(db, question, limit=10, lines=prism_questions.ask_lines())
+            assert qs[0]["texts"] == [w.text for w in found.windows]
+            assert qs[0]["relevance"] == [prism_questions.relevance(t, truth["evidence"]) for t in qs[0]["texts"]]
+            assert any(qs[0]["relevance"]) and truth["evidence"]
+            break
+    assert db_seen is not None
+    again = prism_questions.with_limit(qs[:1], 10)
+    assert [q["texts"] for q in again] == [qs[0]["texts"]] and again[0]["split"] == "unseen"

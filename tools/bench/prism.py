@@ -6,7 +6,9 @@
 Candidates: for each held-out question (tools/bench/prism_questions.py: plant seeds >= 2000, a store per
 seed as tools/train/plant_text builds it), host.qa.retrieve's windows, FTS5/bm25 order with the record's
 pinned window first, as `edgetwin ask` gets them; relevance = how many of the question's evidence lines a
-window holds. Questions with fewer than K+1 windows or no relevant one are skipped and counted.
+window holds. Questions with fewer than K+1 windows or no relevant one are skipped and counted. `--plants seen`
+/ `unseen`: bench quality's operator questions on generated plants of held-out seeds instead (the training
+kinds and naming schemes, or held-out ones), each plant's day imported with its description.
 Variants, one BLAS/torch thread each (PRISM adds its prefetch thread, which reads and does no arithmetic):
   full   BertCrossEncoder (host/prism/bert.py), all weights resident, the whole batch, every layer;
   prism  host/prism/engine.py: pruning on the model's exit heads (host/prism/exits.py; threshold calibrated on
@@ -307,14 +309,25 @@ def latency_summary(rows: list[dict], names: Sequence[str]) -> dict:
     return out
 
 
+def pinned_first(order: Sequence[int], pinned: int) -> list[int]:
+    """The order `ask` shows: the first `pinned` windows (found by the record) first, then the rest in `order`."""
+    return list(range(pinned)) + [j for j in order if j >= pinned]
+
+
 def quality_summary(rows: list[dict], questions: list[dict], k: int) -> dict:
-    """nDCG@10 of the full model's, bm25's (retrieval's) and PRISM's orders; PRISM's and torch's top-K agreement
-    with the full model; layers per candidate."""
+    """nDCG@10 of the full model's, bm25's (retrieval's) and PRISM's orders, and of the last two as `ask` shows
+    them (ask_*: the record's pinned windows first); PRISM's and torch's top-K agreement with the full model; layers
+    per candidate."""
     agree = [len(set(r["prism"].top) & set(r["full"].top)) / float(k) for r in rows]
     out = {
         "final_ndcg10": round(_mean(ndcg(r["full"].order, q["relevance"]) for r, q in zip(rows, questions)), 4),
         "bm25_ndcg10": round(_mean(ndcg(list(range(len(q["texts"]))), q["relevance"]) for q in questions), 4),
         "prism_ndcg10": round(_mean(ndcg(r["prism"].order, q["relevance"]) for r, q in zip(rows, questions)), 4),
+        # what `ask` shows: the windows the record pinned first whatever the model makes of them (host/qa.rerank)
+        "ask_final_ndcg10": round(_mean(ndcg(pinned_first(r["full"].order, q.get("pinned", 0)), q["relevance"])
+                                        for r, q in zip(rows, questions)), 4),
+        "ask_prism_ndcg10": round(_mean(ndcg(pinned_first(r["prism"].order, q.get("pinned", 0)), q["relevance"])
+                                        for r, q in zip(rows, questions)), 4),
         **({"head_only_ndcg10": round(_mean(ndcg(r["full"].stats["head_order"], q["relevance"])
                                             for r, q in zip(rows, questions)), 4)}
            if "head_order" in rows[0]["full"].stats else {}),
@@ -562,6 +575,10 @@ def parser() -> Parser:
     ap.add_argument("--model", help="reranker directory (default: the fine-tuned reranker, else MiniLM + random head)")
     ap.add_argument("--questions", type=int, default=40, help="held-out questions used (default 40; skipped ones "
                     "do not count)")
+    ap.add_argument("--plants", choices=("builtin", "seen", "unseen"), default="builtin",
+                    help="whose questions: builtin (the node's simulator, held-out seeds; default), seen / unseen "
+                         "(generated plants of held-out seeds, of the training kinds and naming schemes or of "
+                         "held-out ones, bench quality's operator questions)")
     ap.add_argument("--candidates", type=int, default=20, help="retrieve's top N windows per question (default 20)")
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--target", type=float, default=0.99, help="top-K agreement the calibration must reach")
@@ -726,8 +743,9 @@ def run(args: argparse.Namespace, counts: list[int], points: list[int], threads:
     t_start = time.perf_counter()
     k, n = args.k, args.candidates
     model_dir, model_desc, init_head = pick_model(args.model)
-    questions, skipped = prism_questions.ask_questions("held-out", args.questions, n, k)
-    progress("%d held-out questions (skipped: %s)" % (len(questions), skipped))
+    split = "held-out" if args.plants == "builtin" else args.plants
+    questions, skipped = prism_questions.ask_questions(split, args.questions, n, k)
+    progress("%d held-out questions of %s plants (skipped: %s)" % (len(questions), args.plants, skipped))
     if not questions:
         print("edgetwin bench prism: no usable held-out question (skipped: %s)" % skipped, file=sys.stderr)
         return 1
@@ -737,7 +755,11 @@ def run(args: argparse.Namespace, counts: list[int], points: list[int], threads:
     threshold = pruning["threshold"]
     out: dict = {
         "bench": "prism", "model": model_desc, "model_dir": model_dir,
-        "questions_source": "held-out plant questions (seeds 2000-2999), ask's candidates: host.qa.retrieve",
+        "plants": args.plants,
+        "questions_source": ("held-out plant questions (seeds 2000-2999), ask's candidates: host.qa.retrieve"
+                             if args.plants == "builtin" else
+                             "bench quality's held-out operator questions on generated %s plants (seeds from 2000, "
+                             "tools/bench/ask_phrasings), ask's candidates: host.qa.retrieve" % args.plants),
         "questions": len(questions), "skipped": skipped, "candidates": n,
         "candidates_used_mean": round(_mean(len(q["texts"]) for q in questions), 2),
         "lines_per_window": prism_questions.ask_lines(), "pinned_questions": sum(1 for q in questions if q["pinned"]),

@@ -50,6 +50,12 @@ accepted / tokens tested), target passes per committed token (decode passes x N 
 wire bytes per draft token (DRAFT frames, framing included). Timings on a shared machine move by
 +-15 % between runs; acceptance, passes and tokens do not.
 
+Plants (--plants, episode format): "builtin" (default, above: the node's own simulator, whose streams the draft
+was distilled on) or generated plants of held-out seeds (node i: seed 2000 + i of tools/plants/generate, its
+simulated day cut into the node's episodes by tools/plants/plantday.episodes, the first `--episodes`): "seen"
+(the training kinds and naming schemes) or "unseen" (held-out kinds and schemes), the plants bench quality's
+seen and unseen figures are measured on.
+
 Prompts (--format): "episode" (default, above); "free": one episode per node, a one-line instruction
 and six log lines ending in "Note:" (plant seed = node index + 1), decoded for exactly `--tokens` tokens
 (no stop ids). --quick: the tiny matched models of tools/spec_models.make_pair, synthetic PROMPT ids
@@ -88,6 +94,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 SYSTEM = "You annotate industrial plant logs. For each excerpt write one short note on what happened."
+PLANT_SEED0 = 2000  # --plants seen/unseen: held-out seeds, as bench quality's (tools/bench/quality.PLANT_SEED0)
 QUICK_STOPS = (5, 9)  # --quick: the tiny models' "newline" ids (both episode endings occur; tested)
 
 
@@ -153,6 +160,26 @@ def episode_sources(n: int, episodes: int, tok) -> list[Source]:
             return tok.encode(episode.prompt_text(eps[e]["lines"], cap))
 
         out.append(Source("plant seed %d" % seed, sys_ids, len(eps), prompt))
+    return out
+
+
+def plant_sources(n: int, episodes: int, tok, split: str) -> list[Source]:
+    """Node i's stream: generated plant 2000 + i of the split (tools/plants: "seen" held-out seeds of the training
+    kinds and naming schemes, "unseen" held-out kinds and schemes), its simulated day cut into the node's
+    episodes (tools/plants/plantday.episodes, as bench quality's notes), the first `episodes` of them."""
+    from shared import episode
+    from tools.plants import generate, plantday
+
+    sys_ids = list(tok.encode(episode.system_prompt(), special=True))
+    out = []
+    for seed in range(PLANT_SEED0, PLANT_SEED0 + n):
+        desc = generate.plant(seed, split)
+        eps = plantday.episodes(plantday.day(desc, seed), episodes)[:episodes]
+
+        def prompt(e, cap, eps=eps):
+            return tok.encode(episode.prompt_text(eps[e]["lines"], cap))
+
+        out.append(Source("%s plant seed %d (%s)" % (split, seed, desc["name"]), sys_ids, len(eps), prompt))
     return out
 
 
@@ -490,7 +517,8 @@ def setup(args) -> dict:
                                                       else draft_path)}
         tok = bpe.BPE(bytes(tokenizer_export.build_blob(tokenizer_export.read_gguf(gguf))))  # the target's
         if fmt == "episode":
-            sources = episode_sources(n, args.episodes, tok)
+            sources = (episode_sources(n, args.episodes, tok) if args.plants == "builtin"
+                       else plant_sources(n, args.episodes, tok, args.plants))
             table = corpus.stop_ids(tok)  # newline tokens + EOS, as the corpus and eval_draft use
             stop_list = [int(t) for t in np.flatnonzero(table[:vocab])]
         else:
@@ -607,7 +635,7 @@ def run(args) -> dict:
            "target": env["target_label"], "repeats": repeats,
            "draft": env["draft"], "k": args.k, "max_pending": args.max_pending,
            "draft_top_k_sampling": args.draft_top_k, "kv": geo,
-           "streams": [s.name for s in env["sources"]],
+           "plants": args.plants, "streams": [s.name for s in env["sources"]],
            "episodes_per_stream": args.episodes if args.format == "episode" else 1,
            "max_note": env["max_note"], "stop_ids": len(env["stop_list"]),
            "blas_threads": 1, "timing": "process CPU seconds of the gateway's calls",
@@ -644,6 +672,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--format", choices=("episode", "free"), default="episode",
                     help="streams: the node's episodes (held-out plants, shared/episode.py; default) or one free "
                          "instruction prompt per node decoded for --tokens tokens")
+    ap.add_argument("--plants", choices=("builtin", "seen", "unseen"), default="builtin",
+                    help="episode format: whose streams (builtin: the node's own simulator, held-out seeds, what the "
+                         "draft was distilled on; seen / unseen: generated plants of held-out seeds, of the training "
+                         "kinds and naming schemes or of held-out ones)")
     ap.add_argument("--episodes", type=int, default=8, help="episodes per node (episode format; default 8, the "
                     "held-out corpus streams' count)")
     ap.add_argument("--tokens", type=int, default=48, help="tokens decoded per node, --format free (default 48)")
