@@ -50,13 +50,26 @@ def _running_micropython(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("args, msg", [(["--nodes", "0"], "--nodes"), (["--duration", "-1"], "--duration"),
-                                       (["--duration", "nan"], "--duration"), (["--k", "9"], "--k")])
+                                       (["--duration", "nan"], "--duration"), (["--k", "9"], "--k"),
+                                       (["--plant", "no-such-plant.json"], "no such file"),
+                                       (["--plant", "unseeen"], "--plant must be builtin, seen, unseen or"),
+                                       (["--plant", "unseen", "--plant-seed", "-1"], "--plant-seed"),
+                                       (["--plant", "examples/pump_skid.json"], "kind 'pump' is not one")])
 def test_bad_arguments_one_line_exit_2(args: list[str], msg: str) -> None:
     r = _cli(*args, timeout=60)
     assert r.returncode == 2, r
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and msg in lines[0] and "Traceback" not in r.stderr, r.stderr
     assert r.stdout == ""
+
+
+def test_a_malformed_plant_file_one_line_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "plant.json"
+    bad.write_text('{"format": "edgetwin-plant/1", "machines": [')
+    r = _cli("--plant", str(bad), "--json", timeout=60)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and str(bad) in lines[0] and "JSON" in lines[0], r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
 
 
 @pytest.mark.slow
@@ -115,3 +128,38 @@ def test_demo_json_two_nodes_commit_text_and_answer() -> None:
     pids = res["cleanup"]["pids"]
     assert len(pids) == 2 and not any(_running_micropython(p) for p in pids), pids
     print("DEMO took %.1f s: %s" % (took, json.dumps({k: res[k] for k in ("acceptance_rate", "durations")})))
+
+
+@pytest.mark.slow
+def test_demo_json_on_an_unseen_plant() -> None:
+    """`--plant unseen`: each node reads a generated plant of held-out kinds and names (seeds 2000, 2001) over
+    Modbus; the tiny pair drafts and verifies (the Q&A is still SmolLM2's), 20 s. The plants' own ids are what the
+    nodes log, the questions name and the ground truth lists; the built-in simulator's are nowhere."""
+    from tools.plants import split
+
+    builtin = re.compile(r"\b(?:P|M|C|CV)-\d{3}\b")
+    t0 = time.monotonic()
+    r = _cli("--plant", "unseen", "--json", "--model", "tiny", "--duration", "20", "--max-answer", "16")
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    pl = res["plant"]
+    assert (pl["plant"], pl["split"], pl["seed"]) == ("unseen", "unseen", 2000)
+    assert [p["name"] for p in pl["nodes"]] == ["gen-unseen-2000", "gen-unseen-2001"]
+    for p, n in zip(pl["nodes"], res["nodes"]):
+        assert p["node"] == n["name"] and set(p["kinds"]) <= set(split.HELD_OUT_KINDS), p
+        assert set(n["machines_logged"]) == set(p["machines"]), (n["machines_logged"], p)  # all its own, no other
+        assert sorted(f["expect"] for f in p["faults"]) == ["alarm", "trip"], p
+    alarm = next(f for f in pl["nodes"][0]["faults"] if f["expect"] == "alarm")
+    questions = [a["question"] for a in res["answers"]]
+    assert questions[0] == "Which machine stopped or tripped, and why?"
+    assert (" %s " % alarm["machine"]) in questions[1] and not builtin.search(" ".join(questions)), questions
+    # the ground truth: the simulators' own lines on the machine asked about, and the fault the demo gave it
+    t = res["answers"][1]["ground_truth"]
+    assert t["machines"] == [alarm["machine"]] and t["events"], t
+    assert all(" %s " % alarm["machine"] in ln for ln in t["events"]) and alarm["machine"] in t["text"], t
+    assert len(t["faults"]) == 1 and t["faults"][0].startswith("node1-rp2040_pico: %s " % alarm["machine"]), t
+    assert len(res["answers"][0]["ground_truth"]["faults"]) == 4  # the trip question: every node's faults
+    assert not builtin.search(json.dumps([a["ground_truth"] for a in res["answers"]]))
+    assert res["cleanup"]["left_running"] == []
+    print("DEMO --plant unseen took %.1f s: %s" % (took, json.dumps(res["durations"])))

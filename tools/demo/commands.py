@@ -8,8 +8,10 @@ verifies their drafts with SmolLM2-135M-Instruct in one batched pass per round; 
 each node's log lines, the annotation being committed (accepted draft tokens vs the target's corrections),
 acceptance, tokens/s, link bytes and heap. Then two operator questions are answered from the store (PRISM
 top K + the target), everything stops, and a summary (or with --json one JSON object) is printed.
-See tools/demo/demo.py. `edgetwin selftest`: a virtual board, the core deployed with mpremote, its
-self-test run (tools/demo/selftest_demo.py).
+--plant picks the nodes' plant: the built-in simulator (default), a generated seen / unseen plant or a
+description file (tools/demo/plants.py). See tools/demo/demo.py.
+`edgetwin selftest`: a virtual board, the core deployed with mpremote, its self-test run
+(tools/demo/selftest_demo.py).
 """
 
 from __future__ import annotations
@@ -34,6 +36,13 @@ def demo_arguments(p: argparse.ArgumentParser) -> None:
                    help="smollm2 (default: SmolLM2-135M target + the shipped draft, real text) or tiny "
                         "(the tiny test pair: token ids only)")
     p.add_argument("--max-answer", type=int, default=64, help="longest answer in tokens (default 64)")
+    p.add_argument("--plant", default="builtin", metavar="builtin|seen|unseen|FILE",
+                   help="the nodes' plant: builtin (default: the node's simulator, pump P-101 ...), seen or unseen "
+                        "(a generated plant of that split, one per node: unseen has machine kinds and names no "
+                        "training saw), or a plant description file (docs/PLANT.md) of catalogue kinds on Modbus")
+    p.add_argument("--plant-seed", type=int, default=None,
+                   help="seen/unseen: node 1's plant seed, the next nodes' the seeds after it (default 2000: a "
+                        "benchmark seed, never a training plant's); FILE: the simulators' seeds")
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -46,7 +55,7 @@ def run_demo(args: argparse.Namespace) -> int:
     try:
         demo.check_args(args.duration, args.nodes, args.k)
         return demo.run(args.duration, args.nodes, as_json=args.json, k=args.k, model=args.model,
-                        max_answer=args.max_answer)
+                        max_answer=args.max_answer, plant=args.plant, plant_seed=args.plant_seed)
     except demo.DemoError as e:
         raise UserError(str(e)) from None
 

