@@ -402,7 +402,9 @@ def _time_claim(part: str, t: re.Match, machines: list, events: list, context: l
     first = bool(_FIRST.search(part)) and e is not None
     what = ("%s %s" % (mid, e.name()) if mid else e.name()) if e else (mid or "a line")
     text = t.group(0).strip()
-    for as_utc in (utc, True) if not utc and rec.zone_name(mid) != "UTC" else (utc,):
+    # a bare time may be site time or the windows' UTC: both are tried (on a store of plants in several zones and
+    # no machine named, the site time is each line's own machine's)
+    for as_utc in (False, True) if not utc else (True,):
         if first:
             ln = rec.first(mid, e.holds)
             ok = ln is not None and rec.hm(ln, as_utc) == hm
@@ -417,7 +419,7 @@ def _time_claim(part: str, t: re.Match, machines: list, events: list, context: l
             return Claim("time", site or text, mid, True, ln.text), site
     # what the record holds instead, in site time
     other = rec.first(mid, e.holds) if e is not None else None
-    zone = "UTC" if utc else rec.zone_name(mid)
+    zone = "UTC" if utc else rec.zone_name(other.machine if other is not None else mid)
     if other is not None:
         why = "the log has %s%s at %s %s, not %s: %s" % ("the first " if first else "", what,
                                                         rec.hm(other, utc), zone, hm, other.text)

@@ -146,6 +146,10 @@ YESNO = re.compile(r"^\s*(?:so\s+)?(?:did|does|do|has|have|had|was|were|is|are|a
                    r"are there|has there|have there|did any)\b")
 LIST = re.compile(r"^\s*(?:which|what|list|show|give)\b.*\b(?:alarms|trips|acknowledgements|acks|starts|stops|"
                   r"state changes|events)\b|^\s*(?:which|what) (?:machines|units|equipment)\b")
+# "what tripped the kiln?", "the kiln - what stopped it?": why it tripped (a machine named); "what tripped this
+# morning?": which trips (none named)
+WHAT_TRIPPED = re.compile(r"\bwhat (?:tripped|stopped|shut down|shut off|took down|brought down)\b(?:\s+(it|the|our|that|"
+                          r"this|[a-z]*\d[\w-]*|[a-z]+-[\w-]+)\b)?")
 OPEN = re.compile(r"^\s*(?:why|how come|how did|how does|what caused|what made|what was the cause|what is the cause|"
                   r"explain|what led)\b|\bwhy\b|\b(?:the|what was the|what's the|whats the) (?:reason|story)\b|"
                   r"\bwhat (?:knocked|took|brought)\b")
@@ -460,6 +464,12 @@ def read(question: str, vocab: logwords.Vocabulary) -> Optional[Intent]:
         if ids and evs == ("trip",) and not sigs and machines(question, vocab):  # named, not "the pump" of two
             return intent("why", ("trip",))
         return None
+    what = WHAT_TRIPPED.search(low)
+    if what and ids and machines(question, vocab) and (what.group(1) or "") not in ("", "this") \
+            and not COUNT.search(low):
+        return intent("why", ("trip",))  # the trip line's interlock (the record says so where none tripped)
+    if what and not ids and not COUNT.search(low):
+        return intent("list", ("trip",))
     if ids and re.search(r"\b(?:which|what) interlock\b", low) and "trip" in evs:
         return intent("why", ("trip",))  # "which interlock tripped the fan?"
     if STATUS.search(low) and ids and not COUNT.search(low) and not re.search(r"\b(?:ever|did|was|were)\b", low):

@@ -241,12 +241,14 @@ class _Ask:
                                                 times, more))
         return " ".join(parts)
 
-    def active(self) -> str:
+    def still_on(self, machines: tuple) -> tuple[list, dict]:
+        """(the alarms of these machines (all: none named) still on at the end of the log, as (key, its latest
+        line) in the order raised; every alarm's raise by key)."""
         last: dict = {}
         raised: dict = {}
         for e in events(self.store, self.first, self.now):
             ln = e.line
-            if ln.kind != "alarm" or (self.it.machines and ln.machine not in self.it.machines):
+            if ln.kind != "alarm" or (machines and ln.machine not in machines):
                 continue
             key = (e.nid, ln.machine, ln.level, ln.tag)
             last[key] = e
@@ -254,6 +256,19 @@ class _Ask:
                 raised[key] = e
         on = [(k, e) for k, e in last.items() if e.line.astate in ("RAISED", "ACKED", "SHELVED") and k in raised]
         on.sort(key=lambda x: raised[x[0]].line.wall_ms)
+        return on, raised
+
+    def _on_items(self, on: list, raised: dict) -> str:
+        items = []
+        for k, e in on[:MAX_ITEMS]:
+            r = raised[k].line
+            state = {"ACKED": "acknowledged", "RAISED": "not acknowledged", "SHELVED": "shelved"}[e.line.astate]
+            items.append("%s %s %s raised %s, %s" % (r.machine, r.level, r.tag, self.hm(r.wall_ms), state))
+        more = "; and %d more" % (len(on) - MAX_ITEMS) if len(on) > MAX_ITEMS else ""
+        return "; ".join(items) + more
+
+    def active(self) -> str:
+        on, raised = self.still_on(self.it.machines)
         at = "at the end of the log (%s site time, %s)" % (self.hm(self.now), _date(self.now, self.tz))
         if not on and not raised:  # a quiet log: nothing to clear
             return ("No alarm%s is still active %s: no alarm%s was raised since %s site time."
@@ -262,14 +277,8 @@ class _Ask:
             return ("No alarm%s is still active %s: every alarm raised since %s site time has cleared."
                     % (self.who(), at, self.hm(self.first)))
         self.cite([raised[k] for k, _ in on][:MAX_LINES])
-        items = []
-        for k, e in on[:MAX_ITEMS]:
-            r = raised[k].line
-            state = {"ACKED": "acknowledged", "RAISED": "not acknowledged", "SHELVED": "shelved"}[e.line.astate]
-            items.append("%s %s %s raised %s, %s" % (r.machine, r.level, r.tag, self.hm(r.wall_ms), state))
-        more = "; and %d more" % (len(on) - MAX_ITEMS) if len(on) > MAX_ITEMS else ""
-        return "%d %s still active %s: %s%s." % (len(on), "alarm" if len(on) == 1 else "alarms", at,
-                                                 "; ".join(items), more)
+        return "%d %s still active %s: %s." % (len(on), "alarm" if len(on) == 1 else "alarms", at,
+                                               self._on_items(on, raised))
 
     def activity(self) -> str:
         kinds = self.it.events or ("trip", "alarm", "ack", "clear", "state")
@@ -340,7 +349,8 @@ class _Ask:
             describe(e.line))
 
     def status(self) -> str:
-        """Each machine's state in its latest line and since when (its last state change)."""
+        """Each machine's state in its latest line and since when (its last state change), and its alarms still
+        on at the end of the log ("is it running normally, or is an alarm raised on it?" asks both)."""
         out = []
         for mid in self.it.machines:
             with self.store._lock:  # noqa: SLF001
@@ -366,7 +376,15 @@ class _Ask:
             if change is not None and change.line.to_state == state:
                 since = " since %s (%s)" % (self.hm(change.line.wall_ms), describe(change.line))
                 self.cite([change])
-            out.append("%s was %s in its latest line at %s site time%s." % (mid, state, self.hm(ln.wall_ms), since))
+            on, raised = self.still_on((mid,))
+            if on:
+                self.cite([raised[k] for k, _ in on][:MAX_LINES])
+                alarms = "; %d %s still active: %s" % (len(on), "alarm" if len(on) == 1 else "alarms",
+                                                       self._on_items(on, raised))
+            else:
+                alarms = "; no alarm on it is active"
+            out.append("%s was %s in its latest line at %s site time%s%s." % (mid, state, self.hm(ln.wall_ms), since,
+                                                                             alarms))
         return " ".join(out)
 
     def ever(self, yes: str = "Yes: ") -> str:

@@ -19,7 +19,7 @@ The words and the hours they mean (module constants, the one place that says the
   is in the log's range and most recent; "at 14:05" is left to the minute search (host/logwords.minutes), and
   at_minute() reads it as AT minutes either side for the record's answers;
 - "since 8", "since 08:30", "since yesterday", "after 23:00": from then to now ("before 9am": up to then; a bare
-  "after 2" is not read as a time); "between 9 and 10:30", "from 9 to 11": that span
+  hour only where it ends the question or a clause, "before 9?": "after 2 alarms" is no time); "between 9 and 10:30", "from 9 to 11": that span
   on the latest day it has begun by now (across midnight when the end is before the start);
 - "after the trip" / "before the trip": from / up to an event the caller finds (anchor()), the question's
   machine's latest trip.
@@ -44,6 +44,8 @@ COUNT_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five
                "half an": 0.5, "half a": 0.5}
 _H = r"(?:%s|\d{1,2}(?:[:.h]\d\d)?)" % "|".join(HOUR_WORDS)  # "ten", "9", "10:30", "10.30", "10h30"
 _CLOCK = r"(%s)(?:\s*(am|pm|a\.m\.|p\.m\.|o'?clock|in the morning|in the evening|at night))?" % _H
+# a bare hour ends the question or its clause ("in alarm before 9?", "after two, today"): a time, not a count
+_BARE_END = re.compile(r"\s*(?:[?.!,;]|$|today\b)")
 _DAY_MS = 86400000
 _HOUR_MS = 3600000
 
@@ -170,11 +172,13 @@ def span(question: str, now_ms: int, first_ms: int, tz: datetime.tzinfo,
         return out(max(cands), now_ms, m.group(0))
     # after 23:00 / before 9am (a clock time: "after the trip" is below)
     m = re.search(r"\b(after|before|until|till|up to)\s+%s" % _CLOCK, q)
-    if m and (re.fullmatch(r"\d{1,2}[:.h]\d\d", m.group(2)) or m.group(3)):
+    if m and (re.fullmatch(r"\d{1,2}[:.h]\d\d", m.group(2)) or m.group(3) or _BARE_END.match(q, m.end())):
         h, mi, pinned = _clock(m.group(2), m.group(3))
         cands = [_latest_start(now, h, mi, tz)] + ([] if pinned else [_latest_start(now, (h + 12) % 24, mi, tz)])
-        t = max(cands)
-        return out(t, now_ms, m.group(0)) if m.group(1) == "after" else out(first_ms, t, m.group(0))
+        if m.group(1) == "after":
+            return out(max(cands), now_ms, m.group(0))
+        # "before 9" late in the day: the 9 the log has a before of (the morning's), not the evening's
+        return out(first_ms, min([c for c in cands if c > first_ms] or [max(cands)]), m.group(0))
     # around ten / about 10:30
     m = re.search(r"\b(?:around|about|near|approximately|approx\.?|roughly|circa|ca\.)\s+(?:at\s+)?%s" % _CLOCK, q)
     if m:

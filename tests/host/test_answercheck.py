@@ -281,3 +281,42 @@ def test_ask_json_prints_one_object(sim) -> None:
     if not any(c["kind"] == "absence" for c in obj["claims"]):
         assert set(re.findall(r"\b\d\d:\d\d\b", obj["answer"])) <= times, obj
     assert "[" not in res.stderr or "retrieval" in res.stderr  # progress stays on stderr
+
+
+def test_a_bare_time_on_a_store_of_plants_in_two_zones_is_each_lines_own_site_time(tmp_path) -> None:
+    """Two generated plants in one store (Madrid, UTC+1, and Kolkata, UTC+5:30), an answer naming no machine: its
+    time is confirmed in the site time of the line's own plant, or in the windows' UTC (shown in site time), and a
+    wrong one is refused naming the zone of the line the record holds, not UTC."""
+    import datetime
+    import zoneinfo
+
+    from host import plantdesc
+    from tools.plants import generate, plantday
+
+    db = tmp_path / "two.db"
+    trips = []
+    for seed in (2000, 2001):
+        day = plantday.day(generate.plant(seed, "seen"), seed, hours=3)
+        (tmp_path / ("p%d.json" % seed)).write_text(json.dumps(day.desc))
+        (tmp_path / ("p%d.log" % seed)).write_text("\n".join(day.lines) + "\n")
+        cmd_import.import_log(tmp_path / ("p%d.log" % seed), db, "node%d" % seed,
+                              desc=plantdesc.load(tmp_path / ("p%d.json" % seed)))
+        trips += [(ln, day.desc["timezone"]) for ln in day.lines if "->TRIPPED" in ln]
+    assert {z for _, z in trips} == {"Europe/Madrid", "Asia/Kolkata"}
+    first, zone = min(trips)  # the store's first trip, whichever plant's
+    at = datetime.datetime.strptime(first[:20], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+    site, utc = at.astimezone(zoneinfo.ZoneInfo(zone)).strftime("%H:%M"), at.strftime("%H:%M")
+    taken = {ln[11:16] for ln, _ in trips} | {datetime.datetime.strptime(ln[:20], "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=datetime.timezone.utc).astimezone(zoneinfo.ZoneInfo(z)).strftime("%H:%M") for ln, z in trips}
+    assert site != utc and utc not in taken - {utc} and site not in taken - {site}
+    wrong = next("%02d:%02d" % (h, m) for h in range(24) for m in (7, 37) if "%02d:%02d" % (h, m) not in taken)
+    store = LogStore(db, readonly=True)
+    try:
+        said = [x for x in _check(store, "A machine tripped at %s." % site).claims if x.kind == "time"]
+        assert [(x.text, x.confirmed, x.line) for x in said] == [(site, True, first)]
+        said = [x for x in _check(store, "A machine tripped at %s." % utc).claims if x.kind == "time"]
+        assert [(x.text, x.confirmed, x.line) for x in said] == [(site, True, first)]  # shown in site time
+        no = _claims(_check(store, "A machine tripped at %s." % wrong))[("time", wrong)]
+        assert not no.confirmed and "%s %s" % (site, zone) in no.why, no.why
+    finally:
+        store.close()

@@ -440,3 +440,24 @@ def test_a_machines_state_now(seen):
     r = seen.ask("is the boiler running now?")
     assert r.answer.startswith("%s was RUNNING in its latest line at 08:00 site time since %s" % (
         boiler, seen.hm(restart["tick"]))), r.answer
+
+
+def test_running_normally_or_in_alarm_says_the_state_and_the_alarms_still_on(seen, unseen):
+    """"Is X running normally, or is an alarm raised on it?": the state and every alarm of X still on at the end
+    of the log (raised, acknowledged or shelved, not cleared), or that none is, for each machine of both plants."""
+    said = {"on": 0, "none": 0}
+    for p in (seen, unseen):
+        for mid in p.ids:
+            r = p.ask("Is %s running normally, or is an alarm raised on it?" % mid)
+            on = [e for e in p.active() if e["machine"] == mid]
+            assert r.answer.startswith("%s was " % mid), r.answer
+            if on:
+                said["on"] += 1
+                assert "%d %s still active: " % (len(on), "alarm" if len(on) == 1 else "alarms") in r.answer, r.answer
+                for e in on:
+                    assert "%s %s %s raised %s" % (mid, e["level"], e["tag"], p.hm(e["tick"])) in r.answer, r.answer
+                    assert any(" ALARM %s %s %s " % (e["level"], mid, e["tag"]) in c.text for c in r.windows), r
+            else:
+                said["none"] += 1
+                assert r.answer.split("\n")[0].endswith("; no alarm on it is active."), r.answer
+    assert said["on"] and said["none"], said  # both answers were checked

@@ -232,7 +232,7 @@ def test_why_a_machine_tripped_is_its_interlock_and_that_points_alarm(seen, unse
         raised = [a for a in p.events("alarm", mid, point["level"])
                   if a["tag"] == sig["tag"] and a["tick"] <= e["tick"]]
         for q in ("what made %s trip?" % mid, "%s went down - what was the reason?" % mid,
-                  "which interlock shut %s down?" % mid):
+                  "which interlock shut %s down?" % mid, "what tripped %s?" % mid, "the %s - what stopped it?" % mid):
             r = p.ask(q)
             body = _body(r.answer)
             assert body.startswith("%s tripped at %s site time" % (mid, p.hm(e["tick"]))) or \
@@ -305,3 +305,33 @@ def test_a_signal_named_by_its_tag(unseen):
         and " %s alarm raised" % tag in r.answer, r.answer
     r = p.ask("when did %s first raise a %s alarm?" % (kiln, quiet[0]))
     assert r.answer.startswith("Nothing of the kind in the log since ") and kiln in r.answer, r.answer
+
+
+def test_what_tripped_with_no_machine_lists_the_trips(seen, unseen):
+    for p in (seen, unseen):
+        trips = p.events("trip")
+        assert trips
+        r = p.ask("what tripped?")
+        body = _body(r.answer)
+        assert body.startswith("%d trip%s since " % (len(trips), "s" if len(trips) != 1 else "")), r.answer
+        for e in trips[:5]:
+            assert "%s %s tripped" % (p.hm(e["tick"]), e["machine"]) in body, (e, r.answer)
+
+
+def test_a_bare_hour_ending_the_question_is_a_time_and_a_count_is_not(seen):
+    """"before 2?" at the end of a night (20:00-08:00): up to 02:00, the 2 the log has a before of; "after 2
+    alarms" is no time."""
+    p = seen
+    mid = next(m for m in p.ids if p.events("alarm", m))
+    two = p.tick_at(30, 2)
+    before = [e for e in p.events("alarm", mid) if e["tick"] <= two]
+    r = p.ask("was %s ever in alarm before 2?" % mid)
+    body = _body(r.answer)
+    assert re.search(r"\(20:0\d-02:00 site time", body), r.answer  # from the log's first line
+    if before:
+        assert body.startswith("Yes: %d alarm%s raised of %s before 2" % (
+            len(before), "s" if len(before) != 1 else "", mid)), r.answer
+    else:
+        assert body.startswith("Nothing of the kind") and "before 2" in body, r.answer
+    r = p.ask("did %s trip after 2 alarms?" % mid)
+    assert "after 2" not in _body(r.answer) and re.search(r" since 20:0\d site time", _body(r.answer)), r.answer
