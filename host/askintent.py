@@ -463,6 +463,9 @@ def read(question: str, vocab: logwords.Vocabulary) -> Optional[Intent]:
         # interlock's alarm point the signal; other whys (an alarm's cause, a trend) are the target's
         if ids and evs == ("trip",) and not sigs and machines(question, vocab):  # named, not "the pump" of two
             return intent("why", ("trip",))
+        if not ids and "trip" in evs and not sigs and re.search(r"\b(?:which|what) (?:machines?|units?|equipment)\b",
+                                                                low):
+            return intent("why", ("trip",))  # "which machine stopped or tripped, and why?": every trip's why
         return None
     what = WHAT_TRIPPED.search(low)
     if what and ids and machines(question, vocab) and (what.group(1) or "") not in ("", "this") \

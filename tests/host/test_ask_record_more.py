@@ -335,3 +335,18 @@ def test_a_bare_hour_ending_the_question_is_a_time_and_a_count_is_not(seen):
         assert body.startswith("Nothing of the kind") and "before 2" in body, r.answer
     r = p.ask("did %s trip after 2 alarms?" % mid)
     assert "after 2" not in _body(r.answer) and re.search(r" since 20:0\d site time", _body(r.answer)), r.answer
+
+
+def test_which_machine_tripped_and_why_gives_each_trips_interlock(seen, unseen):
+    """The demo's own question, no machine named: each trip (the first MAX_ITEMS) with its interlock, from the
+    record."""
+    from host.askrecord import MAX_ITEMS
+
+    for p in (seen, unseen):
+        trips = [e for e in p.events("trip") if e["cause"].startswith("interlock=")]
+        r = p.ask("Which machine stopped or tripped, and why?")
+        body = _body(r.answer)
+        for e in trips[:MAX_ITEMS]:
+            assert "%s tripped at %s site time" % (e["machine"], p.hm(e["tick"])) in body, (e, r.answer)
+            assert "on interlock %s" % _lock(e) in body, (e, r.answer)
+        assert "STATE %s RUNNING->TRIPPED" % trips[0]["machine"] in r.answer.split("\nLines (UTC): ")[1]
