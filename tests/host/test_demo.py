@@ -99,9 +99,10 @@ def test_demo_json_two_nodes_commit_text_and_answer() -> None:
     assert len(res["answers"]) == 2
     names = {n["name"] for n in nodes}
     for a in res["answers"]:
-        assert a["question"] and a["answer"].strip(), a
+        assert a["question"] and a["answer"].strip() and "error" not in a, a
         assert a["ground_truth"]["text"], a  # each answer beside what the simulators know happened
-        assert a["cited"], a
+        # every answer cites windows, but the record's finding that nothing of the kind happened (no line)
+        assert a["cited"] or (a.get("by_record") and a["answer"].startswith("Nothing of the kind")), a
         for c in a["cited"]:
             assert c["node"] in names and c["t0_ms"] <= c["t1_ms"], c
     # the pump question's truth: the clogged strainer the demo gave P-101, and what its simulators logged on P-101

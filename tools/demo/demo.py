@@ -525,10 +525,13 @@ class Demo:
                 try:
                     # ask's own retrieval and its defaults: the record's window first, the fallback if no words match
                     found = qa.retrieve(self.db, q, limit=qa.CANDIDATES, lines=6)
-                    if not found.windows:
+                    if found.answer and not found.windows:  # the record's finding rests on no line (nothing
+                        chosen = []                          # tripped yet): as `ask`, nothing to rank or cite
+                    elif not found.windows:
                         raise qa.QAError("the store holds no plant lines yet")
-                    chosen, _ = qa.rerank(prism, q, found.windows, min(3, len(found.windows)), labels=found.labels,
-                                          pinned=found.pinned)
+                    else:
+                        chosen, _ = qa.rerank(prism, q, found.windows, min(3, len(found.windows)),
+                                              labels=found.labels, pinned=found.pinned)
                 except (qa.QAError, PrismModelError, PrismInputError) as e:
                     entry["error"] = str(e)
                     self.answers.append(entry)
