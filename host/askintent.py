@@ -148,8 +148,8 @@ LIST = re.compile(r"^\s*(?:which|what|list|show|give)\b.*\b(?:alarms|trips|ackno
                   r"state changes|events)\b|^\s*(?:which|what) (?:machines|units|equipment)\b")
 # "what tripped the kiln?", "the kiln - what stopped it?": why it tripped (a machine named); "what tripped this
 # morning?": which trips (none named)
-WHAT_TRIPPED = re.compile(r"\bwhat (?:tripped|stopped|shut down|shut off|took down|brought down)\b(?:\s+(it|the|our|that|"
-                          r"this|[a-z]*\d[\w-]*|[a-z]+-[\w-]+)\b)?")
+WHAT_TRIPPED = re.compile(r"\bwhat (?:tripped|stopped|shut down|shut off|took down|brought down)\b"
+                          r"(?:\s+(it|the|our|that|this|[a-z]*\d[\w-]*|[a-z]+-[\w-]+)\b)?")
 OPEN = re.compile(r"^\s*(?:why|how come|how did|how does|what caused|what made|what was the cause|what is the cause|"
                   r"explain|what led)\b|\bwhy\b|\b(?:the|what was the|what's the|whats the) (?:reason|story)\b|"
                   r"\bwhat (?:knocked|took|brought)\b")

@@ -19,8 +19,9 @@ The words and the hours they mean (module constants, the one place that says the
   is in the log's range and most recent; "at 14:05" is left to the minute search (host/logwords.minutes), and
   at_minute() reads it as AT minutes either side for the record's answers;
 - "since 8", "since 08:30", "since yesterday", "after 23:00": from then to now ("before 9am": up to then; a bare
-  hour only where it ends the question or a clause, "before 9?": "after 2 alarms" is no time); "between 9 and 10:30", "from 9 to 11": that span
-  on the latest day it has begun by now (across midnight when the end is before the start);
+  hour only where it ends the question or a clause, "before 9?": "after 2 alarms" is no time); "between 9 and
+  10:30", "from 9 to 11": that span on the latest day it has begun by now (across midnight when the end is before
+  the start);
 - "after the trip" / "before the trip": from / up to an event the caller finds (anchor()), the question's
   machine's latest trip.
 """
