@@ -55,24 +55,24 @@ def run() -> tuple:
     """Node 1 of `--plant unseen`: its planned plant and its simulator's lines over the run's first 45 s."""
     c = plants.choose("unseen", plants.DEFAULT_SEED)
     d = c.description(0, "rp2040_pico", board_profile.resolve("rp2040_pico"))
-    np = plants.plan(d, c.seed, 60)
-    sim = np.simulator(EPOCH)
+    node_plant = plants.plan(d, c.seed, 60)
+    sim = node_plant.simulator(EPOCH)
     lines: list[str] = []
     for _ in range(45):
         sim.step()
         lines += sim.lines
-    return np, lines
+    return node_plant, lines
 
 
 def test_the_plan_alarms_one_machine_and_trips_another_trip_at_s_in(run: tuple) -> None:
-    np, lines = run
-    kinds = {m["id"]: catalogue.kind(m["kind"]) for m in np.desc["machines"]}
+    node_plant, lines = run
+    kinds = {m["id"]: catalogue.kind(m["kind"]) for m in node_plant.desc["machines"]}
     assert {k.name for k in kinds.values()} <= set(split.HELD_OUT_KINDS)
-    trip, alarm = (next(f for f in np.faults if f.expect == e) for e in ("trip", "alarm"))
+    trip, alarm = (next(f for f in node_plant.faults if f.expect == e) for e in ("trip", "alarm"))
     assert trip.machine != alarm.machine
     for f in (trip, alarm):  # the description's own kinds' faults
         kinds[f.machine].fault(f.fault)
-    assert np.epoch == EPOCH - np.start_tick  # served at EPOCH, its head start before
+    assert node_plant.epoch == EPOCH - node_plant.start_tick  # served at EPOCH, its head start before
     stamp = physics.iso(EPOCH + plants.TRIP_AT)
     assert any(ln.startswith("%s STATE %s RUNNING->TRIPPED interlock=" % (stamp, trip.machine)) for ln in lines), lines
     before = [ln for ln in lines if ln < stamp and " ALARM " in ln]
@@ -83,24 +83,24 @@ def test_the_plan_alarms_one_machine_and_trips_another_trip_at_s_in(run: tuple) 
 
 
 def test_questions_name_the_described_machine(run: tuple) -> None:
-    np, _ = run
-    q = plants.questions(np)
-    alarm = next(f for f in np.faults if f.expect == "alarm")
-    m = next(m for m in np.desc["machines"] if m["id"] == alarm.machine)
+    node_plant, _ = run
+    q = plants.questions(node_plant)
+    alarm = next(f for f in node_plant.faults if f.expect == "alarm")
+    m = next(m for m in node_plant.desc["machines"] if m["id"] == alarm.machine)
     assert q[0] == "Which machine stopped or tripped, and why?"
     assert "the %s %s running" % (m["words"][0], m["id"]) in q[1] and not BUILTIN_ID.search(q[1]), q
 
 
 def test_truth_reads_the_generated_plants_lines(run: tuple) -> None:
-    np, lines = run
-    q = plants.questions(np)
-    trip, alarm = (next(f for f in np.faults if f.expect == e) for e in ("trip", "alarm"))
-    evs = truth.events([{"node": "node1", "text": ln} for ln in lines], tags=truth.interlock_tags([np.desc]))
-    names, faults = truth.named_by([np.desc]), plants.truth_faults([("node1", np)])
+    node_plant, lines = run
+    q = plants.questions(node_plant)
+    trip, alarm = (next(f for f in node_plant.faults if f.expect == e) for e in ("trip", "alarm"))
+    evs = truth.events([{"node": "node1", "text": ln} for ln in lines], tags=truth.interlock_tags([node_plant.desc]))
+    names, faults = truth.named_by([node_plant.desc]), plants.truth_faults([("node1", node_plant)])
     t = truth.truth_for(q[0], evs, faults, names)
     tripped = [e for e in evs if e["kind"] == "trip"]
     assert [e["machine"] for e in tripped] == [trip.machine] and t["events"] == [tripped[0]["line"]], t
-    sig = next(s["tag"] for m in np.desc["machines"] if m["id"] == trip.machine for s in m["signals"]
+    sig = next(s["tag"] for m in node_plant.desc["machines"] if m["id"] == trip.machine for s in m["signals"]
                for a in s.get("alarms", ()) if a.get("interlock") == tripped[0]["interlock"])
     assert t["text"].startswith("node1: %s TRIPPED at " % trip.machine) and t["text"].endswith(", %s)" % sig), t
     assert t["machines"] == [] and len(t["faults"]) == 2
@@ -108,7 +108,7 @@ def test_truth_reads_the_generated_plants_lines(run: tuple) -> None:
     assert a["machines"] == [alarm.machine] and a["events"], a
     assert all(" %s " % alarm.machine in ln for ln in a["events"]), a
     assert "still raised at the end: %s " % alarm.machine in a["text"], a
-    since = physics.iso(np.epoch + alarm.at)[11:19]
+    since = physics.iso(node_plant.epoch + alarm.at)[11:19]
     assert a["faults"] == ["node1: %s %s (severity %d) since %s" % (alarm.machine, alarm.fault.replace("_", " "),
                                                                     alarm.severity, since)], a
 

@@ -212,8 +212,8 @@ class Demo:
         from tools.demo import plants
 
         if self.node_plants:
-            return plants.describe(self.choice, [(st.name, np.summary(st.name))
-                                                 for st, np in zip(self.states, self.node_plants)])
+            return plants.describe(self.choice, [(st.name, node_plant.summary(st.name))
+                                                 for st, node_plant in zip(self.states, self.node_plants)])
         out = self.choice.summary()
         out["nodes"] = [{"node": st.name, "name": d.name, "title": d.title, "board": st.board, "seed": self.seed + i,
                          "kinds": sorted({m.kind for m in d.machines}), "machines": list(d.ids),
@@ -227,9 +227,9 @@ class Demo:
 
         if not self.node_plants:
             return None, None, DEMO_FAULTS
-        descs = [np.desc for np in self.node_plants]
+        descs = [node_plant.desc for node_plant in self.node_plants]
         return (truth.interlock_tags(descs), truth.named_by(descs),
-                plants.truth_faults([(st.name, np) for st, np in zip(self.states, self.node_plants)]))
+                plants.truth_faults([(st.name, node_plant) for st, node_plant in zip(self.states, self.node_plants)]))
 
     # ------------------------------------------------------------------ set-up
 

@@ -245,7 +245,7 @@ def plan(desc: dict, seed: int, duration: float) -> NodePlant:
     """The node's plant with its faults and the simulator's head start: a trip TRIP_AT s after the simulator is
     served (its alarm before), an alarm on another machine ALARM_AT s in that holds through the run."""
     rng = random.Random("edgetwin-demo/faults/%d/%s" % (seed, desc["name"]))
-    np = NodePlant(desc, seed)
+    node_plant = NodePlant(desc, seed)
     trip = _trip_fault(desc, seed, rng)
     hold = int(duration) + SETUP_S
     other = _alarm_fault(desc, seed, rng, trip[0] if trip else None, hold)
@@ -253,20 +253,20 @@ def plan(desc: dict, seed: int, duration: float) -> NodePlant:
     # head start taken from where the trip really came (the noise differs a little once both faults run)
     start = max([1] + ([trip[3] - TRIP_AT + 1] if trip else []) + ([other[3] - ALARM_AT + 1] if other else []))
     if trip:
-        np.faults.append(Fault(trip[0], trip[1], 5, start + TRIP_AT - trip[3], "trip"))
+        node_plant.faults.append(Fault(trip[0], trip[1], 5, start + TRIP_AT - trip[3], "trip"))
     if other:
-        np.faults.append(Fault(other[0], other[1], other[2], start + ALARM_AT - other[3], "alarm"))
-    np.start_tick = _measured_start(np, start)
-    return np
+        node_plant.faults.append(Fault(other[0], other[1], other[2], start + ALARM_AT - other[3], "alarm"))
+    node_plant.start_tick = _measured_start(node_plant, start)
+    return node_plant
 
 
-def _measured_start(np: NodePlant, start: int) -> int:
+def _measured_start(node_plant: NodePlant, start: int) -> int:
     """The head start that puts the tripping fault's trip TRIP_AT s after the simulator is served, measured on
     the node's own simulator with every fault (as demo.demo_plant measures the built-in one)."""
-    trip = next((f for f in np.faults if f.expect == "trip"), None)
+    trip = next((f for f in node_plant.faults if f.expect == "trip"), None)
     if trip is None:
         return start
-    probe = NodePlant(np.desc, np.seed, np.faults, 0).simulator(0)
+    probe = NodePlant(node_plant.desc, node_plant.seed, node_plant.faults, 0).simulator(0)
     for _ in range(start + TRIP_AT + 120):
         probe.step()
         if any(x["trip"] for x in probe.truth() if (x["machine"], x["fault"]) == (trip.machine, trip.fault)):
@@ -295,7 +295,7 @@ def questions(first: NodePlant) -> tuple[str, str]:
 
 def truth_faults(nodes: list[tuple[str, NodePlant]]) -> list[dict]:
     """The injected faults as tools/demo/truth.py states them: per node, since the simulator's clock time."""
-    return [dict(f.as_dict(np.epoch), node=name) for name, np in nodes for f in np.faults]
+    return [dict(f.as_dict(node_plant.epoch), node=name) for name, node_plant in nodes for f in node_plant.faults]
 
 
 def describe(choice: Choice, nodes: list[tuple[str, dict]]) -> dict:
