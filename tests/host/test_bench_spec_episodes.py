@@ -23,8 +23,8 @@ EPISODES = 3
 
 
 def _args(**kw):
-    base = dict(json=True, quick=True, target=None, draft=None, k=4, max_pending=2, tokens=12, integer_max_mb=0,
-                nodes=[1, 2], temps=[0.0, 0.7], sink=None, window=None, seed=1, format="episode",
+    base = dict(json=True, quick=True, plants="builtin", target=None, draft=None, k=4, max_pending=2, tokens=12,
+                integer_max_mb=0, nodes=[1, 2], temps=[0.0, 0.7], sink=None, window=None, seed=1, format="episode",
                 episodes=EPISODES, board="rp2040_pico", draft_top_k=8)
     base.update(kw)
     return argparse.Namespace(**base)

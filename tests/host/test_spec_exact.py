@@ -163,8 +163,8 @@ def test_bench_spec_quick_smoke():
 
     import argparse
 
-    ns = argparse.Namespace(json=True, quick=True, target=None, draft=None, k=4, max_pending=2, tokens=12,
-                            integer_max_mb=0, nodes=[1, 2], temps=[0.0, 0.7], sink=4, window=16, seed=1,
+    ns = argparse.Namespace(json=True, quick=True, plants="builtin", target=None, draft=None, k=4, max_pending=2,
+                            tokens=12, integer_max_mb=0, nodes=[1, 2], temps=[0.0, 0.7], sink=4, window=16, seed=1,
                             format="free", episodes=1, board="rp2040_pico", draft_top_k=8, repeats=3)
     out = bench_spec.run(ns)
     assert "llama.py" in out["draft"]["twin"]  # --quick drafts on the node's integer runtime itself

@@ -47,6 +47,7 @@ import time
 from pathlib import Path
 
 from tools.board import simslave
+from tools.demo.plants import SAMPLE_S, TRIP_AT  # the demo's pace: seconds to the trip, between sample lines
 
 ROOT = Path(__file__).resolve().parents[2]
 DRAFT = ROOT / "models" / "draft" / "draft.mbf"
@@ -61,8 +62,6 @@ NODE_CFG = {"report_ms": 1000, "max_len": 16, "prompt_max": 64, "temperature": 0
 # before the demo that the trip comes TRIP_AT seconds in. The notes are on alarms and a trip, not on sample
 # lines (the node annotates events: docs/NODE.md).
 DEMO_FAULTS = ["CV-401:sensor_dropout:4:V@0", "P-101:clogged_filter:5@0"]
-TRIP_AT = 30  # seconds into the demo
-SAMPLE_S = 10  # seconds between a machine's sample lines
 HEAP_FACTOR = 3  # see heap_note in the result: 8-byte objects on the x64 unix port + the whole firmware
 
 

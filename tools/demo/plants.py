@@ -23,8 +23,10 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# the built-in plant's pace: its trip TRIP_AT s after its simulator starts, a sample line per machine every SAMPLE_S
-from tools.demo.demo import SAMPLE_S, TRIP_AT
+# the demo's pace, every plant's (tools/demo/demo.py reads it here): the trip TRIP_AT s after the node's simulator
+# starts serving, a sample line per machine every SAMPLE_S
+TRIP_AT = 30
+SAMPLE_S = 10
 
 BUILTIN = "builtin"
 SPLITS = ("seen", "unseen")
