@@ -241,12 +241,12 @@ class _Ask:
                                                 times, more))
         return " ".join(parts)
 
-    def still_on(self, machines: tuple) -> tuple[list, dict]:
+    def still_on(self, machines: tuple, logged: Optional[list] = None) -> tuple[list, dict]:
         """(the alarms of these machines (all: none named) still on at the end of the log, as (key, its latest
-        line) in the order raised; every alarm's raise by key)."""
+        line) in the order raised; every alarm's raise by key). logged: the event lines, where already read."""
         last: dict = {}
         raised: dict = {}
-        for e in events(self.store, self.first, self.now):
+        for e in events(self.store, self.first, self.now) if logged is None else logged:
             ln = e.line
             if ln.kind != "alarm" or (machines and ln.machine not in machines):
                 continue
@@ -352,6 +352,7 @@ class _Ask:
         """Each machine's state in its latest line and since when (its last state change), and its alarms still
         on at the end of the log ("is it running normally, or is an alarm raised on it?" asks both)."""
         out = []
+        logged = events(self.store, self.first, self.now)  # the state changes and alarms: one read for all
         for mid in self.it.machines:
             with self.store._lock:  # noqa: SLF001
                 db = self.store._db  # noqa: SLF001
@@ -370,13 +371,12 @@ class _Ask:
             lid, nid, ln = last
             state = ln.plc if ln.kind == "sample" else ln.to_state
             self.cite([_Ev(lid, nid, ln)])
-            change = next((e for e in reversed(events(self.store, self.first, self.now))
-                           if e.line.kind == "state" and e.line.machine == mid), None)
+            change = next((e for e in reversed(logged) if e.line.kind == "state" and e.line.machine == mid), None)
             since = ""
             if change is not None and change.line.to_state == state:
                 since = " since %s (%s)" % (self.hm(change.line.wall_ms), describe(change.line))
                 self.cite([change])
-            on, raised = self.still_on((mid,))
+            on, raised = self.still_on((mid,), logged)
             if on:
                 self.cite([raised[k] for k, _ in on][:MAX_LINES])
                 alarms = "; %d %s still active: %s" % (len(on), "alarm" if len(on) == 1 else "alarms",
