@@ -148,7 +148,7 @@ LIST = re.compile(r"^\s*(?:which|what|list|show|give)\b.*\b(?:alarms|trips|ackno
                   r"state changes|events)\b|^\s*(?:which|what) (?:machines|units|equipment)\b")
 # "what tripped the kiln?", "the kiln - what stopped it?": why it tripped (a machine named); "what tripped this
 # morning?": which trips (none named)
-WHAT_TRIPPED = re.compile(r"\bwhat (?:tripped|stopped|shut down|shut off|took down|brought down)\b"
+WHAT_TRIPPED = re.compile(r"\bwhat (?:tripped|stopped|shut down|shut off)\b"
                           r"(?:\s+(it|the|our|that|this|[a-z]*\d[\w-]*|[a-z]+-[\w-]+)\b)?")
 OPEN = re.compile(r"^\s*(?:why|how come|how did|how does|what caused|what made|what was the cause|what is the cause|"
                   r"explain|what led)\b|\bwhy\b|\b(?:the|what was the|what's the|whats the) (?:reason|story)\b|"
@@ -423,7 +423,8 @@ def read(question: str, vocab: logwords.Vocabulary) -> Optional[Intent]:
     the target answer those)."""
     q = normalize(question, vocab)
     low = q.lower()
-    ids = tuple(machines(question, vocab) or of_kind(question, vocab))
+    named = machines(question, vocab)  # by id, alias or words; of_kind: "the pump" when the plant has one
+    ids = tuple(named or of_kind(question, vocab))
     evs = events(ANCHOR.sub(" ", q))  # "after the trip" says when, not what
     lv = level(q)
     sigs = [x for found in vocab.signals(q, ids) for x in found]
@@ -461,14 +462,14 @@ def read(question: str, vocab: logwords.Vocabulary) -> Optional[Intent]:
     if OPEN.search(low) and not HOW_WENT.search(low):
         # "why did the kiln trip?", "what knocked out the fan?": the trip line names its interlock, and the
         # interlock's alarm point the signal; other whys (an alarm's cause, a trend) are the target's
-        if ids and evs == ("trip",) and not sigs and machines(question, vocab):  # named, not "the pump" of two
+        if ids and evs == ("trip",) and not sigs and named:  # named, not "the pump" of two
             return intent("why", ("trip",))
         if not ids and "trip" in evs and not sigs and re.search(r"\b(?:which|what) (?:machines?|units?|equipment)\b",
                                                                 low):
             return intent("why", ("trip",))  # "which machine stopped or tripped, and why?": every trip's why
         return None
     what = WHAT_TRIPPED.search(low)
-    if what and ids and machines(question, vocab) and (what.group(1) or "") not in ("", "this") \
+    if what and named and (what.group(1) or "") not in ("", "this") \
             and not COUNT.search(low):
         return intent("why", ("trip",))  # the trip line's interlock (the record says so where none tripped)
     if what and not ids and not COUNT.search(low):
