@@ -64,13 +64,9 @@ def _plant_questions(seed: int, split: str) -> Iterator[tuple[Path, str, str, di
     """A generated plant's day imported as `edgetwin import --plant` does, and its held-out operator questions
     (tools/bench/ask_phrasings: free and templated words; "never" ones have no evidence), as bench quality asks
     them of the same seeds."""
-    import random
+    from tools.bench import quality
 
-    from tools.bench import ask_phrasings, quality
-    from tools.plants import generate, plantday
-
-    day = plantday.day(generate.plant(seed, split), seed)
-    qs = ask_phrasings.questions(day, random.Random("edgetwin-bench/ask/%s/%d" % (split, seed)), quality.PER_PLANT)
+    day, qs = quality.day_questions(split, seed)
     with tempfile.TemporaryDirectory(prefix="bench-prism-") as tmp:
         db = quality.import_day(day, Path(tmp), "%s%d" % (split, seed))
         for q in qs:

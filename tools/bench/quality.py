@@ -315,21 +315,25 @@ def plant_days(split: str, n_questions: int, per_plant: int = PER_PLANT, hours: 
     """(day, questions) per plant of the split until n_questions: generated plants (tools/plants: "seen" held-out
     seeds of the training kinds and schemes, "unseen" held-out kinds and schemes), a simulated day each with
     faults (tools/plants/plantday.py) and held-out questions about it (tools/bench/ask_phrasings.py)."""
+    out, total, seed = [], 0, PLANT_SEED0
+    while total < n_questions:
+        day, qs = day_questions(split, seed, min(per_plant, n_questions - total), hours)
+        out.append((day, qs))
+        total += len(qs)
+        seed += 1
+    return out
+
+
+def day_questions(split: str, seed: int, n: int = PER_PLANT, hours: float | None = None):
+    """(day, questions) of one generated plant of the split: its simulated day with faults and up to n held-out
+    questions about it, drawn from the seed (the same for every bench that asks them: quality, prism)."""
     import random
 
     from tools.bench import ask_phrasings
     from tools.plants import generate, plantday
 
-    out, total, seed = [], 0, PLANT_SEED0
-    while total < n_questions:
-        desc = generate.plant(seed, split)
-        day = plantday.day(desc, seed, **({"hours": hours} if hours else {}))
-        qs = ask_phrasings.questions(day, random.Random("edgetwin-bench/ask/%s/%d" % (split, seed)),
-                                     min(per_plant, n_questions - total))
-        out.append((day, qs))
-        total += len(qs)
-        seed += 1
-    return out
+    day = plantday.day(generate.plant(seed, split), seed, **({"hours": hours} if hours else {}))
+    return day, ask_phrasings.questions(day, random.Random("edgetwin-bench/ask/%s/%d" % (split, seed)), n)
 
 
 def import_day(day, tmp: Path, name: str) -> Path:
