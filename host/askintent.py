@@ -144,8 +144,11 @@ FILLER = r"^\s*(?:(?:and|so|hey|ok|okay|quick one)\b[,:]?\s*)*"
 WHEN = re.compile(FILLER + r"(?:when|at what time|what time|which time)\b")
 YESNO = re.compile(r"^\s*(?:so\s+)?(?:did|does|do|has|have|had|was|were|is|are|any|were there|was there|is there|"
                    r"are there|has there|have there|did any)\b")
+# "alarms on the kiln before 9 today": the keywords an operator types into a search box list as "which alarms"
 LIST = re.compile(r"^\s*(?:which|what|list|show|give)\b.*\b(?:alarms|trips|acknowledgements|acks|starts|stops|"
-                  r"state changes|events)\b|^\s*(?:which|what) (?:machines|units|equipment)\b")
+                  r"state changes|events)\b|^\s*(?:which|what) (?:machines|units|equipment)\b|"
+                  r"^\s*(?:all\s+)?(?:the\s+)?(?:alarms|trips|acknowledgements|acks|starts|stops|state changes|events)"
+                  r"\s+(?:on|of|for|at|from|in|today|this|since|before|after|between|during|last)\b")
 # "what tripped the kiln?", "the kiln - what stopped it?": why it tripped (a machine named); "what tripped this
 # morning?": which trips (none named)
 WHAT_TRIPPED = re.compile(r"\bwhat (?:tripped|stopped|shut down|shut off)\b"

@@ -350,3 +350,24 @@ def test_which_machine_tripped_and_why_gives_each_trips_interlock(seen, unseen):
             assert "%s tripped at %s site time" % (e["machine"], p.hm(e["tick"])) in body, (e, r.answer)
             assert "on interlock %s" % _lock(e) in body, (e, r.answer)
         assert "STATE %s RUNNING->TRIPPED" % trips[0]["machine"] in r.answer.split("\nLines (UTC): ")[1]
+
+
+def test_keywords_typed_as_into_a_search_box_list_the_events(seen, unseen):
+    """"alarms on the kiln today", "trips today": no asking word, as an operator types into a search box; the record
+    lists them (they went to the target before). A sentence that only mentions alarms is not a list."""
+    for p in (seen, unseen):
+        today = datetime.datetime.fromtimestamp(p.epoch + p.now_tick, p.tz).day
+        t0 = p.tick_at(today, 0)
+        mid = max(p.ids, key=lambda m: len(p.events("alarm", m, t0=t0)))
+        alarms = p.events("alarm", mid, t0=t0)
+        assert alarms
+        body = _body(p.ask("alarms on %s today" % mid).answer)
+        assert body.startswith("%d alarm%s raised of %s today" % (len(alarms), "s" if len(alarms) != 1 else "", mid)), \
+            body
+        assert "%s %s" % (p.hm(alarms[0]["tick"]), alarms[0]["level"]) in body, (alarms[0], body)
+        trips = p.events("trip", t0=t0)
+        body = _body(p.ask("trips today").answer)
+        assert body.startswith("%d trip%s today" % (len(trips), "s" if len(trips) != 1 else "")) if trips else \
+            body.startswith("Nothing of the kind"), body
+    chat = askintent.read("alarms are annoying, tell me about the plant", seen.vocab)
+    assert chat is None or chat.what != "list"
