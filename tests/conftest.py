@@ -54,7 +54,7 @@ CPU_ONLY = frozenset(["tests/host/" + n for n in (
     "test_draft_model.py", "test_mbf_fuzz.py", "test_plant_check.py", "test_plant_host.py", "test_plantlines.py",
     "test_prism_bert.py", "test_reranker_model.py", "test_spec_stats.py", "test_target_delta.py", "test_bench_spec_episodes.py", "test_cliargs.py",
     "test_corpus_batches.py", "test_dashboard_plants.py", "test_demo_plants.py", "test_demo_truth.py",
-    "test_freeze_manifest.py",
+    "test_freeze_manifest.py", "test_train_draft.py",
     "test_gateway_fuzz.py", "test_line_notes.py", "test_llama2c.py", "test_logwords.py", "test_make_target.py", "test_no_simulator_words.py",
     "test_note_judge.py", "test_plant_causes.py", "test_plant_compile.py", "test_plant_sim_desc.py",
     "test_plant_words.py", "test_prism_bench.py", "test_prism_exits.py", "test_prism_pruning.py",

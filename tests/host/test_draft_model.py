@@ -167,6 +167,28 @@ def test_corpus_is_deterministic_and_split_by_seed():
     assert corpus.stream_path(5).name.startswith("train-")
 
 
+def test_generated_plant_streams_are_noted_from_their_own_lines():
+    """The plant family: a generated plant of the training kinds, its day cut as the benchmarks cut theirs; the
+    template notes name the plant's own ids, never a built-in one, and the domain check knows the plant's ids
+    whatever their shape."""
+    from tools.plants import generate
+
+    a = corpus.plant_day_episodes(3, 6)
+    assert a == corpus.plant_day_episodes(3, 6) and a != corpus.plant_day_episodes(4, 6) and len(a) == 6
+    ids = [m["id"] for m in generate.plant(3, "seen")["machines"]]
+    assert a[0]["machines"] == ids
+    for ep in a:
+        note = corpus.template_note(ep)
+        assert note.startswith(" ") and note.endswith("\n") and note.count("\n") == 1
+        assert any(m in note for m in ids) or note.strip() == "Routine readings"
+        assert not any(b in note for b in ("P-101 ", "M-201", "C-301", "CV-401")) or "P-101" in ids
+    ep = a[0]
+    other = ids[0].replace("-", "") + "X"  # an id of another shape that is not the plant's
+    assert corpus.note_is_good(" %s stopped.\n" % ids[0].lower(), ep)
+    assert not corpus.note_is_good(" %s xyz qq.\n" % other, ep)
+    assert corpus.sampled(1) and not corpus.sampled(1001)
+
+
 def test_quick_eval_matches_the_card():
     if not METRICS.is_file():
         pytest.fail("models/draft/metrics.json is missing: run `python -m tools.train.make_draft`")

@@ -25,7 +25,14 @@ Two notes per episode:
 signal, no repetition loop, plain ASCII) and the template's otherwise; `source` says which. Counts are
 in the split's summary.
 
-Splits by plant seed: < 1000 train, 1000..1999 validation, >= 2000 held-out. Streams are generated in
+A second family of streams, "plant": generated plants of the training kinds and naming schemes (tools/plants,
+split "seen"; PLANT_STREAMS), the first PLANT_EPISODES episodes of each simulated day as the benchmarks cut them
+(tools/plants/plantday.episodes), noted the same way; their template notes come from the lines and the
+description (tools/train/line_notes.reference). So the draft learns the target's notes on plants with other
+machines, names and signals, not the built-in plant's alone. The benchmarks' plants (seeds >= 2000, and every
+held-out kind and scheme) are never made here.
+
+Splits by plant seed (either family): < 1000 train, 1000..1999 validation, >= 2000 held-out (built-in only). Streams are generated in
 lockstep batches (one target forward per token for the whole batch) and cached under build/corpus/
 (git-ignored), one file per seed and configuration: the same seed always gives the same bytes.
 Each stream file (.npz) holds the token ids of the target-text stream, a mask of the note tokens, and
@@ -58,14 +65,22 @@ TOPK = 32
 EPISODES = 8  # per stream
 SAMPLE_EVERY = 60
 MAX_TICKS = 3 * 3600
-VERSION = 4  # bump when the text or the selection changes (part of the cache key)
+VERSION = 5  # bump when the text or the selection changes (part of the cache key)
 SAMPLED_T = 0.7  # the odd training seeds' notes: sampled at this temperature (see the module docstring)
 
 SPLITS = {"train": (0, 1000), "validation": (1000, 2000), "heldout": (2000, 1 << 31)}
-DEFAULT_STREAMS = {"train": 506, "validation": 2, "heldout": 6}
+DEFAULT_STREAMS = {"train": 320, "validation": 2, "heldout": 6}
 # The shipped corpus's lockstep grouping (part of the recipe, see generate_default): train seeds
 # 0..FIRST_TRAIN_BATCH-1 in one batch (the first corpus), then batches of TRAIN_BATCH from there.
 FIRST_TRAIN_BATCH, TRAIN_BATCH = 26, 12
+# The "plant" family: generated plants of the training kinds and naming schemes (tools/plants, split "seen"),
+# each day cut into the node's episodes as the benchmarks cut theirs (tools/plants/plantday.episodes), the first
+# PLANT_EPISODES of it. Their seeds split as the built-in plant's; the benchmarks' plants (2000 and on, and every
+# unseen kind and scheme) are never made here.
+FAMILIES = ("builtin", "plant")
+PLANT_STREAMS = {"train": 160, "validation": 2}
+PLANT_EPISODES = 12
+PLANT_BATCH = 20
 
 PROCESS_FAULTS = {"P": ("bearing_wear", "cavitation", "overheating", "clogged_filter"),
                   "M": ("bearing_wear", "overheating"), "C": ("bearing_wear", "overheating", "clogged_filter"),
@@ -97,6 +112,12 @@ FAULT_WORDS = {"bearing_wear": ("bearing wear", "check lubrication and bearings"
 LEVEL_WORDS = {"HI": "high", "HIHI": "very high", "LO": "low", "LOLO": "very low", "BAD": "bad"}
 DOMAIN_WORDS = ("pump", "motor", "compressor", "conveyor", "alarm", "trip", "temperature", "vibration",
                 "pressure", "flow", "current", "filter", "bearing", "running", "stopped", "start", "machine")
+
+
+def _family(family: str) -> str:
+    if family not in FAMILIES:
+        raise ValueError("family %r: one of %s" % (family, ", ".join(FAMILIES)))
+    return family
 
 
 def split_of(seed: int) -> str:
@@ -195,6 +216,25 @@ def plant_episodes(seed: int, n_episodes: int = EPISODES) -> list[dict]:
     return out
 
 
+def plant_day_episodes(seed: int, n_episodes: int = PLANT_EPISODES) -> list[dict]:
+    """The first n_episodes of generated plant `seed`'s day (split "seen"), each with its lines, the plant's name,
+    its machines and its reference note from the lines and the description (tools/train/line_notes.py: no fault
+    model is read, so a template note never names a cause the lines do not show)."""
+    from host import plantdesc
+    from tools.plants import generate, plantday
+    from tools.train import line_notes
+
+    desc = generate.plant(seed, "seen")
+    d = plantdesc.from_dict(desc)
+    rng = random.Random(seed * 7919 + 17)
+    out = []
+    for e in plantday.episodes(plantday.day(desc, seed, hours=line_notes.HOURS), n_episodes)[:n_episodes]:
+        out.append({"tick": e["tick"], "kind": e["kind"], "lines": e["lines"], "plant": desc["name"],
+                    "machines": [m["id"] for m in desc["machines"]], "faults": [],
+                    "template": line_notes.reference(e["lines"], d, rng)})
+    return out
+
+
 def _fault_on(ep: dict, machine: str) -> dict | None:
     fs = [f for f in ep["faults"] if f["machine"] == machine]
     return fs[-1] if fs else None
@@ -213,7 +253,10 @@ def summary_note(ep: dict) -> str:
 
 def template_note(ep: dict) -> str:
     """A note from the ground truth: the most important line's machine and event, the fault developing
-    on that machine, and the trend of an alarmed signal. Starts with a space, ends with a newline."""
+    on that machine, and the trend of an alarmed signal. Starts with a space, ends with a newline. A generated
+    plant's episode carries its own (plant_day_episodes)."""
+    if "template" in ep:
+        return ep["template"]
     if ep.get("kind") == "summary":
         return summary_note(ep)
     rank = {"STATE": 1, "ALARM": 2, "CLEAR": 0, "ACK": 0, "SHELVE": 0, "UNSHELVE": 0, "LOST": 0}
@@ -286,8 +329,11 @@ def note_is_good(note: str, ep: dict) -> bool:
         return False
     if "1.1.1" in body or "..." in body:
         return False
-    text = " ".join(ep["lines"]).lower()
-    machines = {w for w in text.split() if "-" in w and w[:1] in "pmc"}
+    if "machines" in ep:  # a generated plant: its own ids, whatever their shape
+        machines = {m.lower() for m in ep["machines"]}
+    else:
+        text = " ".join(ep["lines"]).lower()
+        machines = {w for w in text.split() if "-" in w and w[:1] in "pmc"}
     lower = body.lower()
     return any(mc in lower for mc in machines) or any(d in lower for d in DOMAIN_WORDS)
 
@@ -333,7 +379,7 @@ def target_id() -> str:
 
 
 def sampled(seed: int) -> bool:
-    """Whether the stream's notes are sampled at SAMPLED_T (odd training seeds) rather than greedy."""
+    """Whether the stream's notes are sampled at SAMPLED_T (odd training seeds, either family) rather than greedy."""
     return split_of(seed) == "train" and seed % 2 == 1
 
 
@@ -354,20 +400,22 @@ def stop_ids(tok) -> np.ndarray:
 
 
 def config_key() -> str:
-    h = hashlib.sha256(json.dumps([VERSION, SINK, WINDOW, STAGED, TOPK, EPISODES, SAMPLE_EVERY, MAX_TICKS,
+    h = hashlib.sha256(json.dumps([VERSION, SINK, WINDOW, STAGED, TOPK, EPISODES, SAMPLE_EVERY, MAX_TICKS, PLANT_EPISODES,
                                    episode.SYSTEM, episode.CUE, episode.MAX_NOTE, episode.MAX_LINES,
                                    episode.SUMMARY_S, SAMPLED_T, target_id()]).encode())
     return h.hexdigest()[:10]
 
 
-def stream_path(seed: int) -> Path:
-    return CACHE / config_key() / ("%s-%05d.npz" % (split_of(seed), seed))
+def stream_path(seed: int, family: str = "builtin") -> Path:
+    prefix = "" if _family(family) == "builtin" else family + "-"
+    return CACHE / config_key() / ("%s%s-%05d.npz" % (prefix, split_of(seed), seed))
 
 
 class _Stream:
-    def __init__(self, seed, model, tok):
+    def __init__(self, seed, model, tok, family="builtin"):
         self.seed = seed
-        self.eps = plant_episodes(seed)
+        self.family = family
+        self.eps = plant_episodes(seed) if _family(family) == "builtin" else plant_day_episodes(seed)
         self.cache = model.new_cache(SINK, WINDOW, STAGED)
         self.ids: list[int] = []
         self.note_mask: list[int] = []
@@ -429,14 +477,15 @@ def _feed(model, streams, parts):
             pos[i] += len(chunk)
 
 
-def generate(seeds: list[int], batch: int = 24, log=print) -> list[Path]:
-    """Generate (or reuse) the stream files of seeds; returns their paths."""
-    todo = [s for s in seeds if not stream_path(s).is_file()]
+def generate(seeds: list[int], batch: int = 24, log=print, family: str = "builtin") -> list[Path]:
+    """Generate (or reuse) the stream files of seeds (of the family); returns their paths."""
+    todo = [s for s in seeds if not stream_path(s, family).is_file()]
     for a in range(0, len(todo), batch):
         t0 = time.time()
-        _generate_batch(todo[a:a + batch], log)
-        log("corpus: streams %s..%s in %.0f s" % (todo[a], todo[min(a + batch, len(todo)) - 1], time.time() - t0))
-    return [stream_path(s) for s in seeds]
+        _generate_batch(todo[a:a + batch], log, family)
+        log("corpus: %s streams %s..%s in %.0f s" % (family, todo[a], todo[min(a + batch, len(todo)) - 1],
+                                                     time.time() - t0))
+    return [stream_path(s, family) for s in seeds]
 
 
 def default_batches() -> list[list[int]]:
@@ -450,28 +499,37 @@ def default_batches() -> list[list[int]]:
             + [seeds_of("validation", DEFAULT_STREAMS["validation"]) + seeds_of("heldout", DEFAULT_STREAMS["heldout"])])
 
 
+def plant_batches() -> list[list[int]]:
+    """The plant family's lockstep batches: its train seeds in batches of PLANT_BATCH, then its validation seeds."""
+    train = seeds_of("train", PLANT_STREAMS["train"])
+    return [train[a:a + PLANT_BATCH] for a in range(0, len(train), PLANT_BATCH)] + \
+        [seeds_of("validation", PLANT_STREAMS["validation"])]
+
+
 def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _generate_group(seeds: list[int]) -> None:
-    """One lockstep batch in a worker process (generate_default's jobs)."""
-    generate(seeds, len(seeds), _stderr)
+def _generate_group(task: tuple[str, list[int]]) -> None:
+    """One lockstep batch (family, seeds) in a worker process (generate_default's jobs)."""
+    family, seeds = task
+    generate(seeds, len(seeds), _stderr, family)
 
 
 def generate_default(log=print, jobs: int = 1) -> None:
-    """The shipped corpus (default_batches), each batch as one lockstep batch. jobs > 1 runs the batches in
-    that many processes of one BLAS thread each (the same batches, so the same streams: on 2 cores two such
-    processes take about half the time of one process with two BLAS threads)."""
-    batches = default_batches()
+    """The shipped corpus (default_batches of the built-in plant, plant_batches of generated plants), each batch
+    as one lockstep batch. jobs > 1 runs the batches in that many processes of one BLAS thread each (the same
+    batches, so the same streams: on 2 cores two such processes take about half the time of one process with
+    two BLAS threads)."""
+    tasks = [("builtin", b) for b in default_batches()] + [("plant", b) for b in plant_batches()]
     if jobs <= 1:
-        for b in batches:
-            generate(b, len(b), log)
+        for family, b in tasks:
+            generate(b, len(b), log, family)
         return
     import concurrent.futures
     import multiprocessing
 
-    todo = [b for b in batches if not all(stream_path(s).is_file() for s in b)]
+    todo = [t for t in tasks if not all(stream_path(s, t[0]).is_file() for s in t[1])]
     if not todo:
         return
     from tools.environ import ONE_BLAS_THREAD, environ
@@ -485,11 +543,11 @@ def generate_default(log=print, jobs: int = 1) -> None:
     log("corpus: %d lockstep batches made in %d processes" % (len(todo), jobs))
 
 
-def _generate_batch(seeds: list[int], log=None) -> None:
+def _generate_batch(seeds: list[int], log=None, family: str = "builtin") -> None:
     tok = tokenizer()
     model = target()
     stops = stop_ids(tok)
-    streams = [_Stream(s, model, tok) for s in seeds]
+    streams = [_Stream(s, model, tok, family) for s in seeds]
     for s in streams:  # the system prompt
         s.add(s.unfed, False)
     _feed(model, streams, [s.unfed for s in streams])
@@ -556,10 +614,10 @@ def _generate_batch(seeds: list[int], log=None) -> None:
         lse = np.zeros(n, np.float32)
         for r, (a, b, c) in s.rows.items():
             idx[r], vals[r], lse[r] = a, b, c
-        path = stream_path(s.seed)
+        path = stream_path(s.seed, family)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp.npz")
-        meta = {"seed": s.seed, "split": split_of(s.seed), "episodes": s.ep_meta,
+        meta = {"seed": s.seed, "split": split_of(s.seed), "family": family, "episodes": s.ep_meta,
                 "geometry": {"sink": SINK, "window": WINDOW}}
         np.savez_compressed(tmp, ids=np.array(s.ids, np.int32), note=np.array(s.note_mask, np.uint8),
                             topk_ids=idx, topk_logits=vals, lse=lse, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8))
@@ -573,9 +631,16 @@ def load_stream(path: Path) -> dict:
     return d
 
 
-def load_split(split: str, n: int | None = None) -> list[dict]:
-    seeds = seeds_of(split, n or DEFAULT_STREAMS[split])
-    return [load_stream(p) for p in generate(seeds)]
+def load_split(split: str, n: int | None = None, family: str = "builtin") -> list[dict]:
+    if _family(family) == "plant" and split not in PLANT_STREAMS:
+        raise ValueError("the plant family has no %s split (the benchmarks' plants are never made here)" % split)
+    seeds = seeds_of(split, n or (DEFAULT_STREAMS if family == "builtin" else PLANT_STREAMS)[split])
+    return [load_stream(p) for p in generate(seeds, family=family)]
+
+
+def load_training(split: str) -> list[dict]:
+    """A training or validation split of both families: the built-in plant's streams, then the generated plants'."""
+    return load_split(split) + load_split(split, family="plant")
 
 
 def summary(streams: list[dict]) -> dict:
@@ -618,6 +683,10 @@ def main(argv: list[str] | None = None) -> int:
         streams = [load_stream(stream_path(s)) for s in want[sp]]
         report[sp] = summary(streams)
         texts += [corpus_text(s) for s in streams]
+        if sp in PLANT_STREAMS and not args.streams:
+            streams = load_split(sp, family="plant")
+            report["plant_" + sp] = summary(streams)
+            texts += [corpus_text(s) for s in streams]
     if args.text:
         Path(args.text).write_text("\n".join(texts))
     print(json.dumps(report, indent=1))

@@ -333,7 +333,8 @@ def save_sample(dst: Path = SAMPLE) -> Path:
 
 
 def ship_heldout() -> list[Path]:
-    """Copy the held-out streams of the corpus cache to models/draft/heldout/<config key>/ (make_draft)."""
+    """Copy the held-out streams of the corpus cache to models/draft/heldout/<config key>/ (make_draft), and
+    remove an older configuration's: the card is measured on one corpus (_streams reads the only key there)."""
     import shutil
 
     from tools.train import corpus
@@ -344,6 +345,9 @@ def ship_heldout() -> list[Path]:
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
         out.append(dst)
+    for old in SHIPPED.iterdir():
+        if old.is_dir() and old != out[0].parent:
+            shutil.rmtree(old)
     return out
 
 

@@ -46,6 +46,25 @@ PER_DAY = 40  # event episodes of a training day at most: many plants, not a few
 HOURS = 8.0
 
 
+_TOK = None
+
+
+def note_tokenizer():
+    """SmolLM2's tokenizer as host/qa builds it from the GGUF's own strings (no weights are loaded)."""
+    global _TOK
+    if _TOK is None:
+        from host import qa, weights
+        from host.gguf_load import _fields, _open, read_tokenizer
+
+        _TOK = qa.bpe_tokenizer(read_tokenizer(_fields(_open(weights.smollm2_gguf()))))
+    return _TOK
+
+
+def note_tokens(note: str) -> int:
+    """A note's length in the target's tokens (episode.MAX_NOTE caps it)."""
+    return len(note_tokenizer().encode(note, add_special_tokens=False).ids)
+
+
 def _desc(desc: plantdesc.PlantDesc | dict) -> plantdesc.PlantDesc:
     return plantdesc.from_dict(desc) if isinstance(desc, dict) else desc
 
@@ -161,9 +180,7 @@ def reference(lines: list[str], desc: plantdesc.PlantDesc | dict, rng: random.Ra
     """The reference note of an episode (its log lines, timestamps included) of the plant `desc`: a leading space,
     at most episode.MAX_NOTE tokens with the newline that ends it."""
     if count is None:
-        from tools.train import plant_text
-
-        count = plant_text.note_tokens
+        count = note_tokens
     d = _desc(desc)
     parsed = [x for x in (plantlines.parse(t) for t in lines) if x is not None]
     main = _main(parsed)

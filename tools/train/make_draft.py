@@ -52,7 +52,7 @@ def restricted_tokenizer(keep: int = TOKENIZER_KEEP) -> bytes:
     from host.weights import smollm2_gguf
     from tools.formats import tokenizer_export as te
     data = te.read_gguf(smollm2_gguf())
-    texts = [corpus.corpus_text(s) for s in corpus.load_split("train")]
+    texts = [corpus.corpus_text(s) for s in corpus.load_training("train")]
     counts = te.token_counts(data, texts)
     return te.build_blob(data, te.select_vocab(data, counts, keep))
 
@@ -116,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     report = {"corpus_seconds": round(corpus_s), "train": {k: info[k] for k in ("params", "steps", "train_seconds", "val",
                                                                                  "config", "threads", "train_streams")},
               "export": summ, "corpus": {sp: corpus.summary(corpus.load_split(sp)) for sp in corpus.SPLITS}}
+    report["corpus"].update({"plant_" + sp: corpus.summary(corpus.load_split(sp, family="plant"))
+                             for sp in corpus.PLANT_STREAMS})
     eval_draft.save_sample()
     eval_draft.ship_heldout()
     if not args.skip_eval:

@@ -40,6 +40,7 @@ if str(ROOT) not in sys.path:
 from shared import episode, plant  # noqa: E402
 from tools.train import corpus, qa_corpus  # noqa: E402
 from tools.train.corpus import INTERLOCKS, TAG_WORDS  # noqa: E402
+from tools.train.line_notes import note_tokenizer, note_tokens  # noqa: E402,F401 (note_tokenizer: bench quality's)
 from tools.train.plant_judge import interlock_tag  # noqa: E402
 
 VERSION = 2  # bump when a text, a fact or the selection changes (it names the cache directory)
@@ -175,24 +176,6 @@ def episode_facts(ep: dict[str, Any], limits: dict[tuple[str, str, str], str], o
 
 
 # ---------------------------------------------------------------------------------------------- notes
-
-_TOK = None
-
-
-def note_tokenizer():
-    """SmolLM2's tokenizer as host/qa builds it from the GGUF's own strings (no weights are loaded)."""
-    global _TOK
-    if _TOK is None:
-        from host import qa, weights
-        from host.gguf_load import _fields, _open, read_tokenizer
-
-        _TOK = qa.bpe_tokenizer(read_tokenizer(_fields(_open(weights.smollm2_gguf()))))
-    return _TOK
-
-
-def note_tokens(note: str) -> int:
-    return len(note_tokenizer().encode(note, add_special_tokens=False).ids)
-
 
 def _note_forms(f: dict[str, Any]) -> list[tuple[str, bool]]:
     """(phrasing, says what it means) for the facts' event; fields missing make a phrasing unusable."""

@@ -9,7 +9,9 @@ its input embedding is learned from the rare tokens; as an output it maps to a t
 never uses, so its probability is trained down and sampling stays exact: q(x) = 0 for ids outside the
 sub-vocabulary). Training uses the node's attention exactly: a sink + ring window (sink 4, window 28,
 as shared/llama.py and host/llama_np.py compute it: window keys at their true distance, sink keys seen
-from position min(m, sink + window)), over whole streams.
+from position min(m, sink + window)), over whole streams, computed in blocks of BLOCK queries that score
+the sink and their window only (`banded`: linear in the stream's length; `dense=True` scores every key
+under a mask, the reference the tests hold it to).
 
 Loss, per position whose next token is a note token (the draft drafts only notes; prompt positions get
 weight 0.1): KL to the target's distribution (its top-K logits from tools/train/corpus.py, renormalised, ids
@@ -40,6 +42,7 @@ if str(ROOT) not in sys.path:
 from tools.train import corpus  # noqa: E402
 
 RARE_ID = 0  # target id the rare row maps to as an output (<|endoftext|>: never in a stream)
+BLOCK = 32  # queries per block of the banded attention
 
 
 def build_vocab(streams: list[dict], size: int) -> np.ndarray:
@@ -83,7 +86,7 @@ def make_model(cfg: dict):
         def __init__(self, c):
             super().__init__()
             d, h, kv, hd, hid = c["dim"], c["n_heads"], c["n_kv_heads"], c["dim"] // c["n_heads"], c["hidden_dim"]
-            self.h, self.kv, self.hd = h, kv, hd
+            self.h, self.kv, self.hd, self.window = h, kv, hd, c["window"]
             self.attn_norm = RMSNorm(d)
             self.wq = nn.Linear(d, h * hd, bias=False)
             self.wk = nn.Linear(d, kv * hd, bias=False)
@@ -105,15 +108,44 @@ def make_model(cfg: dict):
             g = self.h // self.kv
             k = k.repeat_interleave(g, 1)
             vv = v.transpose(1, 2).repeat_interleave(g, 1)
-            sc = qw @ k.transpose(-1, -2)
-            if sink:
-                qs = rot(q, *rope_sink).transpose(1, 2)
-                sc = torch.cat([qs @ k[:, :, :sink].transpose(-1, -2), sc[..., sink:]], -1)
-            sc = sc / math.sqrt(self.hd) + mask
-            att = torch.softmax(sc, -1) @ vv
+            qs = rot(q, *rope_sink).transpose(1, 2) if sink else None
+            if mask is None:
+                att = banded(qw, qs, k, vv, sink, self.window)
+            else:  # the dense form: every key scored, the mask keeps the sink and the window (the reference)
+                sc = qw @ k.transpose(-1, -2)
+                if sink:
+                    sc = torch.cat([qs @ k[:, :, :sink].transpose(-1, -2), sc[..., sink:]], -1)
+                sc = sc / math.sqrt(self.hd) + mask
+                att = torch.softmax(sc, -1) @ vv
             x = x + self.wo(att.transpose(1, 2).reshape(b, t, -1))
             hx = self.ffn_norm(x)
             return x + self.w2(F.silu(self.w1(hx)) * self.w3(hx))
+
+    def banded(qw, qs, k, v, sink, win):
+        """Attention over the sink and the window only, in blocks of BLOCK queries: each block scores the sink keys
+        and the win + BLOCK keys before its end, so the cost grows with t, not t * t (a plant stream of 2,500
+        tokens scored every key in the dense form: most of a step's time). The same result as the dense form."""
+        b, h, t, hd = qw.shape
+        nb = -(-t // BLOCK)
+        pad = nb * BLOCK - t
+        qb = F.pad(qw, (0, 0, 0, pad)).view(b, h, nb, BLOCK, hd)
+        kw = F.pad(k, (0, 0, win, pad)).unfold(2, BLOCK + win, BLOCK).transpose(-1, -2)  # (b, h, nb, BLOCK+win, hd)
+        vw = F.pad(v, (0, 0, win, pad)).unfold(2, BLOCK + win, BLOCK).transpose(-1, -2)
+        i = (torch.arange(nb)[:, None] * BLOCK + torch.arange(BLOCK)[None, :])[:, :, None]  # query positions
+        j = torch.arange(nb)[:, None, None] * BLOCK - win + torch.arange(BLOCK + win)[None, None, :]  # its keys
+        ok = (j <= i) & (j >= i - win) & (j >= sink)  # a sink key is scored once, by the sink query below
+        sc = (qb @ kw.transpose(-1, -2)) / math.sqrt(hd) + torch.where(ok, 0.0, float("-inf"))
+        vals = vw
+        if sink:
+            ns = min(sink, t)  # a stream shorter than the sink has that many sink keys
+            qsb = F.pad(qs, (0, 0, 0, pad)).view(b, h, nb, BLOCK, hd)
+            ks = k[:, :, :ns][:, :, None]  # (b, h, 1, ns, hd)
+            js = torch.arange(ns)[None, None, :]
+            ssc = (qsb @ ks.transpose(-1, -2)) / math.sqrt(hd) + torch.where(js <= i, 0.0, float("-inf"))
+            sc = torch.cat([ssc, sc], -1)
+            vals = torch.cat([v[:, :, :ns][:, :, None].expand(b, h, nb, ns, hd), vw], -2)
+        att = torch.softmax(sc, -1) @ vals  # (b, h, nb, BLOCK, hd)
+        return att.reshape(b, h, nb * BLOCK, hd)[:, :, :t]
 
     def rot(x, cos, sin):  # interleaved pairs (2i, 2i+1), as llama2.c and the MBF style 0
         a, b = x[..., 0::2], x[..., 1::2]
@@ -129,7 +161,7 @@ def make_model(cfg: dict):
             self.blocks = nn.ModuleList([Block(c) for _ in range(c["n_layers"])])
             self.norm = RMSNorm(c["dim"])
 
-        def forward(self, ids):
+        def forward(self, ids, dense=False):
             c = self.c
             t = ids.shape[1]
             hd = c["dim"] // c["n_heads"]
@@ -140,10 +172,12 @@ def make_model(cfg: dict):
             angs = torch.clamp(m, max=sink + win)[:, None] * inv[None]
             rw = (torch.cos(ang).float(), torch.sin(ang).float())
             rs = (torch.cos(angs).float(), torch.sin(angs).float())
-            mi = torch.arange(t)[:, None]
-            j = torch.arange(t)[None, :]
-            ok = (j <= mi) & ((j < sink) | (j >= mi - win))
-            mask = torch.where(ok, 0.0, float("-inf"))
+            mask = None
+            if dense:
+                mi = torch.arange(t)[:, None]
+                j = torch.arange(t)[None, :]
+                ok = (j <= mi) & ((j < sink) | (j >= mi - win))
+                mask = torch.where(ok, 0.0, float("-inf"))
             x = self.emb(ids)
             for blk in self.blocks:
                 x = blk(x, rw, rs, mask, sink)
@@ -221,7 +255,7 @@ def evaluate(model, items, note_only=True) -> dict:
     return {"top1": agree / max(1, n), "kl": kl_sum / max(1, n), "positions": n}
 
 
-def train(out: Path, dim=128, layers=2, heads=4, kv_heads=2, hidden=256, vocab_size=1024, minutes=10.0,
+def train(out: Path, dim=128, layers=2, heads=4, kv_heads=2, hidden=256, vocab_size=512, minutes=10.0,
           train_streams=None, val_streams=None, seed=1, threads=2, lr=3e-3, log=print, steps=None) -> dict:
     """Train for `minutes` of wall time, or exactly `steps` optimiser steps when given (the schedule then
     runs on the step count: the reproducible form). Returns the run's info (also in OUT/train.json)."""
@@ -229,8 +263,9 @@ def train(out: Path, dim=128, layers=2, heads=4, kv_heads=2, hidden=256, vocab_s
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
     t0 = time.time()
-    tr = corpus.load_split("train", train_streams)
-    va = corpus.load_split("validation", val_streams)
+    # both families (the built-in plant and generated plants) unless a count of built-in streams is given
+    tr = corpus.load_training("train") if train_streams is None else corpus.load_split("train", train_streams)
+    va = corpus.load_training("validation") if val_streams is None else corpus.load_split("validation", val_streams)
     vocab = build_vocab(tr, vocab_size)
     cmap = compact_map(vocab)
     cfg = dict(dim=dim, n_layers=layers, n_heads=heads, n_kv_heads=kv_heads, hidden_dim=hidden, vocab=len(vocab),
@@ -319,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--vocab", type=int, default=1024, help="compact vocabulary rows (with the rare row)")
+    ap.add_argument("--vocab", type=int, default=512,
+                    help="compact vocabulary rows with the rare row (default %(default)s: the node's output rows at most)")
     ap.add_argument("--minutes", type=float, default=10.0, help="training wall-time budget")
     ap.add_argument("--steps", type=int, help="exactly this many steps (overrides --minutes; reproducible)")
     ap.add_argument("--threads", type=int, default=2)
