@@ -81,7 +81,7 @@ def test_model_update_resumes_after_a_link_cut_and_a_power_cut_runs_and_rolls_ba
     keys, db = tmp_path / "keys.json", tmp_path / "g.db"
     new = tmp_path / "new.mbf"
     new.write_bytes(spec_models.make_pair(4, seq_len=TINY_SEQ_LEN).mbf)
-    big = ROOT / "models" / "draft" / "draft.mbf"  # 311,668 bytes: long enough to be cut twice
+    big = ROOT / "models" / "draft" / "draft.mbf"  # 319,584 bytes: long enough to be cut twice
     nd = gw = None
     try:
         nd = gwkit.VNode("rp2040_pico", tmp_path / "fs", tmp_path / "a", NODE_CFG, heap=gwkit.unix_heap("rp2040_pico"),

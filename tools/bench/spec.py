@@ -50,8 +50,8 @@ accepted / tokens tested), target passes per committed token (decode passes x N 
 wire bytes per draft token (DRAFT frames, framing included). Timings on a shared machine move by
 +-15 % between runs; acceptance, passes and tokens do not.
 
-Plants (--plants, episode format): "builtin" (default, above: the node's own simulator, whose streams the draft
-was distilled on) or generated plants of held-out seeds (node i: seed 2000 + i of tools/plants/generate, its
+Plants (--plants, episode format): "builtin" (default, above: the node's own simulator, held-out seeds; the draft
+was distilled on its training seeds and on generated plants of the training kinds) or generated plants of held-out seeds (node i: seed 2000 + i of tools/plants/generate, its
 simulated day cut into the node's episodes by tools/plants/plantday.episodes, the first `--episodes`): "seen"
 (the training kinds and naming schemes) or "unseen" (held-out kinds and schemes), the plants bench quality's
 seen and unseen figures are measured on.
@@ -673,9 +673,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="streams: the node's episodes (held-out plants, shared/episode.py; default) or one free "
                          "instruction prompt per node decoded for --tokens tokens")
     ap.add_argument("--plants", choices=("builtin", "seen", "unseen"), default="builtin",
-                    help="episode format: whose streams (builtin: the node's own simulator, held-out seeds, what the "
-                         "draft was distilled on; seen / unseen: generated plants of held-out seeds, of the training "
-                         "kinds and naming schemes or of held-out ones)")
+                    help="episode format: whose streams (builtin: the node's own simulator, held-out seeds; seen / "
+                         "unseen: generated plants of held-out seeds, of the training kinds and naming schemes or "
+                         "of held-out ones)")
     ap.add_argument("--episodes", type=int, default=8, help="episodes per node (episode format; default 8, the "
                     "held-out corpus streams' count)")
     ap.add_argument("--tokens", type=int, default=48, help="tokens decoded per node, --format free (default 48)")
