@@ -40,7 +40,7 @@ if str(ROOT) not in sys.path:
 from shared import episode, plant  # noqa: E402
 from tools.train import corpus, qa_corpus  # noqa: E402
 from tools.train.corpus import INTERLOCKS, TAG_WORDS  # noqa: E402
-from tools.train.line_notes import note_tokenizer, note_tokens  # noqa: E402,F401 (note_tokenizer: bench quality's)
+from tools.train.line_notes import note_tokenizer, note_tokens  # noqa: E402
 from tools.train.plant_judge import interlock_tag  # noqa: E402
 
 VERSION = 2  # bump when a text, a fact or the selection changes (it names the cache directory)

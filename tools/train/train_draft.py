@@ -86,7 +86,7 @@ def make_model(cfg: dict):
         def __init__(self, c):
             super().__init__()
             d, h, kv, hd, hid = c["dim"], c["n_heads"], c["n_kv_heads"], c["dim"] // c["n_heads"], c["hidden_dim"]
-            self.h, self.kv, self.hd, self.window = h, kv, hd, c["window"]
+            self.h, self.kv, self.hd = h, kv, hd
             self.attn_norm = RMSNorm(d)
             self.wq = nn.Linear(d, h * hd, bias=False)
             self.wk = nn.Linear(d, kv * hd, bias=False)
@@ -97,7 +97,7 @@ def make_model(cfg: dict):
             self.w3 = nn.Linear(d, hid, bias=False)
             self.w2 = nn.Linear(hid, d, bias=False)
 
-        def forward(self, x, rope_win, rope_sink, mask, sink):
+        def forward(self, x, rope_win, rope_sink, mask, sink, win):
             b, t, _ = x.shape
             hx = self.attn_norm(x)
             q = self.wq(hx).view(b, t, self.h, self.hd)
@@ -110,7 +110,7 @@ def make_model(cfg: dict):
             vv = v.transpose(1, 2).repeat_interleave(g, 1)
             qs = rot(q, *rope_sink).transpose(1, 2) if sink else None
             if mask is None:
-                att = banded(qw, qs, k, vv, sink, self.window)
+                att = banded(qw, qs, k, vv, sink, win)
             else:  # the dense form: every key scored, the mask keeps the sink and the window (the reference)
                 sc = qw @ k.transpose(-1, -2)
                 if sink:
@@ -180,7 +180,7 @@ def make_model(cfg: dict):
                 mask = torch.where(ok, 0.0, float("-inf"))
             x = self.emb(ids)
             for blk in self.blocks:
-                x = blk(x, rw, rs, mask, sink)
+                x = blk(x, rw, rs, mask, sink, win)
             return self.norm(x) @ self.emb.weight.T
 
     return Draft(cfg)
